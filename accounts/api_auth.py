@@ -1,0 +1,37 @@
+"""DRF authentication by personal access token: `Authorization: Bearer lp_...`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from rest_framework import authentication, exceptions
+
+from accounts.models import PersonalAccessToken
+
+
+class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Any) -> tuple[Any, PersonalAccessToken] | None:
+        header = authentication.get_authorization_header(request).decode(errors="replace")
+        if not header:
+            return None
+        parts = header.split()
+        if parts[0] not in (self.keyword, "Token"):
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed(
+                _("Send the token as 'Authorization: Bearer <token>'.")
+            )
+        token = PersonalAccessToken.authenticate(parts[1])
+        if token is None:
+            raise exceptions.AuthenticationFailed(
+                _("This token is unknown, expired or revoked. Create a new one under Account → API tokens.")
+            )
+        PersonalAccessToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token.user, token
+
+    def authenticate_header(self, request: Any) -> str:
+        return self.keyword

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+
+
+def portal(request: HttpRequest) -> dict[str, Any]:
+    """What the base layout shows on every page."""
+    return {
+        "LABPORTAL_SIMULATION": settings.LABPORTAL_ALLOW_SIMULATION,
+        "credit_balance": _credit_balance(request),
+    }
+
+
+def _credit_balance(request: HttpRequest) -> Any:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
+    account = getattr(user, "credit_account", None)
+    return getattr(account, "balance", None)

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+
+from cluster.models import Gpu, Node, NodeToken
+
+
+class GpuInline(admin.TabularInline[Gpu, Node]):
+    model = Gpu
+    fk_name = "node"
+    extra = 0
+    fields = ("index", "uuid", "model", "memory_mb", "kind", "shared_slots", "state")
+    readonly_fields = ("uuid", "model", "memory_mb", "kind")
+    show_change_link = True
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin[Node]):
+    list_display = ("name", "state", "drain_requested", "gpu_backend", "runtime", "last_heartbeat")
+    list_filter = ("state", "drain_requested", "gpu_backend", "runtime")
+    search_fields = ("name", "address", "hostname")
+    inlines = (GpuInline,)
+    actions = ("drain", "undrain")
+
+    @admin.action(description=_("Drain: let running jobs finish, start nothing new"))
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        from cluster.services import node_set_drain
+
+        for node in queryset:
+            node_set_drain(node_id=node.pk, drain=True)
+        self.message_user(request, _("Draining started."), messages.SUCCESS)
+
+    @admin.action(description=_("Return to service (undrain)"))
+    def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        from cluster.services import node_set_drain
+
+        for node in queryset:
+            node_set_drain(node_id=node.pk, drain=False)
+        self.message_user(request, _("Nodes returned to service."), messages.SUCCESS)
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin[Gpu]):
+    list_display = ("uuid", "node", "index", "model", "memory_mb", "kind", "state", "util_pct", "sampled_at")
+    list_filter = ("state", "kind", "model", "node")
+    search_fields = ("uuid", "model", "node__name")
+
+
+@admin.register(NodeToken)
+class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
+    list_display = ("node_name", "name", "token_prefix", "created_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    readonly_fields = ("token_prefix", "token_hash", "created_at")
+    actions = ("revoke",)
+
+    def save_model(self, request: HttpRequest, obj: NodeToken, form: object, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+            return
+        token, secret = NodeToken.issue(node_name=obj.node_name, name=obj.name)
+        obj.pk = token.pk
+        obj.token_hash, obj.token_prefix, obj.created_at = token.token_hash, token.token_prefix, token.created_at
+        self.message_user(
+            request,
+            _("Node token for %(node)s: %(secret)s — copy it now, it is not shown again. "
+              "Start the agent with: labportal-agent --name %(node)s --token %(secret)s --broker <broker URL>")
+            % {"node": obj.node_name, "secret": secret},
+            messages.WARNING,
+        )
+
+    @admin.action(description=_("Revoke the selected node tokens"))
+    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeToken]) -> None:
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -1,0 +1,180 @@
+"""Machines: GPU nodes, their GPUs (whole, MIG instances, shared slots) and node tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class NodeQuerySet(models.QuerySet["Node"]):
+    def schedulable(self) -> NodeQuerySet:
+        return self.filter(state=Node.State.UP)
+
+    def silent_since(self, cutoff: timezone.datetime) -> NodeQuerySet:
+        return self.exclude(state=Node.State.DOWN).filter(
+            models.Q(last_heartbeat__lt=cutoff) | models.Q(last_heartbeat__isnull=True)
+        )
+
+
+class Node(models.Model):
+    """A GPU server running a LabPortal agent, which consumes the queue node.<name>."""
+
+    class State(models.TextChoices):
+        UP = "up", _("up")
+        DRAINING = "draining", _("draining")
+        DOWN = "down", _("down")
+
+    name = models.SlugField(_("name"), max_length=63, unique=True)
+    address = models.CharField(_("address"), max_length=255, blank=True)
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.DOWN)
+    last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
+    down_since = models.DateTimeField(_("down since"), null=True, blank=True)
+    drain_requested = models.BooleanField(
+        _("drain"),
+        default=False,
+        help_text=_("Running jobs finish; nothing new starts here."),
+    )
+    gpu_backend = models.CharField(_("GPU backend"), max_length=16, blank=True)
+    runtime = models.CharField(_("container runtime"), max_length=16, blank=True)
+    agent_version = models.CharField(_("agent version"), max_length=32, blank=True)
+    hostname = models.CharField(_("host name"), max_length=255, blank=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue_name(self) -> str:
+        return f"node.{self.name}"
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.gpu_backend == "simulated" or self.runtime == "local"
+
+    def heartbeat_age(self) -> timedelta | None:
+        if self.last_heartbeat is None:
+            return None
+        return timezone.now() - self.last_heartbeat
+
+
+class Gpu(models.Model):
+    """A schedulable GPU unit: a whole GPU, a MIG instance, or a shared slot of a GPU."""
+
+    class Kind(models.TextChoices):
+        WHOLE = "gpu", _("whole GPU")
+        MIG = "mig", _("MIG instance")
+        SLOT = "slot", _("shared slot")
+
+    class State(models.TextChoices):
+        AVAILABLE = "available", _("available")
+        DISABLED = "disabled", _("disabled by an admin")
+        MISSING = "missing", _("missing")
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField(_("index"))
+    uuid = models.CharField(_("UUID"), max_length=96, unique=True)
+    model = models.CharField(_("model"), max_length=120)
+    memory_mb = models.PositiveIntegerField(_("memory (MiB)"))
+    kind = models.CharField(_("kind"), max_length=8, choices=Kind.choices, default=Kind.WHOLE)
+    parent = models.ForeignKey(
+        "self",
+        verbose_name=_("parent GPU"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+    )
+    shared_slots = models.PositiveIntegerField(
+        _("shared slots"),
+        default=0,
+        help_text=_("Expose this GPU as N shared slots for debug work (0 = whole GPU)."),
+    )
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.AVAILABLE
+    )
+    # The latest telemetry, kept here so the live page reads one row per GPU.
+    util_pct = models.FloatField(_("utilisation %"), null=True, blank=True)
+    mem_used_mb = models.PositiveIntegerField(_("memory used (MiB)"), null=True, blank=True)
+    temp_c = models.FloatField(_("temperature °C"), null=True, blank=True)
+    power_w = models.FloatField(_("power W"), null=True, blank=True)
+    sampled_at = models.DateTimeField(_("sampled at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("GPU")
+        verbose_name_plural = _("GPUs")
+        ordering = ["node__name", "index", "uuid"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(kind="gpu") | models.Q(parent__isnull=True),
+                name="gpu_whole_has_no_parent",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind="gpu") | models.Q(parent__isnull=False),
+                name="gpu_partition_has_parent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.index} {self.model}"
+
+    @property
+    def label(self) -> str:
+        if self.kind == self.Kind.WHOLE:
+            return f"{self.node.name}/gpu{self.index}"
+        return f"{self.node.name}/gpu{self.index}/{self.kind}-{self.uuid[-4:]}"
+
+
+class NodeToken(models.Model):
+    """The secret an agent presents on every message. Only its SHA-256 is stored."""
+
+    name = models.CharField(_("name"), max_length=80)
+    node_name = models.SlugField(
+        _("node name"),
+        max_length=63,
+        help_text=_("The node this token may register as."),
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("node token")
+        verbose_name_plural = _("node tokens")
+        ordering = ["node_name", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} ({self.token_prefix}…)"
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, *, node_name: str, name: str = "") -> tuple[NodeToken, str]:
+        secret = "lpn_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            node_name=node_name,
+            name=name or node_name,
+            token_hash=cls.hash_secret(secret),
+            token_prefix=secret[:10],
+        )
+        return token, secret
+
+    @classmethod
+    def matches(cls, *, node_name: str, secret: str) -> bool:
+        return cls.objects.filter(
+            node_name=node_name, token_hash=cls.hash_secret(secret or ""), revoked_at__isnull=True
+        ).exists()

@@ -1,0 +1,18 @@
+"""The one Celery app of the portal (control worker and beat)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+
+app = Celery("labportal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+def node_queue(node_name: str) -> str:
+    """The queue a node agent consumes: node.<name>."""
+    return f"node.{node_name}"

@@ -1,0 +1,79 @@
+"""Strict readers for LabPortal's environment variables.
+
+Every reader names the variable and the accepted values when a value is bad, so
+that an operator can fix the deployment from the error message alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """The raw value of `name`, or `default` when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value if value else default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean; accepts true/false, 1/0, yes/no, on/off in any case."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(
+        f"{name} must be one of: {', '.join(_TRUE + _FALSE)} (got {raw!r})."
+    )
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """An integer, optionally with a lower bound."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number (got {raw!r}).") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum} (got {value}).")
+    return value
+
+
+def env_choice(name: str, default: str, choices: Iterable[str]) -> str:
+    """One of a fixed set of words."""
+    allowed = tuple(choices)
+    raw = env_str(name)
+    if raw is None:
+        return default
+    if raw not in allowed:
+        raise ImproperlyConfigured(
+            f"{name} must be one of: {', '.join(allowed)} (got {raw!r})."
+        )
+    return raw
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list; blanks are dropped."""
+    raw = env_str(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_required(name: str, *, why: str) -> str:
+    """A value that must be set; `why` says when it is needed."""
+    raw = env_str(name)
+    if raw is None:
+        raise ImproperlyConfigured(f"{name} is not set. {why}")
+    return raw

@@ -1,0 +1,71 @@
+"""Seed the demo lab: an admin, three members in two categories, two simulated nodes."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from accounts.models import Category, User
+from cluster.models import Gpu, Node, NodeToken
+
+DEMO_PASSWORD = "labportal-demo"
+DEMO_NODES = ("sim-node-1", "sim-node-2")
+DEMO_GPUS_PER_NODE = 4
+DEMO_GPU_MODEL = "Simulated A100 80GB"
+DEMO_GPU_MEMORY_MB = 81920
+
+
+def simulated_gpu_uuid(node_name: str, index: int) -> str:
+    """The UUID the simulated GPU backend reports for this node and index."""
+    return f"GPU-sim-{node_name}-{index}"
+
+
+class Command(BaseCommand):
+    help = "Create the demo lab (idempotent). Writes agent tokens to var/demo-agents.json."
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        phd, _ = Category.objects.get_or_create(
+            name="PhD, thesis phase",
+            defaults={"fairshare_weight": 30, "credit_multiplier": Decimal("1.5"),
+                      "priority_factor": 0.8, "max_concurrent_gpus": 8},
+        )
+        master, _ = Category.objects.get_or_create(
+            name="Master",
+            defaults={"fairshare_weight": 10, "credit_multiplier": Decimal("1.0"),
+                      "priority_factor": 0.4, "max_concurrent_gpus": 4},
+        )
+        Category.objects.get_or_create(name="Staff", defaults={"fairshare_weight": 20})
+        if not User.objects.filter(username="admin").exists():
+            User.objects.create_superuser("admin", "admin@lab.example", DEMO_PASSWORD)
+        for username, category in (("alice", phd), ("bob", phd), ("charlie", master)):
+            if not User.objects.filter(username=username).exists():
+                user = User.objects.create_user(
+                    username, f"{username}@lab.example", DEMO_PASSWORD, category=category
+                )
+                user.ensure_unix_ids()
+
+        agents = []
+        for name in DEMO_NODES:
+            node, _ = Node.objects.get_or_create(name=name, defaults={"address": "127.0.0.1"})
+            for index in range(DEMO_GPUS_PER_NODE):
+                Gpu.objects.get_or_create(
+                    uuid=simulated_gpu_uuid(name, index),
+                    defaults={"node": node, "index": index, "model": DEMO_GPU_MODEL,
+                              "memory_mb": DEMO_GPU_MEMORY_MB},
+                )
+            NodeToken.objects.filter(node_name=name, name="demo").delete()
+            _token, secret = NodeToken.issue(node_name=name, name="demo")
+            agents.append({"name": name, "token": secret, "gpus": DEMO_GPUS_PER_NODE})
+        path = settings.VAR_DIR / "demo-agents.json"
+        path.write_text(json.dumps(agents, indent=2))
+        path.chmod(0o600)
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo lab ready: admin, alice, bob, charlie (password {DEMO_PASSWORD!r}); "
+            f"nodes {', '.join(DEMO_NODES)} with {DEMO_GPUS_PER_NODE} simulated GPUs each."
+        ))

@@ -1,0 +1,273 @@
+"""LabPortal settings: one file, driven by environment variables.
+
+With no environment at all LabPortal runs its embedded demo defaults: SQLite under
+var/, kombu's filesystem broker (no server needed) and DEBUG on. Production sets
+DEBUG=false, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and CELERY_BROKER_URL.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import django_stubs_ext
+import environ
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
+
+from labportal.envvars import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_required,
+    env_str,
+)
+
+# Lets model admins and querysets be subscripted for mypy at run time too.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("LABPORTAL_VAR_DIR", str(BASE_DIR / "var")) or "")
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", True)
+
+if DEBUG:
+    SECRET_KEY = env_str("SECRET_KEY", "labportal-demo-insecure-key-do-not-use-in-production")
+    ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+else:
+    SECRET_KEY = env_required(
+        "SECRET_KEY",
+        why="Production mode (DEBUG=false) needs a long random SECRET_KEY; "
+        'generate one with: python -c "import secrets; print(secrets.token_urlsafe(50))"',
+    )
+    ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [])
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured(
+            "ALLOWED_HOSTS is not set. Production mode (DEBUG=false) needs the portal's "
+            "host names, comma-separated, e.g. ALLOWED_HOSTS=gpu.lab.example.org"
+        )
+
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- Applications -----------------------------------------------------------
+DJANGO_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+]
+THIRD_PARTY_APPS = [
+    "allauth",
+    "allauth.account",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+]
+LOCAL_APPS = [
+    "labportal",
+    "accounts",
+    "cluster",
+    "jobqueue",
+    "reservations",
+    "telemetry",
+]
+INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "labportal.urls"
+WSGI_APPLICATION = "labportal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
+                "accounts.context_processors.portal",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------
+_default_db = f"sqlite:///{VAR_DIR / 'labportal.sqlite3'}"
+_database_url = env_str("DATABASE_URL", _default_db) or _default_db
+try:
+    _db = environ.Env.db_url_config(_database_url)
+except Exception:  # environ raises several types for a bad URL
+    _db = {}
+if _db.get("ENGINE") not in (
+    "django.db.backends.sqlite3",
+    "django.db.backends.postgresql",
+):
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must start with postgres:// or sqlite:/// (got {_database_url!r}); "
+        "e.g. DATABASE_URL=postgres://labportal@127.0.0.1:5432/labportal"
+    )
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # A busy timeout lets the web, worker and agent-ingest processes share the demo file.
+    _db.setdefault("OPTIONS", {})["timeout"] = 20
+    _db["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+else:
+    _db["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+_db["ATOMIC_REQUESTS"] = False
+_db.setdefault("TEST", {})
+DATABASES = {"default": _db}
+DATABASE_IS_POSTGRES = _db["ENGINE"] == "django.db.backends.postgresql"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth -------------------------------------------------------------------
+AUTH_USER_MODEL = "accounts.User"
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "dashboard"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_ADAPTER = "accounts.adapters.LabAccountAdapter"
+ACCOUNT_LOGOUT_ON_GET = False
+ACCOUNT_SESSION_REMEMBER = None
+# closed: only admins create accounts or send invitations.
+# approval: anyone may sign up, and an admin approves them before their first login.
+LABPORTAL_SIGNUP_MODE = env_choice("LABPORTAL_SIGNUP_MODE", "closed", ("closed", "approval"))
+
+# --- I18N -------------------------------------------------------------------
+LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))
+LANGUAGES = [("en", _("English")), ("zh-hans", _("Simplified Chinese"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env_str("TIME_ZONE", "UTC") or "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static -----------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+# htmx comes from the npm registry (package htmx.org) into node_modules/; see Makefile.
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist")]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Email ------------------------------------------------------------------
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "LabPortal <labportal@localhost>")
+if env_str("EMAIL_URL"):
+    vars().update(environ.Env.email_url_config(env_str("EMAIL_URL") or ""))
+
+# --- REST API ---------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.api_auth.PersonalAccessTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "labportal.api_errors.domain_exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "LabPortal API",
+    "DESCRIPTION": "Jobs, queues, reservations, credits and telemetry of a lab's GPU servers.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery -----------------------------------------------------------------
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://") or "filesystem://"
+if not CELERY_BROKER_URL.startswith(("filesystem://", "redis://", "rediss://", "memory://")):
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL must start with redis://, rediss://, filesystem:// or memory:// "
+        f"(got {CELERY_BROKER_URL!r}); e.g. CELERY_BROKER_URL=redis://127.0.0.1:6379/0"
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("out", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "out"),
+        "data_folder_out": str(BROKER_DIR / "out"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ROUTES = {
+    "control.*": {"queue": "control"},
+    # agent.* tasks go to node.<name>; the dispatcher names the queue per call.
+}
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "node-liveness": {"task": "control.nodes_check_liveness", "schedule": timedelta(seconds=15)},
+}
+
+# --- LabPortal policy -------------------------------------------------------
+LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
+LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
+LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
+LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=1000)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))},
+}
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
+    CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

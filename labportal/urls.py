@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from cluster import views as cluster_views
+from labportal import views as portal_views
+
+urlpatterns = [
+    path("", cluster_views.dashboard, name="dashboard"),
+    path("gpus/table/", cluster_views.gpu_table, name="gpu_table"),
+    path("healthz", portal_views.healthz, name="healthz"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("accounts/", include("allauth.urls")),
+    path("account/", include("accounts.urls")),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api_docs"),
+]
