@@ -1,0 +1,235 @@
+"""Plain, immutable inputs and outputs of the scheduling engine.
+
+Everything here is stdlib dataclasses so that the portal, the trace simulator and
+the benchmarks build the same objects. Times are floats in seconds (the portal
+converts its aware datetimes to epoch seconds); durations end in ``_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+DAY_S = 86_400.0
+WEEK_S = 7 * DAY_S
+
+
+class GpuKind(StrEnum):
+    """How a schedulable unit is exposed: a whole GPU, a MIG instance or a shared slot."""
+
+    WHOLE = "whole"
+    MIG = "mig"
+    SLOT = "slot"
+
+
+class NodeState(StrEnum):
+    UP = "up"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class Reason(StrEnum):
+    """Why a pending job did not start in this pass (shown to the user)."""
+
+    RESOURCES = "resources"  # not enough matching GPUs free now
+    PRIORITY = "priority"  # GPUs are free but held for a higher-priority job
+    RESERVATION = "reservation"  # waiting for its own slot, or free GPUs are booked by others
+    USER_LIMIT = "user_limit"
+    QUEUE_LIMIT = "queue_limit"
+    CATEGORY_LIMIT = "category_limit"
+    HELD = "held"
+    CONSTRAINTS = "constraints"  # no GPU in the cluster can ever satisfy the request
+    NODE_UNAVAILABLE = "node_unavailable"  # only draining/down nodes could run it
+    PREEMPTING = "preempting"  # preemptible jobs are being requeued to make room for it
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One schedulable unit. ``parent`` names the physical GPU of a MIG instance or slot."""
+
+    id: str
+    node: str
+    model: str = ""
+    memory_mb: int = 0
+    kind: GpuKind = GpuKind.WHOLE
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    state: NodeState = NodeState.UP
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting to run. ``gpus`` counts units; a shared-slot job asks for one slot."""
+
+    id: int
+    user: str
+    queue: str
+    submit_time: float
+    gpus: int = 1
+    shared_slot: bool = False
+    min_memory_mb: int = 0
+    gpu_model: str | None = None
+    time_limit_s: float = 3600.0
+    predicted_runtime_s: float | None = None
+    reservation_id: int | None = None
+    emergency: bool = False
+    preemptible: bool = False
+    held: bool = False
+    category: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs. Its end is judged by ``time_limit_s`` for guarantees and by
+    ``predicted_runtime_s`` (capped at the limit) for estimates."""
+
+    id: int
+    user: str
+    queue: str
+    gpu_ids: tuple[str, ...]
+    start_time: float
+    time_limit_s: float
+    predicted_runtime_s: float | None = None
+    preemptible: bool = False
+    category: str = ""
+    reservation_id: int | None = None
+    emergency: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A booking: only jobs submitted with this reservation may use ``gpu_ids`` in [start, end)."""
+
+    id: int
+    user: str
+    gpu_ids: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShareNode:
+    """A node of the fair-share tree; a leaf's ``name`` is a user name."""
+
+    name: str
+    shares: float = 1.0
+    children: tuple[ShareNode, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Admin settings of one queue. ``tier``: lower runs first. ``None`` means no limit."""
+
+    name: str
+    tier: int = 1
+    priority_factor: float = 0.5
+    usage_factor: float = 1.0
+    max_gpus_per_job: int | None = None
+    max_wall_s: float | None = None
+    max_running_jobs_per_user: int | None = None
+    max_running_gpus_per_user: int | None = None
+    max_running_gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryPolicy:
+    """Admin settings of one user category; limits count GPU units of running jobs."""
+
+    name: str
+    factor: float = 0.5
+    max_gpus_per_user: int | None = None
+    max_gpus_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The weights and limits of the multifactor scheduler.
+
+    ``order``: ``multifactor`` (LabPortal), ``fifo`` (submit time only, no tiers) or
+    ``shortest_first`` (by predicted run time; the simulator's SJF oracle).
+    ``backfill_depth``: how many blocked jobs get a guaranteed start (1 = EASY);
+    0 with ``backfill=False`` gives strict in-order scheduling.
+    """
+
+    weight_age: float = 1000.0
+    weight_fairshare: float = 10_000.0
+    weight_queue: float = 1000.0
+    weight_category: float = 1000.0
+    weight_size: float = 100.0
+    size_favours_small: bool = False
+    max_age_s: float = WEEK_S
+    half_life_s: float = WEEK_S
+    queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
+    categories: Mapping[str, CategoryPolicy] = field(default_factory=dict)
+    max_running_gpus_per_user: int | None = None
+    order: str = "multifactor"
+    backfill: bool = True
+    backfill_depth: int = 1
+    overrun_assumed_s: float = 300.0
+    preemption_grace_s: float = 60.0
+    unknown_queue_tier: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Everything the engine looks at. ``usage`` is decayed GPU-seconds per user (see
+    ``fairshare.decayed_usage``); ``users_without_credit`` have a balance <= 0."""
+
+    nodes: tuple[Node, ...]
+    gpus: tuple[Gpu, ...]
+    pending: tuple[PendingJob, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    share_tree: ShareNode | None = None
+    usage: Mapping[str, float] = field(default_factory=dict)
+    users_without_credit: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: int
+    gpu_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Requeue ``job_id`` (SIGTERM, grace, requeue); ``reason`` is ``emergency`` or
+    ``reservation``; ``for_job_id`` is the job that needs its GPUs."""
+
+    job_id: int
+    reason: str
+    for_job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    """Where a job that stays pending stands: 1-based position in the global order,
+    estimated start (``None`` if it can never start as things are) and a ``Reason``."""
+
+    position: int
+    estimated_start: float | None
+    reason: Reason
+    priority: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Guarantee:
+    """The start a blocked job is promised by backfill, judged by time limits."""
+
+    start: float
+    gpu_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    starts: list[Start]
+    preemptions: list[Preemption]
+    pending: dict[int, PendingInfo]
+    guarantees: dict[int, Guarantee] = field(default_factory=dict)
+    priorities: dict[int, float] = field(default_factory=dict)
