@@ -176,6 +176,7 @@ USE_TZ = True
 # --- Static -----------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # htmx comes from the npm registry (package htmx.org) into node_modules/; see Makefile.
 STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist")]
 STORAGES = {

@@ -1,0 +1,74 @@
+"""Shared fixtures: alice owns things, bob is in her category, charlie is an outsider, admin runs the lab."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from tests.factories import CategoryFactory, UserFactory
+
+PASSWORD = "correct-horse-battery"
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Real-service tests run where their service is; under CI=true they never silently skip."""
+    on_postgres = settings.DATABASE_IS_POSTGRES
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(pytest.mark.skip(reason="needs DATABASE_URL=postgres://… (runs in the PostgreSQL pass of .ci/run)"))
+
+
+@pytest.fixture
+def phd_category(db: Any) -> Any:
+    return CategoryFactory(name="PhD, thesis phase", fairshare_weight=30)
+
+
+@pytest.fixture
+def master_category(db: Any) -> Any:
+    return CategoryFactory(name="Master", fairshare_weight=10)
+
+
+@pytest.fixture
+def alice(phd_category: Any) -> Any:
+    return UserFactory(username="alice", category=phd_category)
+
+
+@pytest.fixture
+def bob(phd_category: Any) -> Any:
+    return UserFactory(username="bob", category=phd_category)
+
+
+@pytest.fixture
+def charlie(master_category: Any) -> Any:
+    return UserFactory(username="charlie", category=master_category)
+
+
+@pytest.fixture
+def admin_user(db: Any) -> Any:
+    return UserFactory(username="admin", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+def api_as(user: Any) -> APIClient:
+    """An API client authenticated with a real personal access token of `user`."""
+    from accounts.models import PersonalAccessToken
+
+    _token, secret = PersonalAccessToken.issue(user=user, name="tests")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def require_in_ci(what: str) -> None:
+    """Skip with a reason locally; fail under CI=true, where every real service must be present."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is required in CI but is not available")
+    pytest.skip(f"{what} is not available here")
