@@ -1,0 +1,938 @@
+"""The scheduling engine: one pure function, ``plan(state, policy, now) -> Plan``.
+
+A pass has two halves:
+
+1. **Decisions**, judged by time limits. Jobs are taken in order (see ``priority``).
+   A job starts if it passes its limits and fits now on one node without running
+   into a reservation of someone else or a backfill guarantee. The first
+   ``policy.backfill_depth`` jobs that do not fit get a guarantee: the earliest start
+   the time limits allow, on named GPUs, which later jobs may not delay (EASY).
+   Emergency jobs and reservation jobs inside their window may requeue preemptible
+   jobs, and nothing else may.
+2. **Estimates**, judged by predicted run times. Every job that stays pending is
+   played forward in order onto the earliest GPUs that free up.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.model import (
+    ClusterState,
+    GpuKind,
+    Guarantee,
+    NodeState,
+    PendingInfo,
+    PendingJob,
+    Plan,
+    Policy,
+    Preemption,
+    Reason,
+    Reservation,
+    Start,
+)
+from scheduler.priority import TIER_RESERVATION, RankedJob, rank_pending
+
+INF = math.inf
+# Block owner of a backfill guarantee: applies to every job, unlike a reservation.
+GUARANTEE = -1
+
+Block = tuple[float, float, int]
+
+
+def plan(state: ClusterState, policy: Policy, now: float, *, estimates: bool = True) -> Plan:
+    """Decide what starts now, what is preempted, and where every pending job stands.
+
+    Pure and deterministic: equal inputs give equal plans. ``estimates=False`` skips the
+    forward play (estimated starts are then ``None``), for callers that do not show them.
+    """
+    return _Pass(state, policy, now).run(estimates)
+
+
+@dataclass(slots=True)
+class _Counters:
+    """Running units and jobs per limit key, updated as the pass starts jobs."""
+
+    jobs_user_queue: dict[tuple[str, str], int] = field(default_factory=dict)
+    units_user_queue: dict[tuple[str, str], int] = field(default_factory=dict)
+    units_queue: dict[str, int] = field(default_factory=dict)
+    units_user: dict[str, int] = field(default_factory=dict)
+    units_category_user: dict[tuple[str, str], int] = field(default_factory=dict)
+    units_category: dict[str, int] = field(default_factory=dict)
+
+    def add(self, user: str, queue: str, category: str, units: int) -> None:
+        self.jobs_user_queue[(user, queue)] = self.jobs_user_queue.get((user, queue), 0) + 1
+        key = (user, queue)
+        self.units_user_queue[key] = self.units_user_queue.get(key, 0) + units
+        self.units_queue[queue] = self.units_queue.get(queue, 0) + units
+        self.units_user[user] = self.units_user.get(user, 0) + units
+        self.units_category_user[(category, user)] = (
+            self.units_category_user.get((category, user), 0) + units
+        )
+        self.units_category[category] = self.units_category.get(category, 0) + units
+
+
+class _Pass:
+    """State of one planning pass over flat, index-addressed arrays (for speed)."""
+
+    def __init__(self, state: ClusterState, policy: Policy, now: float) -> None:
+        self.state = state
+        self.policy = policy
+        self.now = now
+        self.reservations = {r.id: r for r in state.reservations}
+
+        node_state = {n.name: n.state for n in state.nodes}
+        gpus = sorted(state.gpus, key=lambda g: (g.node, g.id))
+        node_names = sorted({g.node for g in gpus})
+        self.node_names = node_names
+        node_index = {name: i for i, name in enumerate(node_names)}
+        self.node_usable = [node_state.get(name) == NodeState.UP for name in node_names]
+
+        self.unit_ids = [g.id for g in gpus]
+        self.unit_index = {g.id: i for i, g in enumerate(gpus)}
+        n = len(gpus)
+        self.unit_node = [node_index[g.node] for g in gpus]
+        class_keys: dict[tuple[str, str, int], int] = {}
+        self.unit_class: list[int] = []
+        for g in gpus:
+            key = (str(g.kind), g.model, g.memory_mb)
+            self.unit_class.append(class_keys.setdefault(key, len(class_keys)))
+        self.classes = list(class_keys)
+        self.unit_parent_key = [g.parent or g.id for g in gpus]
+        self.node_units: list[list[int]] = [[] for _ in node_names]
+        for i in range(n):
+            self.node_units[self.unit_node[i]].append(i)
+
+        # Units that share a physical GPU with a unit listed in the same input conflict.
+        self.conflicts: list[tuple[int, ...]] = [()] * n
+        for i, g in enumerate(gpus):
+            if g.parent is not None and g.parent in self.unit_index:
+                p = self.unit_index[g.parent]
+                self.conflicts[i] = (*self.conflicts[i], p)
+                self.conflicts[p] = (*self.conflicts[p], i)
+
+        self.busy = [False] * n
+        self.holder: list[int | None] = [None] * n
+        self.avail_limit = [now] * n
+        self.avail_pred = [now] * n
+        self.running_by_id = {job.id: job for job in state.running}
+        for job in sorted(state.running, key=lambda j: j.id):
+            end_limit, end_pred = self._running_ends(
+                job.start_time, job.time_limit_s, job.predicted_runtime_s
+            )
+            for gid in job.gpu_ids:
+                u = self.unit_index.get(gid)
+                if u is None:
+                    continue
+                for v in (u, *self.conflicts[u]):
+                    self.busy[v] = True
+                    self.avail_limit[v] = max(self.avail_limit[v], end_limit)
+                    self.avail_pred[v] = max(self.avail_pred[v], end_pred)
+                self.holder[u] = job.id
+
+        self.blocks: list[list[Block] | None] = [None] * n
+        for res in sorted(state.reservations, key=lambda r: r.id):
+            if res.end <= now:
+                continue
+            for gid in res.gpu_ids:
+                u = self.unit_index.get(gid)
+                if u is None:
+                    continue
+                for v in (u, *self.conflicts[u]):
+                    lst = self.blocks[v]
+                    if lst is None:
+                        lst = self.blocks[v] = []
+                    lst.append((res.start, res.end, res.id))
+        for lst in self.blocks:
+            if lst is not None:
+                lst.sort()
+
+        # Free units per usable node, and nodes bucketed by their free count so that
+        # best fit (fewest free units first) is a short scan.
+        self.node_free: list[list[int]] = [[] for _ in node_names]
+        for i in range(n):
+            if not self.busy[i] and self.node_usable[self.unit_node[i]]:
+                self.node_free[self.unit_node[i]].append(i)
+        self.buckets: dict[int, list[int]] = {}
+        for node, free in enumerate(self.node_free):
+            if free:
+                self.buckets.setdefault(len(free), []).append(node)
+
+        self.largest_node_units = max((len(u) for u in self.node_units), default=0)
+        self.counters = _Counters()
+        for job in state.running:
+            self.counters.add(job.user, job.queue, job.category, len(job.gpu_ids))
+
+        self._class_cache: dict[tuple[bool, bool, str | None, int], tuple[int, ...]] = {}
+        self._static_cache: dict[tuple[tuple[int, ...], int], Reason | None] = {}
+        self._fail_cache: dict[tuple[tuple[int, ...], int, float], Reason] = {}
+        self._no_free: dict[tuple[int, ...], int] = {}
+        self.victims: set[int] = set()
+
+    # ----------------------------------------------------------------- helpers
+    def _running_ends(
+        self, start: float, limit: float, predicted: float | None
+    ) -> tuple[float, float]:
+        """End of a running job by its limit and by its prediction (capped at the limit).
+
+        A job past its end is assumed to stop soon: "warn, don't kill" lets it overrun.
+        """
+        end_limit = start + limit
+        if end_limit <= self.now:
+            end_limit = self.now + self.policy.overrun_assumed_s
+        runtime = min(predicted, limit) if predicted is not None else limit
+        end_pred = start + runtime
+        if end_pred <= self.now:
+            end_pred = min(end_limit, self.now + self.policy.overrun_assumed_s)
+        return end_limit, end_pred
+
+    def matching_classes(self, job: PendingJob) -> tuple[int, ...]:
+        """Unit classes a job may use: slots for slot jobs; whole GPUs, and MIG instances
+        for single-unit jobs that state a memory or model need."""
+        key = (job.shared_slot, job.gpus == 1, job.gpu_model, job.min_memory_mb)
+        cached = self._class_cache.get(key)
+        if cached is not None:
+            return cached
+        ok: list[int] = []
+        for c, (kind, model, memory) in enumerate(self.classes):
+            if job.shared_slot:
+                if kind != GpuKind.SLOT:
+                    continue
+            elif kind == GpuKind.SLOT or kind == GpuKind.MIG and not (
+                job.gpus == 1 and (job.min_memory_mb > 0 or job.gpu_model)
+            ):
+                continue
+            if job.gpu_model and model != job.gpu_model:
+                continue
+            if memory < job.min_memory_mb:
+                continue
+            ok.append(c)
+        result = tuple(ok)
+        self._class_cache[key] = result
+        return result
+
+    def units_needed(self, job: PendingJob) -> int:
+        return 1 if job.shared_slot else max(1, job.gpus)
+
+    def static_reason(self, classes: tuple[int, ...], k: int) -> Reason | None:
+        """CONSTRAINTS if no node could ever hold the job, NODE_UNAVAILABLE if only
+        draining/down nodes could, else None."""
+        key = (classes, k)
+        if key in self._static_cache:
+            return self._static_cache[key]
+        allowed = set(classes)
+        reason: Reason | None = Reason.CONSTRAINTS
+        for node, units in enumerate(self.node_units):
+            if sum(1 for u in units if self.unit_class[u] in allowed) >= k:
+                if self.node_usable[node]:
+                    reason = None
+                    break
+                reason = Reason.NODE_UNAVAILABLE
+        self._static_cache[key] = reason
+        return reason
+
+    def blocked(self, u: int, start: float, end: float, owner: int, kinds: int = 3) -> bool:
+        """Does a block on unit ``u`` overlap [start, end) for a job of reservation
+        ``owner`` (-2 for none)? ``kinds``: 1 reservations, 2 guarantees, 3 both."""
+        lst = self.blocks[u]
+        if lst is None:
+            return False
+        for s, e, who in lst:
+            if s >= end:
+                break
+            if e <= start or who == owner:
+                continue
+            if who == GUARANTEE:
+                if kinds & 2:
+                    return True
+            elif kinds & 1:
+                return True
+        return False
+
+    def add_block(self, u: int, block: Block) -> None:
+        lst = self.blocks[u]
+        if lst is None:
+            self.blocks[u] = [block]
+        else:
+            bisect.insort(lst, block)
+
+    def _order_units(self, cand: list[int], k: int) -> list[int]:
+        """Pick k units: smallest memory that fits, then the most-packed physical GPU
+        (shared slots and MIG), then units with future bookings (fill gaps), then id."""
+        if len(cand) == k and k == 1:
+            return cand
+        free_per_parent: dict[str, int] = {}
+        for u in cand:
+            key = self.unit_parent_key[u]
+            free_per_parent[key] = free_per_parent.get(key, 0) + 1
+        cand = sorted(
+            cand,
+            key=lambda u: (
+                self.classes[self.unit_class[u]][2],
+                free_per_parent[self.unit_parent_key[u]],
+                0 if self.blocks[u] is not None else 1,
+                u,
+            ),
+        )
+        return cand[:k]
+
+    # --------------------------------------------------------------- placement
+    def place_now(
+        self, classes: tuple[int, ...], k: int, limit: float, owner: int, kinds: int = 3
+    ) -> list[int] | None:
+        """Units on the best-fit node where a job could start now, or None."""
+        allowed = set(classes)
+        end = self.now + limit
+        for count in sorted(self.buckets):
+            if count < k:
+                continue
+            for node in self.buckets[count]:
+                cand = [
+                    u
+                    for u in self.node_free[node]
+                    if self.unit_class[u] in allowed
+                    and (self.blocks[u] is None or not self.blocked(u, self.now, end, owner, kinds))
+                ]
+                if len(cand) >= k:
+                    return self._order_units(cand, k)
+        return None
+
+    def place_in(
+        self, units: Iterable[int], classes: tuple[int, ...], k: int, limit: float, owner: int
+    ) -> list[int] | None:
+        """Place a job on a subset of units (its reservation's), best fit by node."""
+        allowed = set(classes)
+        end = self.now + limit
+        per_node: dict[int, list[int]] = {}
+        for u in units:
+            if (
+                not self.busy[u]
+                and self.node_usable[self.unit_node[u]]
+                and self.unit_class[u] in allowed
+                and not self.blocked(u, self.now, end, owner)
+            ):
+                per_node.setdefault(self.unit_node[u], []).append(u)
+        best: tuple[int, int] | None = None
+        for node, cand in per_node.items():
+            if len(cand) >= k:
+                key = (len(self.node_free[node]), node)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            return None
+        return self._order_units(per_node[best[1]], k)
+
+    def take(
+        self, units: Sequence[int], until_limit: float, until_pred: float, holder: int
+    ) -> None:
+        """Mark units (and the units sharing their physical GPU) busy from now."""
+        for u in units:
+            for v in (u, *self.conflicts[u]):
+                if self.busy[v]:
+                    self.avail_limit[v] = max(self.avail_limit[v], until_limit)
+                    self.avail_pred[v] = max(self.avail_pred[v], until_pred)
+                    continue
+                self.busy[v] = True
+                self.avail_limit[v] = until_limit
+                self.avail_pred[v] = until_pred
+                node = self.unit_node[v]
+                free = self.node_free[node]
+                if v in free:
+                    old = len(free)
+                    free.remove(v)
+                    bucket = self.buckets[old]
+                    bucket.remove(node)
+                    if not bucket:
+                        del self.buckets[old]
+                    if free:
+                        bisect.insort(self.buckets.setdefault(len(free), []), node)
+            self.holder[u] = holder
+
+    def earliest(
+        self, units_by_node: Iterable[tuple[int, list[int]]], k: int, limit: float, owner: int
+    ) -> tuple[float, list[int]] | None:
+        """Earliest start, judged by time limits, with k units on one node free for
+        ``limit`` seconds and clear of blocks; and those units."""
+        best_t = INF
+        best_units: list[int] | None = None
+        for _node, cand in units_by_node:
+            if len(cand) < k:
+                continue
+            times = sorted(
+                {self.avail_limit[u] if self.busy[u] else self.now for u in cand}
+                | {e for u in cand for (_s, e, _w) in (self.blocks[u] or ()) if e > self.now}
+            )
+            for t in times:
+                if t >= best_t:
+                    break
+                ok = [
+                    u
+                    for u in cand
+                    if (self.avail_limit[u] if self.busy[u] else self.now) <= t
+                    and not self.blocked(u, t, t + limit, owner)
+                ]
+                if len(ok) >= k:
+                    best_t = t
+                    best_units = self._order_units(ok, k)
+                    break
+        if best_units is None:
+            return None
+        return best_t, best_units
+
+    def candidate_nodes(
+        self, classes: tuple[int, ...], restrict: Iterable[int] | None = None
+    ) -> list[tuple[int, list[int]]]:
+        allowed = set(classes)
+        if restrict is not None:
+            per_node: dict[int, list[int]] = {}
+            for u in restrict:
+                if self.node_usable[self.unit_node[u]] and self.unit_class[u] in allowed:
+                    per_node.setdefault(self.unit_node[u], []).append(u)
+            return sorted(per_node.items())
+        return [
+            (node, [u for u in units if self.unit_class[u] in allowed])
+            for node, units in enumerate(self.node_units)
+            if self.node_usable[node]
+        ]
+
+    def preempt_for(
+        self,
+        job: PendingJob,
+        classes: tuple[int, ...],
+        k: int,
+        restrict: Iterable[int] | None,
+        owner: int,
+    ) -> tuple[list[int], list[int]] | None:
+        """Units for ``job`` if preemptible jobs on them were requeued: (units, victims).
+
+        Picks the node needing the fewest victims, then the fewest victim GPUs."""
+        allowed = set(classes)
+        end = self.now + job.time_limit_s
+        best: tuple[tuple[int, int, int], list[int], list[int]] | None = None
+        for node, cand in self.candidate_nodes(classes, restrict):
+            usable: list[int] = []
+            victims: dict[int, int] = {}
+            for u in cand:
+                if self.unit_class[u] not in allowed or self.blocked(u, self.now, end, owner):
+                    continue
+                if not self.busy[u]:
+                    usable.append(u)
+                    continue
+                holder = self.holder[u]
+                running = self.running_by_id.get(holder) if holder is not None else None
+                if (
+                    running is None
+                    or not running.preemptible
+                    or (owner >= 0 and running.reservation_id == owner)
+                    or holder in self.victims
+                ):
+                    continue
+                usable.append(u)
+                victims[holder] = victims.get(holder, 0) + 1
+            if len(usable) < k:
+                continue
+            # Free units first, then units of the smallest victims.
+            usable.sort(
+                key=lambda u: (
+                    0 if not self.busy[u] else 1,
+                    victims.get(self.holder[u] or -1, 0),
+                    u,
+                )
+            )
+            chosen = usable[:k]
+            chosen_victims = sorted({self.holder[u] for u in chosen if self.busy[u]})
+            cost = (
+                len(chosen_victims),
+                sum(len(self.running_by_id[v].gpu_ids) for v in chosen_victims),
+                node,
+            )
+            if best is None or cost < best[0]:
+                best = (cost, chosen, [v for v in chosen_victims if v is not None])
+        if best is None or not best[2]:
+            return None
+        return best[1], best[2]
+
+    # ----------------------------------------------------------------- limits
+    def per_job_limit(self, job: PendingJob, k: int) -> Reason | None:
+        """A reason the job can never run under its queue's and user's limits."""
+        queue = self.policy.queues.get(job.queue)
+        if queue is not None:
+            if queue.max_gpus_per_job is not None and k > queue.max_gpus_per_job:
+                return Reason.QUEUE_LIMIT
+            if queue.max_wall_s is not None and job.time_limit_s > queue.max_wall_s:
+                return Reason.QUEUE_LIMIT
+            if queue.max_running_gpus is not None and k > queue.max_running_gpus:
+                return Reason.QUEUE_LIMIT
+            if queue.max_running_gpus_per_user is not None and k > queue.max_running_gpus_per_user:
+                return Reason.USER_LIMIT
+            if queue.max_running_jobs_per_user == 0:
+                return Reason.USER_LIMIT
+        if self.policy.max_running_gpus_per_user is not None and (
+            k > self.policy.max_running_gpus_per_user
+        ):
+            return Reason.USER_LIMIT
+        category = self.policy.categories.get(job.category)
+        if category is not None and (
+            (category.max_gpus_per_user is not None and k > category.max_gpus_per_user)
+            or (category.max_gpus_total is not None and k > category.max_gpus_total)
+        ):
+            return Reason.CATEGORY_LIMIT
+        return None
+
+    def running_limit(self, job: PendingJob, k: int) -> Reason | None:
+        """A reason the job may not start now because of what already runs."""
+        c = self.counters
+        queue = self.policy.queues.get(job.queue)
+        key = (job.user, job.queue)
+        if queue is not None:
+            if (
+                queue.max_running_jobs_per_user is not None
+                and c.jobs_user_queue.get(key, 0) + 1 > queue.max_running_jobs_per_user
+            ):
+                return Reason.USER_LIMIT
+            if (
+                queue.max_running_gpus_per_user is not None
+                and c.units_user_queue.get(key, 0) + k > queue.max_running_gpus_per_user
+            ):
+                return Reason.USER_LIMIT
+            if (
+                queue.max_running_gpus is not None
+                and c.units_queue.get(job.queue, 0) + k > queue.max_running_gpus
+            ):
+                return Reason.QUEUE_LIMIT
+        limit = self.policy.max_running_gpus_per_user
+        if limit is not None and c.units_user.get(job.user, 0) + k > limit:
+            return Reason.USER_LIMIT
+        category = self.policy.categories.get(job.category)
+        if category is not None:
+            if (
+                category.max_gpus_per_user is not None
+                and c.units_category_user.get((job.category, job.user), 0) + k
+                > category.max_gpus_per_user
+            ):
+                return Reason.CATEGORY_LIMIT
+            if (
+                category.max_gpus_total is not None
+                and c.units_category.get(job.category, 0) + k > category.max_gpus_total
+            ):
+                return Reason.CATEGORY_LIMIT
+        return None
+
+    # -------------------------------------------------------------------- run
+    def run(self, estimates: bool) -> Plan:
+        policy = self.policy
+        now = self.now
+        ranked = rank_pending(self.state, policy, now, self.reservations, self.largest_node_units)
+        starts: list[Start] = []
+        preemptions: list[Preemption] = []
+        reasons: dict[int, Reason] = {}
+        never: set[int] = set()
+        started: dict[int, list[int]] = {}
+        preempting: dict[int, list[int]] = {}
+        guarantees: dict[int, Guarantee] = {}
+        guarantees_left = policy.backfill_depth if policy.backfill else 0
+        strict_blocked = False
+
+        for item in ranked:
+            job = item.job
+            k = self.units_needed(job)
+            classes = self.matching_classes(job)
+            if job.held:
+                reasons[job.id] = Reason.HELD
+                never.add(job.id)
+                continue
+            static = self.static_reason(classes, k)
+            per_job = self.per_job_limit(job, k) if not job.emergency else None
+            if static is not None or per_job is not None:
+                reasons[job.id] = static or per_job or Reason.CONSTRAINTS
+                never.add(job.id)
+                continue
+
+            reservation: Reservation | None = None
+            restrict: list[int] | None = None
+            owner = -2
+            if job.reservation_id is not None:
+                reservation = self.reservations.get(job.reservation_id)
+                if reservation is None or reservation.user != job.user or reservation.end <= now:
+                    reasons[job.id] = Reason.RESERVATION
+                    never.add(job.id)
+                    continue
+                owner = reservation.id
+                restrict = sorted(
+                    self.unit_index[g] for g in reservation.gpu_ids if g in self.unit_index
+                )
+                if (
+                    sum(
+                        1
+                        for _n, units in self.candidate_nodes(classes, restrict)
+                        if len(units) >= k
+                    )
+                    == 0
+                ):
+                    reasons[job.id] = Reason.CONSTRAINTS
+                    never.add(job.id)
+                    continue
+                if item.tier != TIER_RESERVATION and policy.order == "multifactor":
+                    reasons[job.id] = Reason.RESERVATION
+                    continue
+                if now < reservation.start:
+                    reasons[job.id] = Reason.RESERVATION
+                    continue
+
+            if strict_blocked:
+                reasons[job.id] = Reason.PRIORITY
+                continue
+            exempt = job.emergency or reservation is not None
+            if not exempt:
+                limit_reason = self.running_limit(job, k)
+                if limit_reason is not None:
+                    reasons[job.id] = limit_reason
+                    continue
+
+            limit = job.time_limit_s
+            if restrict is not None:
+                units = self.place_in(restrict, classes, k, limit, owner)
+                fail = Reason.RESOURCES
+            else:
+                units, fail = self._place_cached(classes, k, limit)
+            if units is not None:
+                pred = job.predicted_runtime_s
+                runtime = min(pred, limit) if pred is not None else limit
+                self.take(units, now + limit, now + runtime, job.id)
+                self.counters.add(job.user, job.queue, job.category, k)
+                started[job.id] = units
+                starts.append(Start(job.id, tuple(self.unit_ids[u] for u in units)))
+                continue
+
+            if job.emergency or restrict is not None:
+                found = self.preempt_for(job, classes, k, restrict, owner)
+                if found is not None:
+                    units, victims = found
+                    for victim in victims:
+                        self.victims.add(victim)
+                        preemptions.append(
+                            Preemption(
+                                victim, "emergency" if job.emergency else "reservation", job.id
+                            )
+                        )
+                    ready = now + policy.preemption_grace_s
+                    self.take(units, ready + limit, ready + limit, job.id)
+                    self.counters.add(job.user, job.queue, job.category, k)
+                    preempting[job.id] = units
+                    reasons[job.id] = Reason.PREEMPTING
+                    continue
+
+            reasons[job.id] = fail
+            if not policy.backfill:
+                strict_blocked = True
+            if guarantees_left > 0 and restrict is None:
+                found_start = self.earliest(self.candidate_nodes(classes), k, limit, owner)
+                if found_start is not None:
+                    t, units = found_start
+                    guarantees[job.id] = Guarantee(t, tuple(self.unit_ids[u] for u in units))
+                    for u in units:
+                        for v in (u, *self.conflicts[u]):
+                            self.add_block(v, (t, t + limit, GUARANTEE))
+                    guarantees_left -= 1
+                    # Later successes may no longer hold: new blocks invalidate cached fits
+                    # only in the direction of failing more, so the failure cache stays valid.
+
+        position = {item.job.id: i + 1 for i, item in enumerate(ranked)}
+        estimated: dict[int, float | None] = {}
+        if estimates:
+            estimated = _Forecast(self, ranked, started, preempting, never).run()
+        pending: dict[int, PendingInfo] = {}
+        for item in ranked:
+            job_id = item.job.id
+            if job_id in started:
+                continue
+            pending[job_id] = PendingInfo(
+                position=position[job_id],
+                estimated_start=estimated.get(job_id),
+                reason=reasons.get(job_id, Reason.RESOURCES),
+                priority=item.priority,
+            )
+        return Plan(
+            starts=starts,
+            preemptions=preemptions,
+            pending=pending,
+            guarantees=guarantees,
+            priorities={item.job.id: item.priority for item in ranked},
+        )
+
+    def _place_cached(
+        self, classes: tuple[int, ...], k: int, limit: float
+    ) -> tuple[list[int] | None, Reason]:
+        """place_now, remembering failures: within a pass free units only disappear and
+        blocks only appear, so a request that failed fails again."""
+        no_free = self._no_free.get(classes)
+        if no_free is not None and k >= no_free:
+            return None, Reason.RESOURCES
+        key = (classes, k, limit)
+        cached = self._fail_cache.get(key)
+        if cached is not None:
+            return None, cached
+        units = self.place_now(classes, k, limit, -2)
+        if units is not None:
+            return units, Reason.RESOURCES
+        if self.place_now(classes, k, INF, -2, kinds=0) is None:
+            reason = Reason.RESOURCES
+            self._no_free[classes] = min(k, self._no_free.get(classes, k))
+        elif self.place_now(classes, k, limit, -2, kinds=1) is None:
+            reason = Reason.RESERVATION
+        else:
+            reason = Reason.PRIORITY
+        self._fail_cache[key] = reason
+        return None, reason
+
+
+class _Forecast:
+    """Plays the pending jobs forward in order onto the earliest free units, using
+    predicted run times. No holes are back-filled, so estimates err late, not early."""
+
+    def __init__(
+        self,
+        p: _Pass,
+        ranked: list[RankedJob],
+        started: dict[int, list[int]],
+        preempting: dict[int, list[int]],
+        never: set[int],
+    ) -> None:
+        self.p = p
+        self.ranked = ranked
+        self.started = started
+        self.preempting = preempting
+        self.never = never
+        # Sorted (free time, unit) per unit class, over usable nodes only.
+        self.pools: dict[int, list[tuple[float, int]]] = {}
+        self.free_at = list(p.avail_pred)
+        for u, node in enumerate(p.unit_node):
+            if p.node_usable[node]:
+                self.pools.setdefault(p.unit_class[u], []).append((self.free_at[u], u))
+        for lst in self.pools.values():
+            lst.sort()
+        self.limiters: dict[tuple[str, ...], tuple[int, list[float]]] | None = None
+
+    # Limits are approximated by sorted end times of the jobs they count.
+    def _limiter_keys(
+        self, user: str, queue: str, category: str
+    ) -> list[tuple[tuple[str, ...], int, bool]]:
+        policy = self.p.policy
+        keys: list[tuple[tuple[str, ...], int, bool]] = []
+        q = policy.queues.get(queue)
+        if q is not None:
+            if q.max_running_jobs_per_user is not None:
+                keys.append((("uqj", user, queue), q.max_running_jobs_per_user, False))
+            if q.max_running_gpus_per_user is not None:
+                keys.append((("uqg", user, queue), q.max_running_gpus_per_user, True))
+            if q.max_running_gpus is not None:
+                keys.append((("qg", queue), q.max_running_gpus, True))
+        if policy.max_running_gpus_per_user is not None:
+            keys.append((("ug", user), policy.max_running_gpus_per_user, True))
+        cat = policy.categories.get(category)
+        if cat is not None:
+            if cat.max_gpus_per_user is not None:
+                keys.append((("cu", category, user), cat.max_gpus_per_user, True))
+            if cat.max_gpus_total is not None:
+                keys.append((("ct", category), cat.max_gpus_total, True))
+        return keys
+
+    def _init_limiters(self) -> dict[tuple[str, ...], tuple[int, list[float]]]:
+        limiters: dict[tuple[str, ...], tuple[int, list[float]]] = {}
+        p = self.p
+        for job in p.state.running:
+            _, end = p._running_ends(job.start_time, job.time_limit_s, job.predicted_runtime_s)
+            self._book_limits(limiters, job.user, job.queue, job.category, len(job.gpu_ids), end)
+        return limiters
+
+    def _book_limits(
+        self,
+        limiters: dict[tuple[str, ...], tuple[int, list[float]]],
+        user: str,
+        queue: str,
+        category: str,
+        k: int,
+        end: float,
+    ) -> None:
+        for key, cap, per_unit in self._limiter_keys(user, queue, category):
+            entry = limiters.get(key)
+            if entry is None:
+                entry = limiters[key] = (cap, [])
+            for _ in range(k if per_unit else 1):
+                bisect.insort(entry[1], end)
+
+    def _limit_start(self, job: PendingJob, k: int) -> float:
+        assert self.limiters is not None
+        t = self.p.now
+        for key, cap, per_unit in self._limiter_keys(job.user, job.queue, job.category):
+            entry = self.limiters.get(key)
+            if entry is None:
+                continue
+            ends = entry[1]
+            need = k if per_unit else 1
+            # At most cap - need of the counted jobs may still run when this one starts.
+            excess = len(ends) - (cap - need)
+            if excess > 0:
+                t = max(t, ends[excess - 1])
+        return t
+
+    def _valid_from(self, u: int, t: float, r: float, owner: int) -> float:
+        """Earliest start >= t at which [start, start + r) on u avoids others' bookings."""
+        lst = self.p.blocks[u]
+        if lst is None:
+            return t
+        moved = True
+        while moved:
+            moved = False
+            for s, e, who in lst:
+                if who in (GUARANTEE, owner) or e <= t:
+                    continue
+                if s >= t + r:
+                    break
+                t = e
+                moved = True
+        return t
+
+    def _book(self, u: int, end: float) -> None:
+        pool = self.pools[self.p.unit_class[u]]
+        old = self.free_at[u]
+        i = bisect.bisect_left(pool, (old, u))
+        if i < len(pool) and pool[i] == (old, u):
+            pool.pop(i)
+        self.free_at[u] = end
+        bisect.insort(pool, (end, u))
+
+    def _single(
+        self, classes: tuple[int, ...], t_min: float, r: float, owner: int
+    ) -> tuple[float, int] | None:
+        best_t = INF
+        best_u = -1
+        for c in classes:
+            pool = self.pools.get(c)
+            if not pool:
+                continue
+            i = bisect.bisect_right(pool, (t_min, INF)) - 1
+            # Best fit: the unit that frees up last before t_min wastes least.
+            j = i
+            found = False
+            while j >= 0 and i - j < 32:
+                u = pool[j][1]
+                if self._valid_from(u, t_min, r, owner) == t_min:
+                    if t_min < best_t:
+                        best_t, best_u = t_min, u
+                    found = True
+                    break
+                j -= 1
+            if found:
+                continue
+            j = i + 1
+            while j < len(pool):
+                free, u = pool[j]
+                if free >= best_t:
+                    break
+                t = self._valid_from(u, free, r, owner)
+                if t < best_t:
+                    best_t, best_u = t, u
+                j += 1
+        if best_u < 0:
+            return None
+        return best_t, best_u
+
+    def _multi(
+        self, nodes: list[tuple[int, list[int]]], k: int, t_min: float, r: float, owner: int
+    ) -> tuple[float, list[int]] | None:
+        best_t = INF
+        best_units: list[int] | None = None
+        for _node, cand in nodes:
+            if len(cand) < k:
+                continue
+            frees = sorted((max(t_min, self.free_at[u]), u) for u in cand)
+            if frees[k - 1][0] >= best_t:
+                continue
+            times = sorted(
+                {f for f, _ in frees[k - 1 :]}
+                | {
+                    e
+                    for u in cand
+                    for (_s, e, _w) in (self.p.blocks[u] or ())
+                    if e > frees[k - 1][0]
+                }
+            )
+            for t in times:
+                if t >= best_t:
+                    break
+                ok = [u for f, u in frees if f <= t and self._valid_from(u, t, r, owner) == t]
+                if len(ok) >= k:
+                    best_t = t
+                    best_units = ok[:k]
+                    break
+        if best_units is None:
+            return None
+        return best_t, best_units
+
+    def run(self) -> dict[int, float | None]:
+        p = self.p
+        now = p.now
+        self.limiters = self._init_limiters()
+        for item in self.ranked:
+            job = item.job
+            if job.id in self.started:
+                pred = job.predicted_runtime_s
+                r = min(pred, job.time_limit_s) if pred is not None else job.time_limit_s
+                self._book_limits(
+                    self.limiters, job.user, job.queue, job.category, p.units_needed(job), now + r
+                )
+        estimates: dict[int, float | None] = {}
+        node_cache: dict[tuple[tuple[int, ...], int], list[tuple[int, list[int]]]] = {}
+        for item in self.ranked:
+            job = item.job
+            if job.id in self.started:
+                continue
+            if job.id in self.never:
+                estimates[job.id] = None
+                continue
+            k = p.units_needed(job)
+            pred = job.predicted_runtime_s
+            r = min(pred, job.time_limit_s) if pred is not None else job.time_limit_s
+            r = max(r, 1.0)
+            if job.id in self.preempting:
+                t = now + p.policy.preemption_grace_s
+                for u in self.preempting[job.id]:
+                    self._book(u, t + r)
+                estimates[job.id] = t
+                continue
+            classes = p.matching_classes(job)
+            owner = -2
+            t_min = now
+            if job.reservation_id is not None:
+                res = p.reservations[job.reservation_id]
+                owner = res.id
+                t_min = max(t_min, res.start)
+                restrict = [p.unit_index[g] for g in res.gpu_ids if g in p.unit_index]
+                found = self._multi(p.candidate_nodes(classes, restrict), k, t_min, r, owner)
+            else:
+                if not (job.emergency):
+                    t_min = max(t_min, self._limit_start(job, k))
+                if k == 1:
+                    single = self._single(classes, t_min, r, owner)
+                    found = (single[0], [single[1]]) if single is not None else None
+                else:
+                    key = (classes, k)
+                    nodes = node_cache.get(key)
+                    if nodes is None:
+                        nodes = [(n, u) for n, u in p.candidate_nodes(classes) if len(u) >= k]
+                        node_cache[key] = nodes
+                    found = self._multi(nodes, k, t_min, r, owner)
+            if found is None:
+                estimates[job.id] = None
+                continue
+            t, units = found
+            for u in units:
+                self._book(u, t + r)
+            if not job.emergency and job.reservation_id is None:
+                self._book_limits(self.limiters, job.user, job.queue, job.category, k, t + r)
+            estimates[job.id] = t
+        return estimates
