@@ -1,0 +1,316 @@
+"""Work: queues, jobs, their GPU allocations and events, and the admin's allowlists."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Queue(models.Model):
+    """A job queue with a priority tier, a credit rate and limits."""
+
+    name = models.SlugField(_("name"), max_length=32, unique=True)
+    title = models.CharField(_("title"), max_length=80)
+    description = models.TextField(_("description"), blank=True)
+    tier = models.PositiveSmallIntegerField(
+        _("priority tier"), default=1, help_text=_("Lower tiers are scheduled first.")
+    )
+    priority_factor = models.FloatField(
+        _("queue factor"),
+        default=0.5,
+        help_text=_("The queue factor of the multifactor priority, between 0 and 1."),
+    )
+    credit_rate = models.DecimalField(
+        _("credits per GPU-hour"), max_digits=8, decimal_places=3, default=Decimal("1.000")
+    )
+    usage_factor = models.FloatField(
+        _("fair-share usage factor"), default=1.0, validators=[MinValueValidator(0.0)]
+    )
+    max_gpus_per_job = models.PositiveSmallIntegerField(_("max GPUs per job"), default=8)
+    max_time_limit_s = models.PositiveIntegerField(_("max time limit (seconds)"), default=3 * 86400)
+    default_time_limit_s = models.PositiveIntegerField(_("default time limit (seconds)"), default=4 * 3600)
+    max_running_jobs_per_user = models.PositiveSmallIntegerField(
+        _("max running jobs per user"), null=True, blank=True
+    )
+    max_running_gpus_per_user = models.PositiveSmallIntegerField(
+        _("max running GPUs per user"), null=True, blank=True
+    )
+    requires_grant = models.BooleanField(
+        _("needs an approved priority grant"), default=False
+    )
+    allows_shared_slots = models.BooleanField(_("may use shared slots"), default=False)
+    is_active = models.BooleanField(_("open for submissions"), default=True)
+
+    class Meta:
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
+        ordering = ["tier", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(priority_factor__gte=0) & models.Q(priority_factor__lte=1),
+                name="queue_priority_factor_0_1",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(default_time_limit_s__lte=models.F("max_time_limit_s")),
+                name="queue_default_limit_within_max",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ContainerImage(models.Model):
+    """An image members may run. Only allowlisted images are accepted."""
+
+    reference = models.CharField(
+        _("image"), max_length=255, unique=True, help_text=_("e.g. pytorch/pytorch:2.4.0-cuda12.1")
+    )
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+
+    class Meta:
+        verbose_name = _("container image")
+        verbose_name_plural = _("container images")
+        ordering = ["reference"]
+
+    def __str__(self) -> str:
+        return self.reference
+
+
+class VolumeMount(models.Model):
+    """A host directory members may mount. `{username}` in the source is the member's name."""
+
+    name = models.SlugField(_("name"), max_length=40, unique=True)
+    source_template = models.CharField(
+        _("host path"), max_length=255, help_text=_("Absolute path; may contain {username}.")
+    )
+    target = models.CharField(_("path in the container"), max_length=255)
+    read_only = models.BooleanField(_("read-only"), default=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+
+    class Meta:
+        verbose_name = _("volume mount")
+        verbose_name_plural = _("volume mounts")
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(source_template__startswith="/"), name="volume_source_absolute"),
+            models.CheckConstraint(condition=models.Q(target__startswith="/"), name="volume_target_absolute"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.source_template} → {self.target}"
+
+    def source_for(self, username: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.@+-]+", username) or username in {".", ".."}:
+            raise ValueError(f"username {username!r} cannot be used in a path")
+        return self.source_template.replace("{username}", username)
+
+
+class PriorityGrant(models.Model):
+    """A member's approved right to use a grant-only queue (`high`) until a deadline."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPROVED = "approved", _("approved")
+        REJECTED = "rejected", _("rejected")
+        WITHDRAWN = "withdrawn", _("withdrawn")
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="priority_grants"
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="grants")
+    reason = models.TextField(_("reason"))
+    deadline = models.DateTimeField(_("deadline"))
+    gpus_expected = models.PositiveSmallIntegerField(_("GPUs expected"), default=1)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(_("admin comment"), blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("priority grant")
+        verbose_name_plural = _("priority grants")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user} → {self.queue} until {self.deadline:%Y-%m-%d}"
+
+    def is_in_force(self, at: timezone.datetime | None = None) -> bool:
+        return self.state == self.State.APPROVED and self.deadline > (at or timezone.now())
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def pending(self) -> JobQuerySet:
+        return self.filter(state__in=Job.WAITING_STATES)
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state__in=Job.ACTIVE_STATES)
+
+    def for_user(self, user: object) -> JobQuerySet:
+        return self.filter(owner=user)
+
+
+class Job(models.Model):
+    """A containerised job: what to run, on how many GPUs, for how long, and what happened."""
+
+    class State(models.TextChoices):
+        HELD = "held", _("held")
+        PENDING = "pending", _("pending")
+        DISPATCHED = "dispatched", _("dispatched")
+        RUNNING = "running", _("running")
+        COMPLETED = "completed", _("completed")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
+        TIMED_OUT = "timed_out", _("timed out")
+        LOST = "lost", _("lost")
+        PREEMPTED = "preempted", _("preempted")
+
+    WAITING_STATES = (State.PENDING, State.HELD)
+    ACTIVE_STATES = (State.DISPATCHED, State.RUNNING)
+    FINAL_STATES = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.LOST)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(_("name"), max_length=120, blank=True)
+    image = models.ForeignKey(ContainerImage, on_delete=models.PROTECT, related_name="jobs")
+    command = models.JSONField(_("command"), help_text=_("The argument vector."))
+    env = models.JSONField(_("environment"), default=dict, blank=True)
+    mounts = models.ManyToManyField(VolumeMount, blank=True, related_name="jobs")
+    gpus = models.PositiveSmallIntegerField(_("GPUs"), default=1)
+    shared_slot = models.BooleanField(_("one shared slot"), default=False)
+    min_gpu_memory_mb = models.PositiveIntegerField(_("minimum GPU memory (MiB)"), default=0)
+    gpu_model = models.CharField(_("GPU model"), max_length=120, blank=True)
+    cpus = models.DecimalField(_("CPUs"), max_digits=5, decimal_places=2, default=Decimal("4"))
+    memory_mb = models.PositiveIntegerField(_("memory (MiB)"), default=16384)
+    time_limit_s = models.PositiveIntegerField(_("time limit (seconds)"))
+    preemptible = models.BooleanField(
+        _("preemptible"), default=False, help_text=_("May be requeued for emergencies, at a lower rate.")
+    )
+    reservation = models.ForeignKey(
+        "reservations.Reservation", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
+    hold_reason = models.CharField(_("hold reason"), max_length=200, blank=True)
+    node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    submitted_at = models.DateTimeField(_("submitted"), default=timezone.now, db_index=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
+    exit_code = models.IntegerField(_("exit code"), null=True, blank=True)
+    end_reason = models.CharField(_("end reason"), max_length=200, blank=True)
+    container_id = models.CharField(max_length=80, blank=True)
+    log_tail = models.TextField(_("log tail"), blank=True)
+    predicted_runtime_s = models.PositiveIntegerField(null=True, blank=True)
+    # Written by each scheduling pass for the pages and the API.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=32, blank=True)
+    priority = models.FloatField(null=True, blank=True)
+    emergency_until = models.DateTimeField(null=True, blank=True)
+    soft_warned_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["owner", "state"]), models.Index(fields=["state", "queue"])]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(time_limit_s__gt=0), name="job_time_limit_positive"),
+            models.CheckConstraint(
+                condition=models.Q(shared_slot=False) | models.Q(gpus=1), name="job_shared_slot_is_one_unit"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name or self.command_display[:40]}"
+
+    @property
+    def command_display(self) -> str:
+        import shlex
+
+        return shlex.join(self.command) if isinstance(self.command, list) else str(self.command)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in self.FINAL_STATES
+
+    @property
+    def expected_end(self) -> timezone.datetime | None:
+        if self.started_at is None:
+            return None
+        return self.started_at + timedelta(seconds=self.time_limit_s)
+
+    def runtime(self, now: timezone.datetime | None = None) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        return (self.ended_at or now or timezone.now()) - self.started_at
+
+
+class Allocation(models.Model):
+    """One GPU held by one job. The partial unique index makes double allocation impossible."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    gpu = models.ForeignKey("cluster.Gpu", on_delete=models.PROTECT, related_name="allocations")
+    active = models.BooleanField(default=True)
+    allocated_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=models.Q(active=True), name="allocation_one_active_job_per_gpu"
+            ),
+            models.UniqueConstraint(fields=["job", "gpu"], name="allocation_job_gpu_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} on {self.gpu_id}"
+
+
+class JobEvent(models.Model):
+    """The audit trail of a job, shown to its owner. `event_id` makes agent events idempotent."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(_("event"), max_length=32)
+    message = models.TextField(_("message"), blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    event_id = models.CharField(max_length=160, null=True, blank=True, unique=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = _("job event")
+        verbose_name_plural = _("job events")
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}"
+
+
+class SchedulerLock(models.Model):
+    """One row, locked with SELECT … FOR UPDATE so scheduling passes never overlap."""
+
+    name = models.CharField(max_length=32, unique=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_pass_ms = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("scheduler lock")
