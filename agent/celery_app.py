@@ -1,0 +1,43 @@
+"""The agent's own Celery app: no Django, no result backend, JSON only.
+
+The broker URL is set at start-up by ``agent.main`` (``--broker`` or
+``LABPORTAL_BROKER_URL``); importing this module connects to nothing.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+CONTROL_QUEUE = "control"
+
+
+def node_queue(node_name: str) -> str:
+    """The only queue a node's agent consumes."""
+    return f"node.{node_name}"
+
+
+app = Celery("labportal_agent", include=["agent.tasks"])
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    result_backend=None,
+    task_ignore_result=True,
+    # Nothing the agent sends should land in Celery's default "celery" queue.
+    task_default_queue=CONTROL_QUEUE,
+    # Redelivery is safe (every task is idempotent); losing a start is not.
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    # kombu's filesystem/redis transports: keep unacked messages visible long
+    # enough for a stop with a long grace period.
+    broker_transport_options={"visibility_timeout": 3600},
+)
+
+
+def configure(broker_url: str) -> Celery:
+    """Point the app at ``broker_url`` and return it."""
+    app.conf.broker_url = broker_url
+    return app

@@ -1,0 +1,179 @@
+"""A GPU backend for machines without a GPU: the demo and the tests.
+
+It reports ``count`` identical GPUs whose readings follow the jobs the agent
+says run on them: an idle GPU sits cool at a few percent, a busy one warms up
+and draws power in proportion to its load. Everything random comes from one
+``random.Random(seed)``, and time only enters through the ``now`` argument, so
+the same seed and the same calls give the same samples (no sleeping in tests).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agent.gpu.base import GpuBackend, GpuInfo, GpuSample, ProcessSample
+
+# A fixed namespace so a node's simulated UUIDs survive agent restarts: the
+# portal upserts GPUs by UUID, and fresh UUIDs on every start would look like
+# new hardware and leave "missing" ghosts behind.
+_SIM_NAMESPACE = uuid.UUID("6d1f6c3e-8f3b-4a8e-9a57-3f0b7f1e2c11")
+
+AMBIENT_C = 30.0
+THERMAL_TAU_S = 60.0  # time constant of the temperature's approach to its target
+UTIL_TAU_S = 5.0
+IDLE_POWER_W = 60.0
+MAX_POWER_W = 400.0
+IDLE_SM_MHZ = 210
+BUSY_SM_MHZ = 1410
+
+
+@dataclass
+class _SimJob:
+    job_id: int
+    container_id: str | None
+    pid: int
+    target_util: float  # the load this job puts on each of its GPUs
+    footprint_mb: int  # the GPU memory it settles at per GPU
+    started_at: float | None = None
+
+
+@dataclass
+class _SimGpu:
+    info: GpuInfo
+    util: float = 0.0
+    temp: float = AMBIENT_C + 5.0
+    last_ts: float | None = None
+    jobs: dict[int, _SimJob] = field(default_factory=dict)
+
+
+def simulated_gpu_uuid(node_name: str, index: int) -> str:
+    """The stable UUID of simulated GPU ``index`` on ``node_name``."""
+    return f"GPU-{uuid.uuid5(_SIM_NAMESPACE, f'{node_name}/{index}')}"
+
+
+class SimulatedBackend(GpuBackend):
+    """``count`` simulated GPUs with plausible, deterministic dynamics."""
+
+    name = "simulated"
+
+    def __init__(
+        self,
+        count: int = 2,
+        *,
+        node_name: str = "sim",
+        seed: int = 0,
+        model: str = "Simulated A100 80GB",
+        memory_mb: int = 81920,
+    ) -> None:
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._gpus = [
+            _SimGpu(
+                GpuInfo(
+                    uuid=simulated_gpu_uuid(node_name, i),
+                    index=i,
+                    model=model,
+                    memory_mb=memory_mb,
+                )
+            )
+            for i in range(count)
+        ]
+        self._by_uuid = {g.info.uuid: g for g in self._gpus}
+
+    def discover(self) -> list[GpuInfo]:
+        return [g.info for g in self._gpus]
+
+    def attach_job(self, job_id: int, gpu_uuids: Iterable[str], container_id: str | None) -> None:
+        with self._lock:
+            # The job's character is drawn from its id, not from the shared
+            # stream, so attach order does not change other jobs' dynamics.
+            job_rng = random.Random(f"{job_id}")
+            # Roughly one job in eight idles on its GPUs, so the portal's
+            # idle-GPU alert has something to find in the demo.
+            idle = job_rng.random() < 0.125
+            target = job_rng.uniform(1.0, 4.0) if idle else job_rng.uniform(55.0, 98.0)
+            for gpu_uuid in gpu_uuids:
+                gpu = self._by_uuid.get(gpu_uuid)
+                if gpu is None:
+                    continue  # not ours: the portal's problem, not a crash here
+                footprint = int(gpu.info.memory_mb * job_rng.uniform(0.2, 0.85))
+                gpu.jobs[job_id] = _SimJob(
+                    job_id=job_id,
+                    container_id=container_id,
+                    pid=100_000 + job_id,
+                    target_util=target,
+                    footprint_mb=footprint,
+                )
+
+    def detach_job(self, job_id: int) -> None:
+        with self._lock:
+            for gpu in self._gpus:
+                gpu.jobs.pop(job_id, None)
+
+    def running_job_ids(self) -> set[int]:
+        """Jobs currently attached to any simulated GPU (for tests and the demo)."""
+        with self._lock:
+            return {job_id for g in self._gpus for job_id in g.jobs}
+
+    def sample(self, now: float) -> list[GpuSample]:
+        with self._lock:
+            return [self._sample_gpu(gpu, now) for gpu in self._gpus]
+
+    def _sample_gpu(self, gpu: _SimGpu, now: float) -> GpuSample:
+        dt = 0.0 if gpu.last_ts is None else max(0.0, now - gpu.last_ts)
+        gpu.last_ts = now
+        noise = self._rng.gauss(0.0, 1.0)
+
+        target_util = min(100.0, sum(j.target_util for j in gpu.jobs.values()))
+        target_util = target_util if gpu.jobs else 0.0
+        # First-order lag towards the target, so a job start ramps rather than jumps.
+        alpha = 1.0 - math.exp(-dt / UTIL_TAU_S) if dt else (1.0 if gpu.jobs else 0.0)
+        gpu.util += (target_util - gpu.util) * alpha
+        util = min(100.0, max(0.0, gpu.util + (3.0 * noise if gpu.jobs else 0.0)))
+
+        target_temp = AMBIENT_C + 5.0 + 50.0 * util / 100.0
+        beta = 1.0 - math.exp(-dt / THERMAL_TAU_S) if dt else 0.0
+        gpu.temp += (target_temp - gpu.temp) * beta
+
+        processes = []
+        mem_used = 0
+        for job in gpu.jobs.values():
+            if job.started_at is None:
+                job.started_at = now
+            # Memory fills over the first ~20 s as the model loads.
+            ramp = min(1.0, (now - job.started_at) / 20.0 + 0.1)
+            used = int(job.footprint_mb * ramp)
+            mem_used += used
+            processes.append(
+                ProcessSample(
+                    pid=job.pid,
+                    used_mb=used,
+                    container_id=job.container_id,
+                    job_id=job.job_id,
+                )
+            )
+        total = gpu.info.memory_mb
+        mem_used = min(total, mem_used + 4)  # the driver keeps a few MiB
+
+        power = IDLE_POWER_W + (MAX_POWER_W - IDLE_POWER_W) * util / 100.0
+        power = max(IDLE_POWER_W * 0.8, power + 4.0 * self._rng.gauss(0.0, 1.0))
+        return GpuSample(
+            gpu_uuid=gpu.info.uuid,
+            ts=now,
+            util_pct=round(util, 1),
+            mem_used_mb=mem_used,
+            mem_total_mb=total,
+            temp_c=round(gpu.temp, 1),
+            power_w=round(power, 1),
+            sm_clock_mhz=BUSY_SM_MHZ if gpu.jobs else IDLE_SM_MHZ,
+            ecc_errors=0,
+            xid_errors=0,
+            processes=processes,
+        )

@@ -1,0 +1,169 @@
+"""``labportal-agent``: the node agent's command line.
+
+Start-up order: discover the GPUs, reconcile the jobs already on the node,
+register with the portal, then start the background loop (watch, sample,
+heartbeat) and the Celery worker that consumes only ``node.<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from kombu.utils.url import maybe_sanitize_url
+
+from agent.config import AgentConfig, ConfigError, load_config
+from agent.gpu import GpuBackend, GpuBackendUnavailable, select_backend
+from agent.node import AgentTiming, NodeAgent
+from agent.reporter import ControlReporter
+from agent.runtime import RuntimeUnavailable, build_runtime
+
+log = logging.getLogger("agent")
+
+EXIT_CONFIG = 2
+EXIT_BROKER = 3
+
+
+def _fail(message: str, code: int = EXIT_CONFIG) -> int:
+    print(f"labportal-agent: error: {message}", file=sys.stderr)
+    return code
+
+
+def _backend(cfg: AgentConfig) -> GpuBackend:
+    return select_backend(
+        cfg.gpu_backend, node_name=cfg.name, sim_gpus=cfg.sim_gpus, sim_seed=cfg.sim_seed
+    )
+
+
+def broker_transport_options(broker_url: str) -> dict[str, object]:
+    """Transport options implied by the URL.
+
+    ``filesystem:///some/dir`` (the serverless demo broker) keeps its messages
+    in that folder, which the portal's processes must name too.
+    """
+    parts = urlsplit(broker_url)
+    if parts.scheme == "filesystem" and parts.path not in ("", "/"):
+        folder = parts.path
+        os.makedirs(folder, exist_ok=True)
+        return {
+            "data_folder_in": folder,
+            "data_folder_out": folder,
+            "store_processed": False,
+            "visibility_timeout": 3600,
+        }
+    return {"visibility_timeout": 3600}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the agent until the worker stops; return the process exit code."""
+    try:
+        cfg = load_config(argv, os.environ)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    logging.basicConfig(
+        level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    try:
+        backend = _backend(cfg)
+    except GpuBackendUnavailable as exc:
+        return _fail(
+            f"LABPORTAL_GPU_BACKEND (--gpu-backend) is nvml, but {exc}. Check the NVIDIA "
+            "driver (`nvidia-smi`), or use --gpu-backend simulated on a machine without GPUs."
+        )
+    if cfg.print_info:
+        info = {
+            "gpu_backend": backend.name,
+            "gpus": [g.as_wire() for g in backend.discover()],
+            "samples": [s.as_wire() for s in backend.sample(0.0)],
+        }
+        print(json.dumps(info, indent=2))
+        backend.close()
+        return 0
+
+    try:
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _fail(
+            f"LABPORTAL_AGENT_STATE_DIR (--state-dir) {str(cfg.state_dir)!r} cannot be "
+            f"created ({exc.strerror}); point it at a directory this user may write."
+        )
+    try:
+        runtime = build_runtime(
+            cfg.runtime,
+            node_name=cfg.name,
+            state_dir=cfg.state_dir,
+            allow_local=cfg.allow_local_runtime,
+        )
+    except RuntimeUnavailable as exc:
+        return _fail(f"LABPORTAL_RUNTIME (--runtime) is {cfg.runtime}, but {exc}")
+
+    # Imported here so that a config error costs no Celery import time.
+    from agent import tasks
+    from agent.celery_app import configure, node_queue
+
+    app = configure(cfg.broker_url)
+    app.conf.broker_transport_options = broker_transport_options(cfg.broker_url)
+    reporter = ControlReporter(app, cfg.name, cfg.token)
+    node_agent = NodeAgent(
+        node=cfg.name,
+        backend=backend,
+        runtime=runtime,
+        reporter=reporter,
+        timing=AgentTiming(
+            sample_interval_s=cfg.sample_interval_s,
+            heartbeat_interval_s=cfg.heartbeat_interval_s,
+            samples_per_batch=cfg.samples_per_batch,
+        ),
+        allowed_mount_roots=cfg.allowed_mount_roots,
+    )
+    tasks.set_node_agent(node_agent)
+
+    # The node_info call inside register() discovers GPUs before reconcile
+    # checks anything against them.
+    node_agent.node_info()
+    node_agent.reconcile()
+    try:
+        node_agent.register()
+    except Exception as exc:
+        return _fail(
+            f"cannot reach the broker at {maybe_sanitize_url(cfg.broker_url)} to register "
+            f"({exc}). Check LABPORTAL_BROKER_URL (--broker) and that the portal's broker "
+            "is reachable from this server.",
+            EXIT_BROKER,
+        )
+
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=node_agent.run_loops, args=(stop,), name="agent-telemetry", daemon=True
+    )
+    loop.start()
+    try:
+        worker = app.Worker(
+            queues=[node_queue(cfg.name)],
+            hostname=f"agent@{cfg.name}",
+            # Threads, not processes: the runtime and backend state (and the
+            # local runtime's child processes) live in this one process.
+            pool="threads",
+            concurrency=cfg.concurrency,
+            prefetch_multiplier=1,
+            without_gossip=True,
+            without_mingle=True,
+            loglevel=cfg.log_level,
+        )
+        worker.start()
+        return int(worker.exitcode or 0)
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        runtime.close()
+        backend.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The interface every container runtime implements, and the job spec it runs.
+
+``JobSpec.from_wire`` is the one place the portal's ``start_job`` payload is
+checked. A spec that fails the check raises ``SpecRejected``; the agent turns
+that into a ``start_failed`` event carrying the message, so the member sees why.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+LABEL_JOB_ID = "labportal.job_id"
+LABEL_NODE = "labportal.node"
+LABEL_USER = "labportal.user"
+LABEL_MANAGED = "labportal.managed"
+# Not part of the portal protocol: lets a restarted agent tell the simulated
+# backend which GPUs a re-attached job holds.
+LABEL_GPU_UUIDS = "labportal.gpu_uuids"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SpecRejected(Exception):
+    """The start request is unsafe or malformed; nothing was started."""
+
+
+class RuntimeStartError(Exception):
+    """The runtime tried to start the job and failed (bad image, bad command, ...)."""
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime cannot be used on this machine, or was not enabled."""
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated ``agent.start_job`` payload (see docs/agent.md for each field)."""
+
+    job_id: int
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    gpu_uuids: list[str]
+    gpu_indices: list[int]
+    uid: int
+    gid: int
+    username: str
+    cpus: float
+    memory_mb: int
+    pids_limit: int
+    mounts: list[MountSpec] = field(default_factory=list)
+    time_limit_s: int = 0
+
+    @classmethod
+    def from_wire(
+        cls, data: Mapping[str, Any], *, allowed_mount_roots: Sequence[str] = ()
+    ) -> JobSpec:
+        """Check and convert a portal payload; raise ``SpecRejected`` saying what is wrong.
+
+        ``allowed_mount_roots``, when given, is the node operator's own
+        allowlist: every mount source must lie under one of them, whatever
+        the portal says.
+        """
+        if not isinstance(data, Mapping):
+            raise SpecRejected("the job spec must be an object")
+
+        def need(key: str, kind: type | tuple[type, ...]) -> Any:
+            if key not in data:
+                raise SpecRejected(f"the job spec has no {key!r}")
+            value = data[key]
+            # bool is an int in Python; a flag is never a valid value here.
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise SpecRejected(f"{key!r} must be {_kind_name(kind)}")
+            return value
+
+        job_id = need("job_id", int)
+        image = need("image", str).strip()
+        if not image:
+            raise SpecRejected("'image' is empty")
+        command = need("command", list)
+        if not all(isinstance(c, str) for c in command):
+            raise SpecRejected("'command' must be a list of strings")
+        env = data.get("env") or {}
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise SpecRejected("'env' must map strings to strings")
+        for key in env:
+            if not _ENV_NAME.match(key):
+                raise SpecRejected(f"environment variable name {key!r} is not valid")
+        gpu_uuids = data.get("gpu_uuids") or []
+        if not isinstance(gpu_uuids, list) or not all(isinstance(u, str) and u for u in gpu_uuids):
+            raise SpecRejected("'gpu_uuids' must be a list of GPU UUID strings")
+        gpu_indices = data.get("gpu_indices") or []
+        if not isinstance(gpu_indices, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in gpu_indices
+        ):
+            raise SpecRejected("'gpu_indices' must be a list of integers")
+        uid = need("uid", int)
+        gid = need("gid", int)
+        # Root in the container owns files on the member's volumes as root and
+        # is one kernel bug away from root on the host: never run a job as root.
+        if uid <= 0 or gid <= 0:
+            raise SpecRejected(
+                f"refusing to run job {job_id} as uid {uid} gid {gid}: jobs must run as "
+                "the member's own non-root uid and gid"
+            )
+        username = need("username", str)
+        cpus = float(need("cpus", (int, float)))
+        memory_mb = need("memory_mb", int)
+        pids_limit = need("pids_limit", int)
+        if cpus <= 0 or memory_mb <= 0 or pids_limit <= 0:
+            raise SpecRejected("'cpus', 'memory_mb' and 'pids_limit' must be positive")
+        time_limit_s = data.get("time_limit_s") or 0
+        if not isinstance(time_limit_s, int) or isinstance(time_limit_s, bool):
+            raise SpecRejected("'time_limit_s' must be an integer")
+        mounts_raw = data.get("mounts") or []
+        if not isinstance(mounts_raw, list):
+            raise SpecRejected("'mounts' must be a list")
+        mounts = [_check_mount(m, allowed_mount_roots) for m in mounts_raw]
+        return cls(
+            job_id=job_id,
+            image=image,
+            command=list(command),
+            env=dict(env),
+            gpu_uuids=list(gpu_uuids),
+            gpu_indices=list(gpu_indices),
+            uid=uid,
+            gid=gid,
+            username=username,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            pids_limit=pids_limit,
+            mounts=mounts,
+            time_limit_s=time_limit_s,
+        )
+
+    def visible_devices(self) -> str:
+        """The value for ``CUDA_VISIBLE_DEVICES``/``NVIDIA_VISIBLE_DEVICES``.
+
+        UUIDs rather than indices: CUDA numbers devices fastest-first by
+        default while NVML numbers them by PCI bus, so an index can name the
+        wrong GPU; a UUID (``GPU-…`` or ``MIG-…``) cannot.
+        """
+        if self.gpu_uuids:
+            return ",".join(self.gpu_uuids)
+        return ",".join(str(i) for i in self.gpu_indices)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "an integer", float: "a number", str: "a string", list: "a list"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _check_path(path: Any, what: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise SpecRejected(f"mount {what} must be a non-empty string")
+    pure = PurePosixPath(path)
+    if not pure.is_absolute():
+        raise SpecRejected(f"mount {what} {path!r} is not an absolute path")
+    if ".." in pure.parts:
+        raise SpecRejected(f"mount {what} {path!r} contains '..'")
+    if "\x00" in path or ":" in path or "," in path:
+        # ':' and ',' would let a path smuggle options into bind syntax.
+        raise SpecRejected(f"mount {what} {path!r} contains a forbidden character")
+    return str(pure)
+
+
+def _check_mount(raw: Any, allowed_roots: Sequence[str]) -> MountSpec:
+    if not isinstance(raw, Mapping):
+        raise SpecRejected("each mount must be an object with source, target, read_only")
+    source = _check_path(raw.get("source"), "source")
+    target = _check_path(raw.get("target"), "target")
+    read_only = raw.get("read_only", True)
+    if not isinstance(read_only, bool):
+        raise SpecRejected(f"mount {source!r}: 'read_only' must be true or false")
+    if allowed_roots and not any(_is_under(source, root) for root in allowed_roots):
+        raise SpecRejected(
+            f"mount source {source!r} is outside this node's allowed mount roots "
+            f"({', '.join(allowed_roots)})"
+        )
+    return MountSpec(source=source, target=target, read_only=read_only)
+
+
+def _is_under(path: str, root: str) -> bool:
+    root_parts = PurePosixPath(root).parts
+    return PurePosixPath(path).parts[: len(root_parts)] == root_parts
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a runtime knows about one managed job's container or process."""
+
+    job_id: int
+    container_id: str
+    state: Literal["created", "running", "exited"]
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    oom_killed: bool = False
+    gpu_uuids: tuple[str, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    """``created`` is False when the job already had a container: nothing new started."""
+
+    container_id: str
+    created: bool
+    status: JobStatus
+
+
+class ContainerRuntime(ABC):
+    """Runs jobs in isolation on this node. Every method is safe to call twice."""
+
+    #: Reported to the portal as ``runtime``: "docker" or "local".
+    kind: str
+
+    @abstractmethod
+    def start(self, spec: JobSpec) -> StartOutcome:
+        """Start the job unless it already has a container/process on this node.
+
+        Raise ``RuntimeStartError`` when the start fails; nothing is left running.
+        """
+
+    @abstractmethod
+    def stop(self, job_id: int, grace_s: float) -> JobStatus | None:
+        """SIGTERM, wait up to ``grace_s``, then SIGKILL. ``None`` if the job is unknown."""
+
+    @abstractmethod
+    def logs(self, job_id: int, tail: int) -> str | None:
+        """The last ``tail`` lines of output, or ``None`` if the job is unknown."""
+
+    @abstractmethod
+    def list_jobs(self) -> list[JobStatus]:
+        """Every job this node's runtime manages, running or ended, not yet removed."""
+
+    @abstractmethod
+    def remove(self, job_id: int) -> None:
+        """Forget an ended job and delete its container/process state."""
+
+    def job_for_pid(self, pid: int) -> JobStatus | None:
+        """The job a host pid belongs to, when the runtime can tell without cgroups."""
+        return None
+
+    def close(self) -> None:
+        """Release connections."""
+        return None

@@ -1,0 +1,305 @@
+"""Runs jobs as hardened Docker containers through the ``docker`` SDK.
+
+Every container gets only its assigned GPUs (a device request by UUID), runs
+as the member's uid:gid, unprivileged with every capability dropped and
+``no-new-privileges``, under pids, CPU and memory limits, with only the mounts
+in the spec, and carries labels that tie it to its job. Those labels are the
+agent's only state: a restarted agent finds its containers by them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+from datetime import datetime
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import DeviceRequest, Mount
+
+from agent.runtime.base import (
+    LABEL_GPU_UUIDS,
+    LABEL_JOB_ID,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_USER,
+    ContainerRuntime,
+    JobSpec,
+    JobStatus,
+    RuntimeStartError,
+    RuntimeUnavailable,
+    StartOutcome,
+)
+
+log = logging.getLogger(__name__)
+
+_RUNNING_STATES = {"running", "paused", "restarting"}
+
+
+def parse_docker_time(value: str | None) -> float | None:
+    """Epoch seconds from Docker's RFC 3339 timestamps (nanoseconds, ``Z``); ``None`` if unset."""
+    if not value or value.startswith("0001-"):
+        return None
+    head, _, rest = value.partition(".")
+    if rest:
+        digits = "".join(ch for ch in rest if ch.isdigit())
+        tz = rest[len(digits) :]
+        head = f"{head}.{digits[:6]}{tz}"
+    try:
+        return datetime.fromisoformat(head.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def device_requests_for(gpu_uuids: list[str]) -> list[DeviceRequest]:
+    """The device request that exposes exactly ``gpu_uuids``, or none for a CPU-only job.
+
+    A request is only added when there are GPUs: an empty ``device_ids`` list
+    with the nvidia driver would be rejected, and ``count=-1`` would mean *all*.
+    """
+    if not gpu_uuids:
+        return []
+    return [DeviceRequest(driver="nvidia", device_ids=list(gpu_uuids), capabilities=[["gpu"]])]
+
+
+class DockerRuntime(ContainerRuntime):
+    """Job containers on the local Docker engine, labelled for ``node_name``."""
+
+    kind = "docker"
+
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        client: docker.DockerClient | None = None,
+        use_init: bool = True,
+    ) -> None:
+        """Connect to the engine (``DOCKER_HOST`` or the local socket) unless ``client`` is given.
+
+        Raise ``RuntimeUnavailable`` if the engine does not answer.
+        ``use_init`` runs Docker's tiny init as PID 1 so that a job that
+        installs no SIGTERM handler still dies on SIGTERM instead of waiting
+        out the grace period (PID 1 ignores unhandled signals).
+        """
+        if client is None:
+            try:
+                client = docker.from_env()
+                client.ping()
+            except DockerException as exc:
+                raise RuntimeUnavailable(
+                    f"cannot reach the Docker engine ({exc}). Is dockerd running, and may this "
+                    "user use its socket? Set DOCKER_HOST if it listens elsewhere."
+                ) from exc
+        self._client = client
+        self._node = node_name
+        self._use_init = use_init
+        # Serialises start() within this agent; the container name (unique per
+        # engine) guards against a second agent process racing this one.
+        self._start_lock = threading.Lock()
+        # Inspect results of exited containers never change: cache them so the
+        # watcher's poll does not inspect every old container every cycle.
+        self._exited: dict[str, JobStatus] = {}
+
+    # -- helpers -----------------------------------------------------------
+
+    def container_name(self, job_id: int) -> str:
+        return f"labportal-{self._node}-job-{job_id}"
+
+    def _label_filters(self, job_id: int | None = None) -> dict[str, list[str]]:
+        labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}"]
+        if job_id is not None:
+            labels.append(f"{LABEL_JOB_ID}={job_id}")
+        return {"label": labels}
+
+    def _find(self, job_id: int) -> Any | None:
+        found = self._client.containers.list(all=True, filters=self._label_filters(job_id))
+        return found[0] if found else None
+
+    def create_kwargs(self, spec: JobSpec) -> dict[str, Any]:
+        """The keyword arguments for ``containers.create``: the whole hardening in one place."""
+        env = dict(spec.env)
+        env.setdefault("HOME", "/tmp")
+        # Set last so a job's env cannot widen its own GPU set: with the
+        # toolkit's default config an unprivileged container may pick its GPUs
+        # through NVIDIA_VISIBLE_DEVICES.
+        visible = spec.visible_devices()
+        env["NVIDIA_VISIBLE_DEVICES"] = visible if spec.gpu_uuids else "void"
+        env["CUDA_VISIBLE_DEVICES"] = visible
+        env["LABPORTAL_JOB_ID"] = str(spec.job_id)
+        kwargs: dict[str, Any] = {
+            "image": spec.image,
+            "command": spec.command or None,
+            "name": self.container_name(spec.job_id),
+            "hostname": f"job-{spec.job_id}",
+            "labels": {
+                LABEL_JOB_ID: str(spec.job_id),
+                LABEL_NODE: self._node,
+                LABEL_USER: spec.username,
+                LABEL_MANAGED: "true",
+                LABEL_GPU_UUIDS: ",".join(spec.gpu_uuids),
+            },
+            "environment": env,
+            "user": f"{spec.uid}:{spec.gid}",
+            "privileged": False,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "pids_limit": spec.pids_limit,
+            "nano_cpus": int(round(spec.cpus * 1e9)),
+            "mem_limit": f"{spec.memory_mb}m",
+            # Equal to mem_limit: no swap beyond the memory limit.
+            "memswap_limit": f"{spec.memory_mb}m",
+            # Docker's 64 MiB /dev/shm breaks PyTorch data loaders; shm counts
+            # against the memory limit anyway.
+            "shm_size": f"{max(64, spec.memory_mb // 4)}m",
+            "mounts": [
+                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                for m in spec.mounts
+            ],
+            "init": self._use_init,
+            "stop_signal": "SIGTERM",
+        }
+        requests = device_requests_for(spec.gpu_uuids)
+        if requests:
+            kwargs["device_requests"] = requests
+        return kwargs
+
+    def _status(self, container: Any) -> JobStatus:
+        attrs = container.attrs
+        state = attrs.get("State") or {}
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        raw = state.get("Status", "")
+        kind = "running" if raw in _RUNNING_STATES else "created" if raw == "created" else "exited"
+        gpus = labels.get(LABEL_GPU_UUIDS, "")
+        return JobStatus(
+            job_id=int(labels[LABEL_JOB_ID]),
+            container_id=container.id,
+            state=kind,
+            exit_code=state.get("ExitCode") if kind == "exited" else None,
+            started_at=parse_docker_time(state.get("StartedAt")),
+            finished_at=parse_docker_time(state.get("FinishedAt")) if kind == "exited" else None,
+            oom_killed=bool(state.get("OOMKilled")),
+            gpu_uuids=tuple(u for u in gpus.split(",") if u),
+        )
+
+    # -- the interface -----------------------------------------------------
+
+    def start(self, spec: JobSpec) -> StartOutcome:
+        with self._start_lock:
+            existing = self._find(spec.job_id)
+            if existing is not None:
+                return self._existing(existing)
+            kwargs = self.create_kwargs(spec)
+            try:
+                container = self._create(kwargs)
+            except APIError as exc:
+                if exc.status_code == 409:  # name taken: another delivery won the race
+                    existing = self._find(spec.job_id)
+                    if existing is not None:
+                        return self._existing(existing)
+                raise RuntimeStartError(_explain(exc)) from exc
+            try:
+                container.start()
+            except APIError as exc:
+                # E.g. the command does not exist in the image. Leave nothing behind.
+                try:
+                    container.remove(force=True)
+                except DockerException:
+                    log.exception("could not remove failed container %s", container.id)
+                raise RuntimeStartError(_explain(exc)) from exc
+            container.reload()
+            return StartOutcome(container.id, True, self._status(container))
+
+    def _existing(self, container: Any) -> StartOutcome:
+        return StartOutcome(container.id, False, self._status(container))
+
+    def _create(self, kwargs: dict[str, Any]) -> Any:
+        try:
+            return self._client.containers.create(**kwargs)
+        except ImageNotFound:
+            log.info("pulling image %s", kwargs["image"])
+            try:
+                self._client.images.pull(kwargs["image"])
+            except DockerException as exc:
+                raise RuntimeStartError(
+                    f"image {kwargs['image']!r} is not on this node and could not be pulled: "
+                    f"{_explain(exc)}"
+                ) from exc
+            return self._client.containers.create(**kwargs)
+
+    def stop(self, job_id: int, grace_s: float) -> JobStatus | None:
+        container = self._find(job_id)
+        if container is None:
+            return None
+        status = self._status(container)
+        if status.state == "created":
+            # Never started: there is nothing to signal, only something to clean up.
+            container.remove(force=True)
+            return JobStatus(job_id=job_id, container_id=container.id, state="exited")
+        if status.running:
+            # The engine sends the stop signal, waits, then SIGKILLs; the SDK
+            # widens its HTTP timeout by the grace period.
+            container.stop(timeout=max(0, math.ceil(grace_s)))
+            container.reload()
+            status = self._status(container)
+        return status
+
+    def logs(self, job_id: int, tail: int) -> str | None:
+        container = self._find(job_id)
+        if container is None:
+            return None
+        raw = container.logs(stdout=True, stderr=True, tail=max(0, int(tail)))
+        return raw.decode("utf-8", errors="replace")
+
+    def list_jobs(self) -> list[JobStatus]:
+        statuses = []
+        summaries = self._client.containers.list(
+            all=True, filters=self._label_filters(), sparse=True
+        )
+        for summary in summaries:
+            cid = summary.id
+            labels = summary.attrs.get("Labels") or {}
+            if summary.attrs.get("State") == "running" and LABEL_JOB_ID in labels:
+                # The list summary is enough for a running container; only
+                # ended ones need the inspect call for their exit code.
+                gpus = labels.get(LABEL_GPU_UUIDS, "")
+                statuses.append(
+                    JobStatus(
+                        job_id=int(labels[LABEL_JOB_ID]),
+                        container_id=cid,
+                        state="running",
+                        gpu_uuids=tuple(u for u in gpus.split(",") if u),
+                    )
+                )
+                continue
+            cached = self._exited.get(cid)
+            if cached is not None:
+                statuses.append(cached)
+                continue
+            try:
+                summary.reload()
+            except NotFound:
+                continue  # removed between list and inspect
+            status = self._status(summary)
+            if status.state == "exited":
+                self._exited[cid] = status
+            statuses.append(status)
+        return statuses
+
+    def remove(self, job_id: int) -> None:
+        container = self._find(job_id)
+        if container is None:
+            return
+        self._exited.pop(container.id, None)
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _explain(exc: DockerException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)

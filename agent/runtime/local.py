@@ -1,0 +1,298 @@
+"""Runs jobs as plain local processes: for the demo on a machine without Docker.
+
+This runtime isolates nothing: no cgroup limits, no mounts, no image. It only
+gives each job its own process group (so a stop reaches every process the job
+forked), ``CUDA_VISIBLE_DEVICES`` for its GPUs, a clean environment and a log
+file. It refuses to start unless an operator enables it on purpose.
+
+State lives under ``<state_dir>/local-jobs/<job_id>/`` so that a restarted
+agent can find jobs that kept running and learn the exit code of those that
+ended while it was down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.runtime.base import (
+    ContainerRuntime,
+    JobSpec,
+    JobStatus,
+    RuntimeStartError,
+    RuntimeUnavailable,
+    StartOutcome,
+)
+
+log = logging.getLogger(__name__)
+
+ALLOW_ENV = "LABPORTAL_ALLOW_LOCAL_RUNTIME"
+
+# The group leader is this small shell. It ignores SIGTERM with a *handler*
+# (not SIG_IGN, which the job would inherit across exec), so when the group
+# gets SIGTERM the job decides how to end and the shell survives to write the
+# job's exit code where a restarted agent can read it. "$0" is that file.
+_WRAPPER = 'trap ":" TERM INT; "$@"; rc=$?; echo "$rc" > "$0"; exit "$rc"'
+
+# Variables a job may inherit from the agent. Everything else (the node token
+# above all) stays out of the job's environment.
+_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+_POLL_S = 0.05
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; tells a pid from its reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None  # a zombie has finished; it only awaits reaping
+    return int(fields[19])
+
+
+def _exit_code(returncode: int) -> int:
+    # Popen reports death by signal N as -N; shells and Docker report 128+N.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class LocalProcessRuntime(ContainerRuntime):
+    """Jobs as process groups on this host (demo only; see the module docstring)."""
+
+    kind = "local"
+
+    def __init__(self, state_dir: Path, *, enabled: bool = False) -> None:
+        """Raise ``RuntimeUnavailable`` unless ``enabled`` (the operator's explicit opt-in)."""
+        if not enabled:
+            raise RuntimeUnavailable(
+                "the local-process runtime isolates nothing and is for demos only. Enable it "
+                f"on purpose with --allow-local-runtime or {ALLOW_ENV}=1, or use --runtime docker."
+            )
+        self._root = Path(state_dir) / "local-jobs"
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.RLock()
+
+    # -- state files ---------------------------------------------------------
+
+    def _dir(self, job_id: int) -> Path:
+        return self._root / str(job_id)
+
+    def _meta(self, job_id: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self._dir(job_id) / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _alive(self, job_id: int, meta: dict[str, Any]) -> bool:
+        proc = self._procs.get(job_id)
+        if proc is not None:
+            return proc.poll() is None
+        # Not our child (the agent restarted): trust the pid only if its start
+        # time matches, since the pid may since belong to something else.
+        return _proc_start_ticks(meta["pid"]) == meta["start_ticks"]
+
+    def _status(self, job_id: int) -> JobStatus | None:
+        with self._lock:
+            meta = self._meta(job_id)
+            if meta is None:
+                return None
+            gpus = tuple(meta.get("gpu_uuids", ()))
+            ended_path = self._dir(job_id) / "ended.json"
+            if ended_path.exists():
+                ended = json.loads(ended_path.read_text())
+                return JobStatus(
+                    job_id=job_id,
+                    container_id=meta["container_id"],
+                    state="exited",
+                    exit_code=ended["exit_code"],
+                    started_at=meta["started_at"],
+                    finished_at=ended["finished_at"],
+                    gpu_uuids=gpus,
+                )
+            if self._alive(job_id, meta):
+                return JobStatus(
+                    job_id=job_id,
+                    container_id=meta["container_id"],
+                    state="running",
+                    started_at=meta["started_at"],
+                    gpu_uuids=gpus,
+                )
+            exit_code, finished_at = self._read_exit(job_id)
+            ended = {"exit_code": exit_code, "finished_at": finished_at}
+            ended_path.write_text(json.dumps(ended))
+            self._procs.pop(job_id, None)
+            return JobStatus(
+                job_id=job_id,
+                container_id=meta["container_id"],
+                state="exited",
+                exit_code=exit_code,
+                started_at=meta["started_at"],
+                finished_at=finished_at,
+                gpu_uuids=gpus,
+            )
+
+    def _read_exit(self, job_id: int) -> tuple[int | None, float]:
+        exit_file = self._dir(job_id) / "exit_code"
+        try:
+            return int(exit_file.read_text().strip()), exit_file.stat().st_mtime
+        except (OSError, ValueError):
+            pass
+        # The wrapper died too (SIGKILL): only the parent's wait status is left,
+        # and only if this agent is that parent.
+        proc = self._procs.get(job_id)
+        if proc is not None and proc.returncode is not None:
+            return _exit_code(proc.returncode), time.time()
+        return None, time.time()
+
+    # -- the interface -------------------------------------------------------
+
+    def start(self, spec: JobSpec) -> StartOutcome:
+        if not spec.command:
+            raise RuntimeStartError("the local runtime needs a command; it has no image default")
+        with self._lock:
+            job_dir = self._dir(spec.job_id)
+            try:
+                # mkdir is the claim: atomic even across agent processes.
+                job_dir.mkdir()
+            except FileExistsError:
+                status = self._status(spec.job_id)
+                if status is not None:
+                    return StartOutcome(status.container_id, False, status)
+                shutil.rmtree(job_dir)  # a claim left by a crash mid-start
+                job_dir.mkdir()
+            try:
+                proc = self._spawn(spec, job_dir)
+            except OSError as exc:
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise RuntimeStartError(f"could not start {spec.command[0]!r}: {exc}") from exc
+            meta = {
+                "job_id": spec.job_id,
+                "pid": proc.pid,
+                "start_ticks": _proc_start_ticks(proc.pid),
+                "started_at": time.time(),
+                "container_id": f"local-{spec.job_id}-{proc.pid}",
+                "gpu_uuids": spec.gpu_uuids,
+                "username": spec.username,
+            }
+            (job_dir / "meta.json").write_text(json.dumps(meta))
+            self._procs[spec.job_id] = proc
+        status = self._status(spec.job_id)
+        assert status is not None
+        return StartOutcome(status.container_id, True, status)
+
+    def _spawn(self, spec: JobSpec, job_dir: Path) -> subprocess.Popen[bytes]:
+        env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env["HOME"] = str(job_dir)
+        env.update(spec.env)
+        env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices()
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["LABPORTAL_JOB_ID"] = str(spec.job_id)
+        extra: dict[str, Any] = {}
+        if os.geteuid() == 0:
+            # As root, at least drop to the member's uid; as anyone else the
+            # job runs as the agent's user (demo).
+            os.chown(job_dir, spec.uid, spec.gid)
+            extra = {"user": spec.uid, "group": spec.gid, "extra_groups": []}
+        with open(job_dir / "output.log", "ab") as out:
+            return subprocess.Popen(
+                ["/bin/sh", "-c", _WRAPPER, str(job_dir / "exit_code"), *spec.command],
+                cwd=job_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own session, so own process group: pgid == pid
+                close_fds=True,
+                **extra,
+            )
+
+    def stop(self, job_id: int, grace_s: float) -> JobStatus | None:
+        status = self._status(job_id)
+        if status is None or not status.running:
+            return status
+        meta = self._meta(job_id)
+        assert meta is not None
+        pgid = meta["pid"]
+        self._signal_group(job_id, meta, pgid, signal.SIGTERM)
+        if not self._wait_ended(job_id, meta, grace_s):
+            self._signal_group(job_id, meta, pgid, signal.SIGKILL)
+            self._wait_ended(job_id, meta, 5.0)
+        return self._status(job_id)
+
+    def _signal_group(self, job_id: int, meta: dict[str, Any], pgid: int, sig: int) -> None:
+        with self._lock:
+            # Check liveness under the lock right before signalling: a group id
+            # is only ours while our leader lives (or awaits reaping).
+            if not self._alive(job_id, meta):
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+
+    def _wait_ended(self, job_id: int, meta: dict[str, Any], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if not self._alive(job_id, meta):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+
+    def logs(self, job_id: int, tail: int) -> str | None:
+        path = self._dir(job_id) / "output.log"
+        if self._meta(job_id) is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 1024 * 1024))  # the tail lives in the last MiB
+                data = f.read()
+        except OSError:
+            return ""
+        lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+        return "".join(lines[-tail:]) if tail > 0 else ""
+
+    def list_jobs(self) -> list[JobStatus]:
+        statuses = []
+        for entry in sorted(self._root.iterdir()):
+            if entry.name.isdigit():
+                status = self._status(int(entry.name))
+                if status is not None:
+                    statuses.append(status)
+        return statuses
+
+    def remove(self, job_id: int) -> None:
+        status = self._status(job_id)
+        if status is not None and status.running:
+            self.stop(job_id, 0)
+        with self._lock:
+            self._procs.pop(job_id, None)
+            shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+    def job_for_pid(self, pid: int) -> JobStatus | None:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            return None
+        meta_status = self._status_by_pgid(pgid)
+        return meta_status
+
+    def _status_by_pgid(self, pgid: int) -> JobStatus | None:
+        for status in self.list_jobs():
+            meta = self._meta(status.job_id)
+            if status.running and meta is not None and meta["pid"] == pgid:
+                return status
+        return None
