@@ -314,3 +314,43 @@ class SchedulerLock(models.Model):
 
     class Meta:
         verbose_name = _("scheduler lock")
+
+
+class EmergencyRequest(models.Model):
+    """A member's request for temporary top priority for named jobs; an admin approves it."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPROVED = "approved", _("approved")
+        REJECTED = "rejected", _("rejected")
+        EXPIRED = "expired", _("expired")
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="emergency_requests"
+    )
+    jobs = models.ManyToManyField(Job, related_name="emergency_requests")
+    reason = models.TextField(_("reason"))
+    hours = models.PositiveSmallIntegerField(_("hours of top priority"), default=24)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(_("admin comment"), blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("emergency request")
+        verbose_name_plural = _("emergency requests")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user} emergency ({self.get_state_display()})"
+
+    def is_in_force(self, at: timezone.datetime | None = None) -> bool:
+        return (
+            self.state == self.State.APPROVED
+            and self.expires_at is not None
+            and self.expires_at > (at or timezone.now())
+        )
