@@ -201,8 +201,10 @@ class _Pass:
             if job.shared_slot:
                 if kind != GpuKind.SLOT:
                     continue
-            elif kind == GpuKind.SLOT or kind == GpuKind.MIG and not (
-                job.gpus == 1 and (job.min_memory_mb > 0 or job.gpu_model)
+            elif (
+                kind == GpuKind.SLOT
+                or kind == GpuKind.MIG
+                and not (job.gpus == 1 and (job.min_memory_mb > 0 or job.gpu_model))
             ):
                 continue
             if job.gpu_model and model != job.gpu_model:
@@ -820,11 +822,14 @@ class _Forecast:
             found = False
             while j >= 0 and i - j < 32:
                 u = pool[j][1]
-                if self._valid_from(u, t_min, r, owner) == t_min:
+                t = self._valid_from(u, t_min, r, owner)
+                if t == t_min:
                     if t_min < best_t:
                         best_t, best_u = t_min, u
                     found = True
                     break
+                if t < best_t:  # booked soon: usable after the booking ends
+                    best_t, best_u = t, u
                 j -= 1
             if found:
                 continue

@@ -1,0 +1,283 @@
+"""Property tests over random clusters and job mixes (hypothesis)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.engine import plan
+from scheduler.model import (
+    CategoryPolicy,
+    ClusterState,
+    Gpu,
+    Node,
+    NodeState,
+    PendingJob,
+    Plan,
+    Policy,
+    QueuePolicy,
+    Reservation,
+    RunningJob,
+)
+from tests.scheduler.builders import HOUR, NOW, flat_tree
+
+USERS = ("alice", "bob", "carol")
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
+    gpus: list[Gpu] = []
+    nodes: list[Node] = []
+    for n in range(draw(st.integers(1, 3))):
+        state = draw(st.sampled_from([NodeState.UP] * 4 + [NodeState.DRAINING, NodeState.DOWN]))
+        nodes.append(Node(f"n{n}", state))
+        model = draw(st.sampled_from(["A100", "V100"]))
+        for i in range(draw(st.integers(2, 4))):
+            gpus.append(Gpu(f"n{n}-g{i}", f"n{n}", model, 40_000 if model == "A100" else 16_000))
+    ids = [g.id for g in gpus]
+
+    reservations: list[Reservation] = []
+    booked: set[str] = set()
+    for r in range(draw(st.integers(0, 2))):
+        chosen = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=2, unique=True))
+        if booked & set(chosen):
+            continue
+        booked |= set(chosen)
+        start = NOW + draw(st.integers(-2, 3)) * HOUR
+        length = draw(st.integers(1, 3)) * HOUR
+        reservations.append(
+            Reservation(r + 1, draw(st.sampled_from(USERS)), tuple(chosen), start, start + length)
+        )
+
+    running: list[RunningJob] = []
+    free = list(ids)
+    for j in range(draw(st.integers(0, 3))):
+        if not free:
+            break
+        node = draw(st.sampled_from(sorted({g.split("-")[0] for g in free})))
+        on_node = [g for g in free if g.startswith(node + "-")]
+        take = on_node[: draw(st.integers(1, len(on_node)))]
+        for g in take:
+            free.remove(g)
+        running.append(
+            RunningJob(
+                id=1000 + j,
+                user=draw(st.sampled_from(USERS)),
+                queue=draw(st.sampled_from(["normal", "high"])),
+                gpu_ids=tuple(take),
+                start_time=NOW - draw(st.integers(0, 4)) * HOUR,
+                time_limit_s=draw(st.integers(1, 6)) * HOUR,
+                predicted_runtime_s=draw(st.one_of(st.none(), st.just(HOUR))),
+                preemptible=draw(st.booleans()),
+            )
+        )
+
+    pending: list[PendingJob] = []
+    for j in range(draw(st.integers(0, 12))):
+        user = draw(st.sampled_from(USERS))
+        own = [r.id for r in reservations if r.user == user]
+        pending.append(
+            PendingJob(
+                id=j + 1,
+                user=user,
+                queue=draw(st.sampled_from(["normal", "high", "debug"])),
+                submit_time=NOW - draw(st.integers(0, 10)) * 60,
+                gpus=draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4])),
+                gpu_model=draw(st.sampled_from([None, None, None, None, "A100", "V100"])),
+                time_limit_s=draw(st.sampled_from([0.5, 1, 2, 4])) * HOUR,
+                predicted_runtime_s=draw(st.one_of(st.none(), st.just(0.5 * HOUR))),
+                reservation_id=draw(st.sampled_from([None, None, *own])) if own else None,
+                emergency=draw(st.integers(0, 9)) == 0,
+                held=draw(st.integers(0, 9)) == 0,
+                category="master" if user == "carol" else "phd",
+            )
+        )
+    queues = {
+        "high": QueuePolicy(
+            "high", tier=0, max_running_jobs_per_user=draw(st.sampled_from([None, 1, 2]))
+        ),
+        "normal": QueuePolicy(
+            "normal", tier=1, max_running_gpus_per_user=draw(st.sampled_from([None, 2, 4]))
+        ),
+        "debug": QueuePolicy("debug", tier=1, max_running_gpus=draw(st.sampled_from([None, 1, 3]))),
+    }
+    categories = {
+        "master": CategoryPolicy("master", max_gpus_per_user=draw(st.sampled_from([None, 1, 2])))
+    }
+    policy = Policy(
+        queues=queues,
+        categories=categories,
+        max_running_gpus_per_user=draw(st.sampled_from([None, 3, 6])),
+        backfill_depth=draw(st.integers(1, 2)),
+    )
+    state = ClusterState(
+        nodes=tuple(nodes),
+        gpus=tuple(gpus),
+        pending=tuple(pending),
+        running=tuple(running),
+        reservations=tuple(reservations),
+        share_tree=flat_tree(*USERS),
+        usage={"alice": draw(st.floats(0, 100)), "bob": 10.0},
+        users_without_credit=frozenset(draw(st.sets(st.sampled_from(USERS), max_size=1))),
+    )
+    return state, policy
+
+
+def _by_id(state: ClusterState) -> dict[int, PendingJob]:
+    return {job.id: job for job in state.pending}
+
+
+@SETTINGS
+@given(scenarios())
+def test_it_never_gives_a_gpu_twice(scenario: tuple[ClusterState, Policy]) -> None:
+    state, policy = scenario
+    result = plan(state, policy, NOW)
+    taken = [g for job in state.running for g in job.gpu_ids]
+    taken += [g for start in result.starts for g in start.gpu_ids]
+    assert len(taken) == len(set(taken))
+    gpus = {g.id: g for g in state.gpus}
+    up = {n.name for n in state.nodes if n.state == NodeState.UP}
+    jobs = _by_id(state)
+    for start in result.starts:
+        job = jobs[start.job_id]
+        assert len(start.gpu_ids) == job.gpus
+        assert len({gpus[g].node for g in start.gpu_ids}) == 1
+        assert all(gpus[g].node in up for g in start.gpu_ids)
+        assert all(job.gpu_model in (None, gpus[g].model) for g in start.gpu_ids)
+        assert not job.held
+
+
+@SETTINGS
+@given(scenarios())
+def test_no_job_starts_inside_someone_elses_reservation(
+    scenario: tuple[ClusterState, Policy],
+) -> None:
+    state, policy = scenario
+    result = plan(state, policy, NOW)
+    jobs = _by_id(state)
+    for start in result.starts:
+        job = jobs[start.job_id]
+        end = NOW + job.time_limit_s
+        for reservation in state.reservations:
+            if reservation.id == job.reservation_id:
+                assert reservation.start <= NOW < reservation.end
+                assert set(start.gpu_ids) <= set(reservation.gpu_ids)
+                continue
+            if set(start.gpu_ids) & set(reservation.gpu_ids):
+                assert end <= reservation.start or reservation.end <= NOW
+
+
+@SETTINGS
+@given(scenarios())
+def test_backfill_never_delays_the_guaranteed_start_of_the_first_blocked_job(
+    scenario: tuple[ClusterState, Policy],
+) -> None:
+    state, policy = scenario
+    policy = dataclasses.replace(policy, backfill_depth=1)
+    first = plan(state, policy, NOW)
+    if not first.guarantees or first.preemptions:
+        return
+    ((blocked_id, promise),) = first.guarantees.items()
+    jobs = _by_id(state)
+    started = {s.job_id for s in first.starts}
+    now_running = state.running + tuple(
+        RunningJob(
+            id=s.job_id,
+            user=jobs[s.job_id].user,
+            queue=jobs[s.job_id].queue,
+            gpu_ids=s.gpu_ids,
+            start_time=NOW,
+            time_limit_s=jobs[s.job_id].time_limit_s,
+            category=jobs[s.job_id].category,
+            reservation_id=jobs[s.job_id].reservation_id,
+            emergency=jobs[s.job_id].emergency,
+        )
+        for s in first.starts
+    )
+    after = dataclasses.replace(
+        state,
+        running=now_running,
+        pending=tuple(j for j in state.pending if j.id not in started),
+    )
+    second = plan(after, policy, NOW)
+    if any(s.job_id == blocked_id for s in second.starts):
+        return
+    assert blocked_id in second.guarantees
+    assert second.guarantees[blocked_id].start <= promise.start
+
+
+@SETTINGS
+@given(scenarios())
+def test_limits_always_hold(scenario: tuple[ClusterState, Policy]) -> None:
+    state, policy = scenario
+    result = plan(state, policy, NOW)
+    jobs = _by_id(state)
+    user_queue_jobs: dict[tuple[str, str], int] = {}
+    user_queue_units: dict[tuple[str, str], int] = {}
+    queue_units: dict[str, int] = {}
+    user_units: dict[str, int] = {}
+    category_user_units: dict[tuple[str, str], int] = {}
+
+    def count(user: str, queue: str, category: str, units: int) -> None:
+        user_queue_jobs[(user, queue)] = user_queue_jobs.get((user, queue), 0) + 1
+        user_queue_units[(user, queue)] = user_queue_units.get((user, queue), 0) + units
+        queue_units[queue] = queue_units.get(queue, 0) + units
+        user_units[user] = user_units.get(user, 0) + units
+        key = (category, user)
+        category_user_units[key] = category_user_units.get(key, 0) + units
+
+    for running in state.running:
+        count(running.user, running.queue, running.category, len(running.gpu_ids))
+    for start in result.starts:
+        job = jobs[start.job_id]
+        count(job.user, job.queue, job.category, job.gpus)
+        if job.emergency or job.reservation_id is not None:
+            continue
+        queue = policy.queues[job.queue]
+        key = (job.user, job.queue)
+        if queue.max_running_jobs_per_user is not None:
+            assert user_queue_jobs[key] <= queue.max_running_jobs_per_user
+        if queue.max_running_gpus_per_user is not None:
+            assert user_queue_units[key] <= queue.max_running_gpus_per_user
+        if queue.max_running_gpus is not None:
+            assert queue_units[job.queue] <= queue.max_running_gpus
+        if policy.max_running_gpus_per_user is not None:
+            assert user_units[job.user] <= policy.max_running_gpus_per_user
+        category = policy.categories.get(job.category)
+        if category is not None and category.max_gpus_per_user is not None:
+            assert category_user_units[(job.category, job.user)] <= category.max_gpus_per_user
+
+
+@SETTINGS
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_plans_are_deterministic_whatever_the_input_order(
+    scenario: tuple[ClusterState, Policy], rng: object
+) -> None:
+    state, policy = scenario
+    shuffled = dataclasses.replace(
+        state,
+        gpus=tuple(rng.sample(state.gpus, len(state.gpus))),  # type: ignore[attr-defined]
+        pending=tuple(rng.sample(state.pending, len(state.pending))),  # type: ignore[attr-defined]
+        running=tuple(rng.sample(state.running, len(state.running))),  # type: ignore[attr-defined]
+    )
+    first: Plan = plan(state, policy, NOW)
+    assert plan(state, policy, NOW) == first
+    assert plan(shuffled, policy, NOW) == first
+
+
+@SETTINGS
+@given(scenarios())
+def test_it_preempts_only_preemptible_jobs_and_only_for_emergencies_or_reservations(
+    scenario: tuple[ClusterState, Policy],
+) -> None:
+    state, policy = scenario
+    result = plan(state, policy, NOW)
+    running = {job.id: job for job in state.running}
+    jobs = _by_id(state)
+    for preemption in result.preemptions:
+        assert running[preemption.job_id].preemptible
+        beneficiary = jobs[preemption.for_job_id]
+        assert beneficiary.emergency or beneficiary.reservation_id is not None
