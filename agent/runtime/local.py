@@ -40,8 +40,10 @@ ALLOW_ENV = "LABPORTAL_ALLOW_LOCAL_RUNTIME"
 # The group leader is this small shell. It ignores SIGTERM with a *handler*
 # (not SIG_IGN, which the job would inherit across exec), so when the group
 # gets SIGTERM the job decides how to end and the shell survives to write the
-# job's exit code where a restarted agent can read it. "$0" is that file.
-_WRAPPER = 'trap ":" TERM INT; "$@"; rc=$?; echo "$rc" > "$0"; exit "$rc"'
+# job's exit code where a restarted agent can read it. That file is opened by
+# the agent and handed to the shell as its stdin (so the job's uid needs no
+# access to the state directory); the job itself gets /dev/null instead.
+_WRAPPER = 'trap ":" TERM INT; "$@" </dev/null; rc=$?; echo "$rc" >&0; exit "$rc"'
 
 # Variables a job may inherit from the agent. Everything else (the node token
 # above all) stays out of the job's environment.
@@ -206,18 +208,22 @@ class LocalProcessRuntime(ContainerRuntime):
             # job runs as the agent's user (demo).
             os.chown(job_dir, spec.uid, spec.gid)
             extra = {"user": spec.uid, "group": spec.gid, "extra_groups": []}
-        with open(job_dir / "output.log", "ab") as out:
-            return subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(job_dir / "exit_code"), *spec.command],
-                cwd=job_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own session, so own process group: pgid == pid
-                close_fds=True,
-                **extra,
-            )
+        exit_fd = os.open(job_dir / "exit_code", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with open(job_dir / "output.log", "ab") as out:
+                return subprocess.Popen(
+                    ["/bin/sh", "-c", _WRAPPER, "labportal-job", *spec.command],
+                    cwd=job_dir,
+                    env=env,
+                    stdin=exit_fd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # own session, so own process group: pgid == pid
+                    close_fds=True,
+                    **extra,
+                )
+        finally:
+            os.close(exit_fd)
 
     def stop(self, job_id: int, grace_s: float) -> JobStatus | None:
         status = self._status(job_id)

@@ -1,0 +1,69 @@
+"""Helpers shared by the agent's tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+TEST_IMAGE = os.environ.get("LABPORTAL_TEST_IMAGE", "labportal/busybox:test")
+SETUP_HINT = "run `bash .ci/docker-setup.sh` to start dockerd and build the test image"
+
+
+class RecordingApp:
+    """Stands in for a Celery app: records ``send_task`` calls, or fails them on demand."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Any], dict[str, Any]]] = []
+        self.fail = False
+
+    def send_task(self, name: str, args: Any = None, **options: Any) -> None:
+        if self.fail:
+            raise ConnectionError("broker unreachable (test)")
+        self.sent.append((name, list(args or []), options))
+
+    def args_of(self, name: str) -> list[list[Any]]:
+        return [args for sent_name, args, _ in self.sent if sent_name == name]
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        events = [args[2] for args in self.args_of("control.job_event")]
+        return [e for e in events if kind is None or e["kind"] == kind]
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, poll_s: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``.
+
+    For waiting on real processes and containers, which run on their own
+    clock; it returns as soon as the condition holds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(poll_s)
+
+
+def job_spec(job_id: int, **overrides: Any) -> dict[str, Any]:
+    """A valid ``agent.start_job`` payload for a CPU-only job."""
+    spec: dict[str, Any] = {
+        "job_id": job_id,
+        "image": TEST_IMAGE,
+        "command": ["sh", "-c", "echo hello; sleep 30"],
+        "env": {"GREETING": "hi"},
+        "gpu_uuids": [],
+        "gpu_indices": [],
+        "uid": 1234,
+        "gid": 2345,
+        "username": "alice",
+        "cpus": 0.5,
+        "memory_mb": 64,
+        "pids_limit": 64,
+        "mounts": [],
+        "time_limit_s": 600,
+    }
+    spec.update(overrides)
+    return spec

@@ -1,0 +1,142 @@
+"""The demo's local-process runtime: process groups, grace, logs, restarts."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.runtime import JobSpec, RuntimeStartError, RuntimeUnavailable
+from agent.runtime.local import LocalProcessRuntime
+from tests.agent.support import job_spec, wait_until
+
+TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 0.1; done'
+
+
+def spec(job_id: int, script: str, **overrides: object) -> JobSpec:
+    return JobSpec.from_wire(job_spec(job_id, command=["sh", "-c", script], **overrides))
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> LocalProcessRuntime:
+    return LocalProcessRuntime(tmp_path, enabled=True)
+
+
+def exited(runtime: LocalProcessRuntime, job_id: int):
+    status = next(s for s in runtime.list_jobs() if s.job_id == job_id)
+    return status if status.state == "exited" else None
+
+
+def test_it_refuses_to_exist_unless_enabled_on_purpose(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeUnavailable, match="LABPORTAL_ALLOW_LOCAL_RUNTIME=1"):
+        LocalProcessRuntime(tmp_path)
+
+
+def test_a_job_runs_in_its_own_process_group_with_its_gpus_and_a_clean_env(
+    runtime: LocalProcessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LABPORTAL_NODE_TOKEN", "secret-token")
+    script = (
+        'echo "cuda=$CUDA_VISIBLE_DEVICES greeting=$GREETING token=${LABPORTAL_NODE_TOKEN:-none}"; '
+        "echo pgid=$(ps -o pgid= -p $$ 2>/dev/null || cut -d' ' -f5 /proc/$$/stat)"
+    )
+    outcome = runtime.start(spec(1, script, gpu_uuids=["GPU-a", "GPU-b"], gpu_indices=[0, 1]))
+
+    status = wait_until(lambda: exited(runtime, 1))
+    logs = runtime.logs(1, 10)
+    assert outcome.created and status.exit_code == 0
+    assert "cuda=GPU-a,GPU-b greeting=hi token=none" in logs
+    pgid = int(logs.split("pgid=")[1].split()[0])
+    assert pgid != os.getpgid(0)  # not the agent's group: a stop cannot hit the agent
+    assert status.gpu_uuids == ("GPU-a", "GPU-b")
+
+
+def test_a_second_start_of_the_same_job_starts_nothing(runtime: LocalProcessRuntime) -> None:
+    first = runtime.start(spec(2, "sleep 30"))
+    second = runtime.start(spec(2, "sleep 30"))
+
+    assert first.created and not second.created
+    assert second.container_id == first.container_id
+    assert [s.job_id for s in runtime.list_jobs() if s.running] == [2]
+    runtime.stop(2, 0)
+
+
+def test_stop_sends_sigterm_and_a_job_that_handles_it_exits_cleanly(
+    runtime: LocalProcessRuntime,
+) -> None:
+    runtime.start(spec(3, TRAP_TERM))
+    wait_until(lambda: "ready" in runtime.logs(3, 5))
+
+    began = time.monotonic()
+    status = runtime.stop(3, grace_s=5)
+
+    assert status is not None and status.state == "exited" and status.exit_code == 0
+    assert time.monotonic() - began < 4  # it ended on SIGTERM, not at the deadline
+    assert runtime.logs(3, 5).strip().endswith("bye")
+
+
+def test_stop_kills_a_job_that_ignores_sigterm_after_the_grace_period(
+    runtime: LocalProcessRuntime,
+) -> None:
+    runtime.start(spec(4, 'trap "" TERM; echo ready; while true; do sleep 0.1; done'))
+    wait_until(lambda: "ready" in runtime.logs(4, 5))
+
+    began = time.monotonic()
+    status = runtime.stop(4, grace_s=0.3)
+
+    assert time.monotonic() - began >= 0.3
+    assert status is not None and status.exit_code == 137  # 128 + SIGKILL
+    assert runtime.stop(4, grace_s=1) == status  # stopping again changes nothing
+
+
+def test_logs_return_the_last_lines(runtime: LocalProcessRuntime) -> None:
+    runtime.start(spec(5, "for i in 1 2 3 4 5; do echo line$i; done"))
+    wait_until(lambda: exited(runtime, 5))
+
+    assert runtime.logs(5, 2) == "line4\nline5\n"
+    assert runtime.logs(99, 2) is None
+
+
+def test_a_restarted_agent_finds_running_jobs_and_the_exit_code_of_ended_ones(
+    tmp_path: Path,
+) -> None:
+    before = LocalProcessRuntime(tmp_path, enabled=True)
+    before.start(spec(6, "sleep 30"))
+    before.start(spec(7, "echo done; exit 3"))
+    wait_until(lambda: (tmp_path / "local-jobs" / "7" / "exit_code").read_text())
+
+    after = LocalProcessRuntime(tmp_path, enabled=True)  # no Popen handles: a new process
+    found = {s.job_id: s for s in after.list_jobs()}
+
+    assert found[6].running
+    assert found[7].state == "exited" and found[7].exit_code == 3
+    assert after.stop(6, 1).state == "exited"
+    assert not after.start(spec(7, "echo again")).created
+
+
+def test_job_for_pid_finds_the_job_of_any_process_in_its_group(
+    runtime: LocalProcessRuntime,
+) -> None:
+    outcome = runtime.start(spec(8, "sleep 30 & echo child=$!; wait"))
+    logs = wait_until(lambda: "child=" in runtime.logs(8, 5) and runtime.logs(8, 5))
+    child = int(logs.split("child=")[1].split()[0])
+
+    owner = runtime.job_for_pid(child)
+    assert owner is not None and owner.container_id == outcome.container_id
+    assert runtime.job_for_pid(os.getpid()) is None
+    runtime.stop(8, 0)
+
+
+def test_a_command_that_cannot_be_empty_is_refused(runtime: LocalProcessRuntime) -> None:
+    with pytest.raises(RuntimeStartError, match="needs a command"):
+        runtime.start(JobSpec.from_wire(job_spec(9, command=[])))
+
+
+def test_remove_forgets_an_ended_job(runtime: LocalProcessRuntime) -> None:
+    runtime.start(spec(10, "true"))
+    wait_until(lambda: exited(runtime, 10))
+    runtime.remove(10)
+
+    assert runtime.list_jobs() == []
