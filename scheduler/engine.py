@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from scheduler.model import (
     ClusterState,
@@ -52,27 +51,38 @@ def plan(state: ClusterState, policy: Policy, now: float, *, estimates: bool = T
     return _Pass(state, policy, now).run(estimates)
 
 
-@dataclass(slots=True)
-class _Counters:
-    """Running units and jobs per limit key, updated as the pass starts jobs."""
+LimitKey = tuple[str, ...]
 
-    jobs_user_queue: dict[tuple[str, str], int] = field(default_factory=dict)
-    units_user_queue: dict[tuple[str, str], int] = field(default_factory=dict)
-    units_queue: dict[str, int] = field(default_factory=dict)
-    units_user: dict[str, int] = field(default_factory=dict)
-    units_category_user: dict[tuple[str, str], int] = field(default_factory=dict)
-    units_category: dict[str, int] = field(default_factory=dict)
 
-    def add(self, user: str, queue: str, category: str, units: int) -> None:
-        self.jobs_user_queue[(user, queue)] = self.jobs_user_queue.get((user, queue), 0) + 1
-        key = (user, queue)
-        self.units_user_queue[key] = self.units_user_queue.get(key, 0) + units
-        self.units_queue[queue] = self.units_queue.get(queue, 0) + units
-        self.units_user[user] = self.units_user.get(user, 0) + units
-        self.units_category_user[(category, user)] = (
-            self.units_category_user.get((category, user), 0) + units
-        )
-        self.units_category[category] = self.units_category.get(category, 0) + units
+def limit_keys(
+    policy: Policy, user: str, queue: str, category: str
+) -> list[tuple[LimitKey, int, bool, Reason]]:
+    """The concurrency limits a job of (user, queue, category) is counted against:
+    (key, cap, counts units rather than jobs, reason when exceeded)."""
+    keys: list[tuple[LimitKey, int, bool, Reason]] = []
+    q = policy.queues.get(queue)
+    if q is not None:
+        if q.max_running_jobs_per_user is not None:
+            keys.append(
+                (("uqj", user, queue), q.max_running_jobs_per_user, False, Reason.USER_LIMIT)
+            )
+        if q.max_running_gpus_per_user is not None:
+            keys.append(
+                (("uqg", user, queue), q.max_running_gpus_per_user, True, Reason.USER_LIMIT)
+            )
+        if q.max_running_gpus is not None:
+            keys.append((("qg", queue), q.max_running_gpus, True, Reason.QUEUE_LIMIT))
+    if policy.max_running_gpus_per_user is not None:
+        keys.append((("ug", user), policy.max_running_gpus_per_user, True, Reason.USER_LIMIT))
+    cat = policy.categories.get(category)
+    if cat is not None:
+        if cat.max_gpus_per_user is not None:
+            keys.append(
+                (("cu", category, user), cat.max_gpus_per_user, True, Reason.CATEGORY_LIMIT)
+            )
+        if cat.max_gpus_total is not None:
+            keys.append((("ct", category), cat.max_gpus_total, True, Reason.CATEGORY_LIMIT))
+    return keys
 
 
 class _Pass:
@@ -162,9 +172,11 @@ class _Pass:
                 self.buckets.setdefault(len(free), []).append(node)
 
         self.largest_node_units = max((len(u) for u in self.node_units), default=0)
-        self.counters = _Counters()
+        self.counters: dict[LimitKey, int] = {}
         for job in state.running:
-            self.counters.add(job.user, job.queue, job.category, len(job.gpu_ids))
+            self.count(job.user, job.queue, job.category, len(job.gpu_ids))
+        # Limit budget promised to guaranteed jobs: (start, limit keys, units).
+        self.promised: list[tuple[float, set[LimitKey], int]] = []
 
         self._class_cache: dict[tuple[bool, bool, str | None, int], tuple[int, ...]] = {}
         self._static_cache: dict[tuple[tuple[int, ...], int], Reason | None] = {}
@@ -484,43 +496,23 @@ class _Pass:
             return Reason.CATEGORY_LIMIT
         return None
 
+    def count(self, user: str, queue: str, category: str, units: int) -> None:
+        for key, _cap, per_unit, _reason in limit_keys(self.policy, user, queue, category):
+            self.counters[key] = self.counters.get(key, 0) + (units if per_unit else 1)
+
     def running_limit(self, job: PendingJob, k: int) -> Reason | None:
-        """A reason the job may not start now because of what already runs."""
-        c = self.counters
-        queue = self.policy.queues.get(job.queue)
-        key = (job.user, job.queue)
-        if queue is not None:
-            if (
-                queue.max_running_jobs_per_user is not None
-                and c.jobs_user_queue.get(key, 0) + 1 > queue.max_running_jobs_per_user
-            ):
-                return Reason.USER_LIMIT
-            if (
-                queue.max_running_gpus_per_user is not None
-                and c.units_user_queue.get(key, 0) + k > queue.max_running_gpus_per_user
-            ):
-                return Reason.USER_LIMIT
-            if (
-                queue.max_running_gpus is not None
-                and c.units_queue.get(job.queue, 0) + k > queue.max_running_gpus
-            ):
-                return Reason.QUEUE_LIMIT
-        limit = self.policy.max_running_gpus_per_user
-        if limit is not None and c.units_user.get(job.user, 0) + k > limit:
-            return Reason.USER_LIMIT
-        category = self.policy.categories.get(job.category)
-        if category is not None:
-            if (
-                category.max_gpus_per_user is not None
-                and c.units_category_user.get((job.category, job.user), 0) + k
-                > category.max_gpus_per_user
-            ):
-                return Reason.CATEGORY_LIMIT
-            if (
-                category.max_gpus_total is not None
-                and c.units_category.get(job.category, 0) + k > category.max_gpus_total
-            ):
-                return Reason.CATEGORY_LIMIT
+        """A reason the job may not start now because of what already runs, or because
+        it would still run at a guaranteed start whose limit budget it shares."""
+        end = self.now + job.time_limit_s
+        for key, cap, per_unit, reason in limit_keys(
+            self.policy, job.user, job.queue, job.category
+        ):
+            used = self.counters.get(key, 0) + (k if per_unit else 1)
+            for start, keys, units in self.promised:
+                if start < end and key in keys:
+                    used += units if per_unit else 1
+            if used > cap:
+                return reason
         return None
 
     # -------------------------------------------------------------------- run
@@ -604,7 +596,7 @@ class _Pass:
                 pred = job.predicted_runtime_s
                 runtime = min(pred, limit) if pred is not None else limit
                 self.take(units, now + limit, now + runtime, job.id)
-                self.counters.add(job.user, job.queue, job.category, k)
+                self.count(job.user, job.queue, job.category, k)
                 started[job.id] = units
                 starts.append(Start(job.id, tuple(self.unit_ids[u] for u in units)))
                 continue
@@ -622,7 +614,7 @@ class _Pass:
                         )
                     ready = now + policy.preemption_grace_s
                     self.take(units, ready + limit, ready + limit, job.id)
-                    self.counters.add(job.user, job.queue, job.category, k)
+                    self.count(job.user, job.queue, job.category, k)
                     preempting[job.id] = units
                     reasons[job.id] = Reason.PREEMPTING
                     continue
@@ -639,6 +631,9 @@ class _Pass:
                         for v in (u, *self.conflicts[u]):
                             self.add_block(v, (t, t + limit, GUARANTEE))
                     guarantees_left -= 1
+                    if not (job.emergency or reservation is not None):
+                        keys = limit_keys(policy, job.user, job.queue, job.category)
+                        self.promised.append((t, {key for key, *_ in keys}, k))
                     # Later successes may no longer hold: new blocks invalidate cached fits
                     # only in the direction of failing more, so the failure cache stays valid.
 
@@ -721,26 +716,11 @@ class _Forecast:
     # Limits are approximated by sorted end times of the jobs they count.
     def _limiter_keys(
         self, user: str, queue: str, category: str
-    ) -> list[tuple[tuple[str, ...], int, bool]]:
-        policy = self.p.policy
-        keys: list[tuple[tuple[str, ...], int, bool]] = []
-        q = policy.queues.get(queue)
-        if q is not None:
-            if q.max_running_jobs_per_user is not None:
-                keys.append((("uqj", user, queue), q.max_running_jobs_per_user, False))
-            if q.max_running_gpus_per_user is not None:
-                keys.append((("uqg", user, queue), q.max_running_gpus_per_user, True))
-            if q.max_running_gpus is not None:
-                keys.append((("qg", queue), q.max_running_gpus, True))
-        if policy.max_running_gpus_per_user is not None:
-            keys.append((("ug", user), policy.max_running_gpus_per_user, True))
-        cat = policy.categories.get(category)
-        if cat is not None:
-            if cat.max_gpus_per_user is not None:
-                keys.append((("cu", category, user), cat.max_gpus_per_user, True))
-            if cat.max_gpus_total is not None:
-                keys.append((("ct", category), cat.max_gpus_total, True))
-        return keys
+    ) -> list[tuple[LimitKey, int, bool]]:
+        return [
+            (key, cap, per_unit)
+            for key, cap, per_unit, _ in limit_keys(self.p.policy, user, queue, category)
+        ]
 
     def _init_limiters(self) -> dict[tuple[str, ...], tuple[int, list[float]]]:
         limiters: dict[tuple[str, ...], tuple[int, list[float]]] = {}
