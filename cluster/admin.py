@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from cluster.models import Gpu, Node, NodeToken
+from cluster.models import Gpu, Node, NodeToken, RejectedMessage
 
 
 class GpuInline(admin.TabularInline[Gpu, Node]):
@@ -19,9 +19,17 @@ class GpuInline(admin.TabularInline[Gpu, Node]):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin[Node]):
-    list_display = ("name", "state", "drain_requested", "gpu_backend", "runtime", "last_heartbeat")
+    list_display = (
+        "name", "state", "drain_requested", "gpu_backend", "runtime", "agent_version",
+        "last_heartbeat", "registered_at",
+    )
     list_filter = ("state", "drain_requested", "gpu_backend", "runtime")
     search_fields = ("name", "address", "hostname")
+    # The agent reports these; the admin sets name, address, labels and drain.
+    readonly_fields = (
+        "state", "last_heartbeat", "down_since", "jobs_lost_at", "registered_at",
+        "gpu_backend", "runtime", "agent_version", "hostname",
+    )
     inlines = (GpuInline,)
     actions = ("drain", "undrain")
 
@@ -75,4 +83,26 @@ class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
     def revoke(self, request: HttpRequest, queryset: QuerySet[NodeToken]) -> None:
         from django.utils import timezone
 
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(
+            request,
+            _("%(count)d token(s) revoked: agents using them are refused from now on.")
+            % {"count": revoked},
+            messages.SUCCESS,
+        )
+
+
+@admin.register(RejectedMessage)
+class RejectedMessageAdmin(admin.ModelAdmin[RejectedMessage]):
+    """Agent messages the portal refused: a wrong token, a GPU or job of another node, bad data."""
+
+    list_display = ("node_name", "message", "reason", "count", "last_at", "first_at")
+    list_filter = ("reason", "message", "node_name")
+    search_fields = ("node_name", "last_detail")
+    readonly_fields = ("node_name", "message", "reason", "count", "first_at", "last_at", "last_detail")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -20,6 +20,12 @@ class NodeQuerySet(models.QuerySet["Node"]):
             models.Q(last_heartbeat__lt=cutoff) | models.Q(last_heartbeat__isnull=True)
         )
 
+    def down_with_jobs_not_yet_lost(self, cutoff: timezone.datetime) -> NodeQuerySet:
+        """Down since before `cutoff`, and their running jobs not yet declared lost."""
+        return self.filter(
+            state=Node.State.DOWN, down_since__lt=cutoff, jobs_lost_at__isnull=True
+        )
+
 
 class Node(models.Model):
     """A GPU server running a LabPortal agent, which consumes the queue node.<name>."""
@@ -44,6 +50,18 @@ class Node(models.Model):
     runtime = models.CharField(_("container runtime"), max_length=16, blank=True)
     agent_version = models.CharField(_("agent version"), max_length=32, blank=True)
     hostname = models.CharField(_("host name"), max_length=255, blank=True)
+    registered_at = models.DateTimeField(
+        _("registered at"),
+        null=True,
+        blank=True,
+        help_text=_("When the agent last registered; heartbeats count only after a registration."),
+    )
+    jobs_lost_at = models.DateTimeField(
+        _("jobs lost at"),
+        null=True,
+        blank=True,
+        help_text=_("When this node's running jobs were declared lost; cleared when it comes back."),
+    )
 
     objects = NodeQuerySet.as_manager()
 
@@ -62,6 +80,11 @@ class Node(models.Model):
     @property
     def is_simulated(self) -> bool:
         return self.gpu_backend == "simulated" or self.runtime == "local"
+
+    @property
+    def state_when_alive(self) -> str:
+        """The state a node takes when its agent speaks: draining if an admin asked, else up."""
+        return self.State.DRAINING if self.drain_requested else self.State.UP
 
     def heartbeat_age(self) -> timedelta | None:
         if self.last_heartbeat is None:
@@ -129,6 +152,11 @@ class Gpu(models.Model):
     def __str__(self) -> str:
         return f"{self.node.name}:{self.index} {self.model}"
 
+    def sample_age(self) -> timedelta | None:
+        if self.sampled_at is None:
+            return None
+        return timezone.now() - self.sampled_at
+
     @property
     def label(self) -> str:
         if self.kind == self.Kind.WHOLE:
@@ -178,3 +206,42 @@ class NodeToken(models.Model):
         return cls.objects.filter(
             node_name=node_name, token_hash=cls.hash_secret(secret or ""), revoked_at__isnull=True
         ).exists()
+
+
+class RejectedMessage(models.Model):
+    """Agent messages the portal refused, counted per node, message and reason.
+
+    One row per (node name, message, reason) keeps the table bounded even when a
+    misconfigured agent is refused every few seconds; `count` and `last_at` tell
+    the admin how often and how recently.
+    """
+
+    class Reason(models.TextChoices):
+        BAD_TOKEN = "bad_token", _("wrong or revoked node token")
+        SIMULATION_REFUSED = "simulation_refused", _("simulation is not allowed here")
+        NOT_REGISTERED = "not_registered", _("node not registered")
+        MALFORMED = "malformed", _("malformed message")
+        GPU_NOT_ON_NODE = "gpu_not_on_node", _("GPU not on this node")
+        GPU_ON_OTHER_NODE = "gpu_on_other_node", _("GPU belongs to another node")
+        JOB_NOT_ON_NODE = "job_not_on_node", _("job not on this node")
+
+    node_name = models.CharField(_("node name"), max_length=63)
+    message = models.CharField(_("message"), max_length=40)
+    reason = models.CharField(_("reason"), max_length=32, choices=Reason.choices)
+    count = models.PositiveBigIntegerField(_("count"), default=1)
+    first_at = models.DateTimeField(_("first seen"), default=timezone.now)
+    last_at = models.DateTimeField(_("last seen"), default=timezone.now)
+    last_detail = models.TextField(_("last detail"), blank=True)
+
+    class Meta:
+        verbose_name = _("rejected agent message")
+        verbose_name_plural = _("rejected agent messages")
+        ordering = ["-last_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node_name", "message", "reason"], name="rejected_message_unique_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} {self.message}: {self.reason} ×{self.count}"

@@ -1,10 +1,33 @@
-"""Node management: drain, registration, heartbeats and liveness."""
+"""Node management: registration, heartbeats, liveness, drain, and the agent's job reports.
+
+The Celery tasks in `cluster.tasks` check a message's token and then call these.
+A message the portal will not act on raises `MessageRefused`; the task records it
+with `message_reject`, where admins see it.
+"""
 
 from __future__ import annotations
 
-from django.db import transaction
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from cluster.models import Node
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
+from django.utils.translation import gettext
+
+from cluster import selectors
+from cluster.models import Gpu, Node, RejectedMessage
+from cluster.protocol import (
+    MAX_LOG_CHARS,
+    MessageRefused,
+    RegisterInfo,
+    job_event_parse,
+    job_id_parse,
+)
+
+log = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -17,4 +40,264 @@ def node_set_drain(*, node_id: int, drain: bool) -> Node:
     elif not drain and node.state == Node.State.DRAINING:
         node.state = Node.State.UP
     node.save(update_fields=["drain_requested", "state"])
+    return node
+
+
+def message_reject(
+    *, node_name: object, message: str, reason: RejectedMessage.Reason, detail: str = ""
+) -> None:
+    """Log a refused agent message and count it where admins see it (admin: rejected messages)."""
+    name = str(node_name)[:63]
+    log.warning("refused %s from node %r: %s %s", message, name, reason.value, detail)
+    now = timezone.now()
+    same_kind = RejectedMessage.objects.filter(node_name=name, message=message, reason=reason)
+    changes = {"count": F("count") + 1, "last_at": now, "last_detail": detail[:2000]}
+    if same_kind.update(**changes):
+        return
+    try:
+        with transaction.atomic():
+            RejectedMessage.objects.create(
+                node_name=name, message=message, reason=reason, first_at=now, last_at=now,
+                last_detail=detail[:2000],
+            )
+    except IntegrityError:  # another worker created the row between our two statements
+        same_kind.update(**changes)
+
+
+def node_registered(*, node_name: str) -> Node:
+    """The node that sent a message, which must have registered; else `MessageRefused`."""
+    node = Node.objects.filter(name=node_name).first()
+    if node is None or node.registered_at is None:
+        raise MessageRefused(
+            RejectedMessage.Reason.NOT_REGISTERED,
+            "the agent must send node_register first (restart the agent)",
+        )
+    if node.is_simulated and not settings.LABPORTAL_ALLOW_SIMULATION:
+        raise MessageRefused(RejectedMessage.Reason.SIMULATION_REFUSED, "node registered as simulated")
+    return node
+
+
+def node_register(*, node_name: str, info: RegisterInfo) -> Node:
+    """Create or update the node and upsert its GPUs by UUID; GPUs no longer reported go missing.
+
+    A simulated node is refused unless LABPORTAL_ALLOW_SIMULATION is on; a node
+    that was registered before is then taken out of service, since its GPUs can
+    no longer be believed.
+    """
+    if info.is_simulated and not settings.LABPORTAL_ALLOW_SIMULATION:
+        _node_registration_withdraw(node_name=node_name)
+        raise MessageRefused(
+            RejectedMessage.Reason.SIMULATION_REFUSED,
+            f"gpu_backend={info.gpu_backend} runtime={info.runtime}; "
+            "set LABPORTAL_ALLOW_SIMULATION=true to allow it on purpose",
+        )
+    for detail in info.bad_gpus:
+        message_reject(
+            node_name=node_name, message="node_register",
+            reason=RejectedMessage.Reason.MALFORMED, detail=detail,
+        )
+    return _node_register(node_name=node_name, info=info)
+
+
+@transaction.atomic
+def _node_registration_withdraw(*, node_name: str) -> None:
+    now = timezone.now()
+    Node.objects.filter(name=node_name).exclude(state=Node.State.DOWN).update(
+        state=Node.State.DOWN, down_since=now
+    )
+    Node.objects.filter(name=node_name).update(registered_at=None)
+
+
+@transaction.atomic
+def _node_register(*, node_name: str, info: RegisterInfo) -> Node:
+    now = timezone.now()
+    node, _created = Node.objects.select_for_update().get_or_create(name=node_name)
+    node.hostname = info.hostname
+    node.agent_version = info.agent_version
+    node.gpu_backend = info.gpu_backend
+    node.runtime = info.runtime
+    node.registered_at = now
+    node.last_heartbeat = now
+    node.state = node.state_when_alive
+    node.down_since = None
+    node.jobs_lost_at = None
+    node.save()
+
+    present = _gpus_upsert(node=node, reports=info)
+    _gpus_mark_missing(node=node, present_ids=present)
+    log.info("node %s registered: %d device(s), %s/%s", node.name, len(present),
+             info.gpu_backend, info.runtime)
+    return node
+
+
+def _gpus_upsert(*, node: Node, reports: RegisterInfo) -> set[int]:
+    """Create or update every reported device; return the ids of those now on this node."""
+    uuids = [report.uuid for report in reports.gpus]
+    known = {gpu.uuid: gpu for gpu in Gpu.objects.select_for_update().filter(uuid__in=uuids)}
+    here: dict[str, Gpu] = {}
+    # Whole GPUs first, so that MIG instances find their parent.
+    for report in sorted(reports.gpus, key=lambda r: r.kind == Gpu.Kind.MIG):
+        gpu = known.get(report.uuid)
+        if gpu is not None and gpu.node_id != node.pk and gpu.state != Gpu.State.MISSING:
+            # A device still present on another node is not this node's to claim.
+            message_reject(
+                node_name=node.name, message="node_register",
+                reason=RejectedMessage.Reason.GPU_ON_OTHER_NODE,
+                detail=f"{report.uuid} is registered on node {gpu.node_id}",
+            )
+            continue
+        parent = None
+        if report.kind == Gpu.Kind.MIG:
+            parent = here.get(report.parent_uuid or "")
+            if parent is None:
+                message_reject(
+                    node_name=node.name, message="node_register",
+                    reason=RejectedMessage.Reason.MALFORMED,
+                    detail=f"MIG instance {report.uuid} names parent {report.parent_uuid}, "
+                    "which this node did not report",
+                )
+                continue
+        if gpu is None:
+            gpu = Gpu(uuid=report.uuid)
+        moved = gpu.pk is not None and gpu.node_id != node.pk
+        gpu.node = node
+        gpu.index = report.index
+        gpu.model = report.model
+        gpu.memory_mb = report.memory_mb
+        gpu.kind = report.kind
+        gpu.parent = parent
+        if gpu.state == Gpu.State.MISSING:
+            gpu.state = Gpu.State.AVAILABLE
+        gpu.save()
+        if moved:  # its shared slots move with it
+            Gpu.objects.filter(parent=gpu, kind=Gpu.Kind.SLOT).update(node=node)
+        here[gpu.uuid] = gpu
+    return {gpu.pk for gpu in here.values()}
+
+
+def _gpus_mark_missing(*, node: Node, present_ids: set[int]) -> None:
+    devices = Gpu.objects.filter(node=node, kind__in=[Gpu.Kind.WHOLE, Gpu.Kind.MIG])
+    gone = devices.exclude(pk__in=present_ids).exclude(state=Gpu.State.MISSING)
+    for uuid in gone.values_list("uuid", flat=True):
+        log.warning("node %s no longer reports GPU %s: marked missing", node.name, uuid)
+    gone.update(state=Gpu.State.MISSING)
+    slots = Gpu.objects.filter(node=node, kind=Gpu.Kind.SLOT)
+    slots.filter(parent__state=Gpu.State.MISSING).update(state=Gpu.State.MISSING)
+    slots.filter(state=Gpu.State.MISSING, parent__state=Gpu.State.AVAILABLE).update(
+        state=Gpu.State.AVAILABLE
+    )
+
+
+def node_heartbeat_record(*, node_name: str, info: object) -> None:
+    """Note that the node is alive; a down node comes back up (or draining, if asked)."""
+    if not isinstance(info, dict):
+        raise MessageRefused(RejectedMessage.Reason.MALFORMED, "info must be an object")
+    node = node_registered(node_name=node_name)
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    came_back = Node.objects.filter(pk=node.pk, state=Node.State.DOWN).update(
+        state=Case(
+            When(drain_requested=True, then=Value(Node.State.DRAINING)),
+            default=Value(Node.State.UP),
+        ),
+        down_since=None,
+        jobs_lost_at=None,
+    )
+    if came_back:
+        log.info("node %s is back after a silence", node.name)
+
+
+@dataclass
+class LivenessReport:
+    marked_down: list[str] = field(default_factory=list)
+    jobs_lost: dict[str, int] = field(default_factory=dict)
+
+
+def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
+    """Mark silent nodes down; after the grace period, declare their running jobs lost, once.
+
+    Each step claims its node with a conditional UPDATE, so two overlapping beats
+    (or a heartbeat arriving meanwhile) never act twice.
+    """
+    now = now or timezone.now()
+    report = LivenessReport()
+    down_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
+    for node_id, name in Node.objects.silent_since(down_cutoff).values_list("pk", "name"):
+        claimed = Node.objects.silent_since(down_cutoff).filter(pk=node_id).update(
+            state=Node.State.DOWN, down_since=now
+        )
+        if claimed:
+            log.warning("node %s sent no heartbeat since before %s: marked down", name, down_cutoff)
+            report.marked_down.append(name)
+
+    lost_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_LOST_GRACE_S)
+    candidates = Node.objects.down_with_jobs_not_yet_lost(lost_cutoff)
+    for node_id, name, last_heartbeat in candidates.values_list("pk", "name", "last_heartbeat"):
+        try:
+            lost = _node_jobs_declare_lost(
+                node_id=node_id, name=name, last_heartbeat=last_heartbeat,
+                cutoff=lost_cutoff, now=now,
+            )
+        except Exception:  # one node's failure must not stop the others; the next beat retries
+            log.exception("could not declare the jobs of node %s lost", name)
+            continue
+        if lost is not None:
+            report.jobs_lost[name] = lost
+    return report
+
+
+@transaction.atomic
+def _node_jobs_declare_lost(
+    *, node_id: int, name: str, last_heartbeat: datetime | None, cutoff: datetime, now: datetime
+) -> int | None:
+    claimed = Node.objects.down_with_jobs_not_yet_lost(cutoff).filter(pk=node_id).update(
+        jobs_lost_at=now
+    )
+    if not claimed:
+        return None
+    from jobqueue.services import jobs_mark_lost_on_node
+
+    if last_heartbeat is None:
+        reason = gettext("Node %(node)s never sent a heartbeat.") % {"node": name}
+    else:
+        reason = gettext("Node %(node)s has sent no heartbeat since %(since)s.") % {
+            "node": name, "since": last_heartbeat.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
+    lost = jobs_mark_lost_on_node(node_id=node_id, reason=reason)
+    log.warning("node %s down past its grace period: %s job(s) marked lost", name, lost)
+    return lost
+
+
+def job_event_accept(*, node_name: str, event: object) -> None:
+    """Pass a job event on to the job queue, if the job is one this node was given."""
+    clean = job_event_parse(event)
+    node = _node_known(node_name=node_name)
+    if not selectors.job_is_on_node(job_id=clean["job_id"], node_id=node.pk):
+        raise MessageRefused(
+            RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {clean['job_id']} ({clean['kind']})"
+        )
+    from jobqueue.services import job_event_apply
+
+    job_event_apply(node_name=node.name, event=clean)
+
+
+def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:
+    """Store a job's log text, if the job is one this node was given; keeps the last 1 MB."""
+    checked_id = job_id_parse(job_id)
+    if not isinstance(text, str):
+        raise MessageRefused(RejectedMessage.Reason.MALFORMED, "text must be a string")
+    node = _node_known(node_name=node_name)
+    if not selectors.job_is_on_node(job_id=checked_id, node_id=node.pk):
+        raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {checked_id} (logs)")
+    from jobqueue.services import job_logs_store
+
+    job_logs_store(job_id=checked_id, text=text[-MAX_LOG_CHARS:])
+
+
+def _node_known(*, node_name: str) -> Node:
+    # Job reports need not wait for a registration: an agent's restart reconcile may
+    # report ends before the portal has processed its node_register.
+    node = Node.objects.filter(name=node_name).first()
+    if node is None:
+        raise MessageRefused(RejectedMessage.Reason.NOT_REGISTERED, "unknown node")
     return node

@@ -1,0 +1,109 @@
+"""Reads shared by the pages, the API and the agent-message services."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Prefetch
+
+from cluster.models import Gpu, Node
+
+log = logging.getLogger(__name__)
+
+
+def jobs_on_node(*, node_id: int, job_ids: Iterable[int]) -> set[int]:
+    """Those of `job_ids` that the portal gave to this node, whatever their state now.
+
+    Not only running ones: an agent rightly reports the exit of a job the portal
+    already finished, lost or cancelled (a redelivery, or a reconcile after restart).
+    A job requeued onto another node is no longer this node's.
+    """
+    ids = {job_id for job_id in job_ids}
+    if not ids:
+        return set()
+    try:
+        job_model = apps.get_model("jobqueue", "Job")
+    except LookupError:
+        log.error("jobqueue.Job does not exist yet: no job can be checked against node %s", node_id)
+        return set()
+    return set(job_model.objects.filter(pk__in=ids, node_id=node_id).values_list("pk", flat=True))
+
+
+def job_is_on_node(*, job_id: int, node_id: int) -> bool:
+    return job_id in jobs_on_node(node_id=node_id, job_ids=[job_id])
+
+
+@dataclass
+class LiveGpu:
+    """One device row of the live page, with whoever is using it (its shared slots included)."""
+
+    gpu: Gpu
+    allocations: list[Any] = field(default_factory=list)
+    slots_total: int = 0
+    slots_used: int = 0
+
+    @property
+    def sample_stale(self) -> bool:
+        age = self.gpu.sample_age()
+        return age is None or age > timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
+
+    @property
+    def mem_used_pct(self) -> float | None:
+        if self.gpu.mem_used_mb is None or not self.gpu.memory_mb:
+            return None
+        return 100.0 * self.gpu.mem_used_mb / self.gpu.memory_mb
+
+
+@dataclass
+class LiveNode:
+    node: Node
+    gpus: list[LiveGpu]
+
+    @property
+    def heartbeat_late(self) -> bool:
+        age = self.node.heartbeat_age()
+        return age is None or age > timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
+
+
+def nodes_for_live_page() -> list[LiveNode]:
+    """Every node with its devices (whole GPUs and MIG instances), their users and jobs."""
+    nodes = list(
+        Node.objects.prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.order_by("index", "kind", "uuid"))
+        )
+    )
+    all_gpus = [gpu for node in nodes for gpu in node.gpus.all()]
+    allocations = active_allocations_by_gpu(gpu.pk for gpu in all_gpus)
+    live_nodes = []
+    for node in nodes:
+        rows = {gpu.pk: LiveGpu(gpu, list(allocations.get(gpu.pk, [])))
+                for gpu in node.gpus.all() if gpu.kind != Gpu.Kind.SLOT}
+        for slot in node.gpus.all():
+            if slot.kind == Gpu.Kind.SLOT and slot.parent_id in rows:
+                row = rows[slot.parent_id]
+                row.slots_total += 1
+                slot_allocations = allocations.get(slot.pk, [])
+                row.slots_used += bool(slot_allocations)
+                row.allocations.extend(slot_allocations)
+        live_nodes.append(LiveNode(node, list(rows.values())))
+    return live_nodes
+
+
+def active_allocations_by_gpu(gpu_ids: Iterable[int]) -> dict[int, list[Any]]:
+    """Active allocations (with job and owner loaded) of these GPUs, by GPU id."""
+    try:
+        allocation_model = apps.get_model("jobqueue", "Allocation")
+    except LookupError:  # the job queue's models are not installed yet
+        return {}
+    by_gpu: dict[int, list[Any]] = defaultdict(list)
+    active = allocation_model.objects.filter(active=True, gpu_id__in=list(gpu_ids))
+    for allocation in active.select_related("job__owner").order_by("job_id"):
+        by_gpu[allocation.gpu_id].append(allocation)
+    return by_gpu

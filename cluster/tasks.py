@@ -1,0 +1,104 @@
+"""The control queue's side of the agent protocol (see docs/nodes.md).
+
+Agents send these tasks by name to the `control` queue; the first two arguments
+are always the node name and its token. Each task checks the token, then calls a
+service. A refused message is logged and counted (admin: rejected agent
+messages) and the task returns normally, so the broker never redelivers it.
+Every task is safe to run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery import shared_task
+from django.db import OperationalError
+
+from cluster import services
+from cluster.models import NodeToken, RejectedMessage
+from cluster.protocol import MessageRefused, register_info_parse
+
+# A database that is briefly unreachable should not lose what the agent reported.
+RETRY_ON_DATABASE_ERRORS: dict[str, Any] = {
+    "autoretry_for": (OperationalError,),
+    "max_retries": 5,
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+}
+
+
+def _handle(message: str, node_name: object, token: object, action: Callable[[str], object]) -> str:
+    """Check the node's identity, run `action`, and turn a refusal into a logged rejection."""
+    if not (
+        isinstance(node_name, str)
+        and isinstance(token, str)
+        and NodeToken.matches(node_name=node_name, secret=token)
+    ):
+        services.message_reject(
+            node_name=node_name, message=message, reason=RejectedMessage.Reason.BAD_TOKEN,
+            detail=f"token {str(token)[:10]}… does not match an active token of this node",
+        )
+        return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    try:
+        action(node_name)
+    except MessageRefused as exc:
+        services.message_reject(
+            node_name=node_name, message=message, reason=exc.reason, detail=exc.detail
+        )
+        return f"refused: {exc.reason.value}"
+    return "ok"
+
+
+@shared_task(name="control.node_register", time_limit=60, soft_time_limit=50,
+             **RETRY_ON_DATABASE_ERRORS)
+def node_register(node_name: str, token: str, info: dict[str, Any]) -> str:
+    return _handle(
+        "node_register", node_name, token,
+        lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
+    )
+
+
+@shared_task(name="control.node_heartbeat", time_limit=30, soft_time_limit=20)
+def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
+    # No retry: the next heartbeat, seconds later, says the same thing.
+    return _handle(
+        "node_heartbeat", node_name, token,
+        lambda name: services.node_heartbeat_record(node_name=name, info=info),
+    )
+
+
+@shared_task(name="control.job_event", time_limit=60, soft_time_limit=50,
+             **RETRY_ON_DATABASE_ERRORS)
+def job_event(node_name: str, token: str, event: dict[str, Any]) -> str:
+    return _handle(
+        "job_event", node_name, token,
+        lambda name: services.job_event_accept(node_name=name, event=event),
+    )
+
+
+@shared_task(name="control.samples_ingest", time_limit=120, soft_time_limit=100,
+             **RETRY_ON_DATABASE_ERRORS)
+def samples_ingest(node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
+    from telemetry.services import samples_ingest as ingest
+
+    return _handle(
+        "samples_ingest", node_name, token,
+        lambda name: ingest(node_name=name, samples=samples),
+    )
+
+
+@shared_task(name="control.job_logs_report", time_limit=60, soft_time_limit=50,
+             **RETRY_ON_DATABASE_ERRORS)
+def job_logs_report(node_name: str, token: str, job_id: int, text: str) -> str:
+    return _handle(
+        "job_logs_report", node_name, token,
+        lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
+    )
+
+
+@shared_task(name="control.nodes_check_liveness", time_limit=60, soft_time_limit=50)
+def nodes_check_liveness() -> dict[str, Any]:
+    """Celery beat, every 15 s: silent nodes go down; after the grace, their jobs are lost."""
+    report = services.nodes_check_liveness()
+    return {"marked_down": report.marked_down, "jobs_lost": report.jobs_lost}

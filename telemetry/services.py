@@ -1,0 +1,190 @@
+"""Sample ingestion: the agents' NVML readings into `GpuSample`, and each GPU's latest status."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from cluster import selectors
+from cluster.models import Gpu, RejectedMessage
+from cluster.protocol import MessageRefused, is_int, is_number, malformed
+from cluster.services import message_reject, node_registered
+from telemetry.models import GpuSample
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLES_PER_BATCH = 10_000
+MAX_PROCESSES_PER_SAMPLE = 1_024
+# A node clock this far ahead is wrong; its samples would shadow the real latest status.
+MAX_CLOCK_AHEAD = timedelta(minutes=5)
+
+# metric: (integer only, lowest, highest)
+METRIC_RANGES: dict[str, tuple[bool, float, float]] = {
+    "util_pct": (False, 0, 100),
+    "mem_used_mb": (True, 0, 2**31 - 1),
+    "mem_total_mb": (True, 0, 2**31 - 1),
+    "temp_c": (False, -50, 200),
+    "power_w": (False, 0, 10_000),
+    "sm_clock_mhz": (True, 0, 100_000),
+    "ecc_errors": (True, 0, 2**63 - 1),
+    "xid_errors": (True, 0, 2**63 - 1),
+}
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    stored: int
+    rejected: int
+
+
+@dataclass(frozen=True)
+class ParsedSample:
+    gpu_uuid: str
+    ts: datetime
+    metrics: dict[str, Any]
+    processes: list[dict[str, Any]]
+
+    @property
+    def job_ids(self) -> set[int]:
+        return {p["job_id"] for p in self.processes if p["job_id"] is not None}
+
+
+def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
+    """Store a batch of samples from this node and refresh its GPUs' latest status.
+
+    Each sample is judged on its own: a malformed one, or one about a GPU or a job
+    that is not this node's, is rejected and logged, and the rest are stored.
+    Storing the same batch twice stores it once.
+    """
+    node = node_registered(node_name=node_name)
+    if not isinstance(samples, list):
+        raise malformed(f"samples must be a list, got {type(samples).__name__}")
+
+    def reject(reason: RejectedMessage.Reason, detail: str) -> None:
+        message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
+
+    if len(samples) > MAX_SAMPLES_PER_BATCH:
+        reject(RejectedMessage.Reason.MALFORMED,
+               f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped")
+    parsed: list[ParsedSample] = []
+    now = timezone.now()
+    for position, raw in enumerate(samples[:MAX_SAMPLES_PER_BATCH]):
+        try:
+            parsed.append(sample_parse(raw, now=now))
+        except MessageRefused as exc:
+            reject(exc.reason, f"sample {position}: {exc.detail}")
+
+    gpus = {
+        gpu.uuid: gpu
+        for gpu in Gpu.objects.filter(node=node, uuid__in={s.gpu_uuid for s in parsed})
+    }
+    jobs_here = selectors.jobs_on_node(
+        node_id=node.pk, job_ids={job_id for s in parsed for job_id in s.job_ids}
+    )
+    accepted: list[tuple[Gpu, ParsedSample]] = []
+    for sample in parsed:
+        gpu = gpus.get(sample.gpu_uuid)
+        if gpu is None:
+            reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid:.96}")
+        elif foreign := sample.job_ids - jobs_here:
+            reject(RejectedMessage.Reason.JOB_NOT_ON_NODE,
+                   f"GPU {sample.gpu_uuid} names job(s) {sorted(foreign)}")
+        else:
+            accepted.append((gpu, sample))
+
+    _samples_store(accepted)
+    return IngestResult(stored=len(accepted), rejected=len(samples) - len(accepted))
+
+
+@transaction.atomic
+def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
+    GpuSample.objects.bulk_create(
+        [
+            GpuSample(
+                gpu=gpu,
+                ts=sample.ts,
+                processes=sample.processes,
+                job_id=next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
+                **sample.metrics,
+            )
+            for gpu, sample in accepted
+        ],
+        ignore_conflicts=True,  # a redelivered batch inserts nothing new
+        batch_size=500,
+    )
+    newest: dict[int, ParsedSample] = {}
+    for gpu, sample in accepted:
+        if gpu.pk not in newest or sample.ts > newest[gpu.pk].ts:
+            newest[gpu.pk] = sample
+    for gpu_id, sample in newest.items():
+        # Only move forward: a late or repeated batch never overwrites a newer reading.
+        Gpu.objects.filter(pk=gpu_id).filter(
+            Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts)
+        ).update(
+            util_pct=sample.metrics["util_pct"],
+            mem_used_mb=sample.metrics["mem_used_mb"],
+            temp_c=sample.metrics["temp_c"],
+            power_w=sample.metrics["power_w"],
+            sampled_at=sample.ts,
+        )
+
+
+def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:
+    """Validate one sample of a `samples_ingest` batch; raise `MessageRefused` saying what is wrong."""
+    if not isinstance(raw, dict):
+        raise malformed(f"must be an object, got {type(raw).__name__}")
+    uuid = raw.get("gpu_uuid")
+    if not isinstance(uuid, str) or not uuid or len(uuid) > 96:
+        raise malformed(f"gpu_uuid must be a GPU UUID, got {uuid!r:.100}")
+    ts = raw.get("ts")
+    if not is_number(ts) or ts <= 0:
+        raise malformed(f"ts must be epoch seconds, got {ts!r:.40}")
+    try:
+        when = datetime.fromtimestamp(ts, tz=UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise malformed(f"ts {ts!r:.40} is not a time") from exc
+    if when > now + MAX_CLOCK_AHEAD:
+        raise malformed(f"ts {when.isoformat()} is in the future: check the node's clock (NTP)")
+    metrics = {name: _metric(raw, name, *bounds) for name, bounds in METRIC_RANGES.items()}
+    return ParsedSample(gpu_uuid=uuid, ts=when, metrics=metrics, processes=_processes(raw))
+
+
+def _metric(raw: dict[str, Any], name: str, integer: bool, low: float, high: float) -> Any:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not (is_int(value) if integer else is_number(value)) or not low <= value <= high:
+        kind = "an integer" if integer else "a number"
+        raise malformed(f"{name} must be null or {kind} from {low} to {high}, got {value!r:.40}")
+    return value
+
+
+def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    processes = raw.get("processes")
+    if processes is None:
+        return []
+    if not isinstance(processes, list) or len(processes) > MAX_PROCESSES_PER_SAMPLE:
+        raise malformed(f"processes must be a list of at most {MAX_PROCESSES_PER_SAMPLE}")
+    clean = []
+    for process in processes:
+        if not isinstance(process, dict) or not is_int(process.get("pid")):
+            raise malformed("each process needs an integer pid")
+        used_mb, container_id, job_id = (
+            process.get("used_mb"), process.get("container_id"), process.get("job_id")
+        )
+        if used_mb is not None and (not is_int(used_mb) or used_mb < 0):
+            raise malformed("a process's used_mb must be null or a non-negative integer")
+        if container_id is not None and (not isinstance(container_id, str) or len(container_id) > 128):
+            raise malformed("a process's container_id must be null or a container id")
+        if job_id is not None and (not is_int(job_id) or job_id <= 0):
+            raise malformed("a process's job_id must be null or a positive integer")
+        clean.append(
+            {"pid": process["pid"], "used_mb": used_mb, "container_id": container_id, "job_id": job_id}
+        )
+    return clean
