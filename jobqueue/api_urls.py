@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from jobqueue.api import JobViewSet, QueueViewSet
+
+router = SimpleRouter()
+router.register("jobs", JobViewSet, basename="job")
+router.register("queues", QueueViewSet, basename="queue")
+
+urlpatterns = router.urls

@@ -244,6 +244,25 @@ class Job(models.Model):
 
         return shlex.join(self.command) if isinstance(self.command, list) else str(self.command)
 
+    PENDING_REASONS = {
+        "resources": _("Waiting for GPUs to free up."),
+        "priority": _("Waiting behind jobs with higher priority."),
+        "reservation": _("Waiting for its reservation, or the free GPUs are booked by others."),
+        "user_limit": _("You are at your limit of running jobs or GPUs in this queue."),
+        "queue_limit": _("The queue is at its limit of running GPUs."),
+        "category_limit": _("Your category is at its limit of GPUs in use."),
+        "held": _("Held: waiting for an approval or for you to be under a limit."),
+        "constraints": _("No GPU in the lab can satisfy the request (model, memory or size)."),
+        "node_unavailable": _("Only nodes that are draining or down could run it."),
+        "preempting": _("Preemptible jobs are being requeued to make room for it."),
+    }
+
+    @property
+    def pending_reason_text(self) -> str:
+        if self.state == self.State.HELD and self.hold_reason:
+            return self.hold_reason
+        return str(self.PENDING_REASONS.get(self.pending_reason, self.pending_reason))
+
     @property
     def is_final(self) -> bool:
         return self.state in self.FINAL_STATES
@@ -309,6 +328,7 @@ class SchedulerLock(models.Model):
     """One row, locked with SELECT … FOR UPDATE so scheduling passes never overlap."""
 
     name = models.CharField(max_length=32, unique=True)
+    pass_requested = models.BooleanField(default=False)
     last_pass_at = models.DateTimeField(null=True, blank=True)
     last_pass_ms = models.FloatField(null=True, blank=True)
 
@@ -354,3 +374,37 @@ class EmergencyRequest(models.Model):
             and self.expires_at is not None
             and self.expires_at > (at or timezone.now())
         )
+
+
+class SchedulingPolicy(models.Model):
+    """The lab's scheduler settings (one row): multifactor weights and the time-limit policy."""
+
+    weight_age = models.FloatField(_("weight: age"), default=1000.0)
+    weight_fairshare = models.FloatField(_("weight: fair share"), default=10000.0)
+    weight_queue = models.FloatField(_("weight: queue"), default=1000.0)
+    weight_category = models.FloatField(_("weight: category"), default=1000.0)
+    weight_size = models.FloatField(_("weight: job size"), default=100.0)
+    max_age_days = models.FloatField(_("age factor saturates after (days)"), default=7.0)
+    usage_half_life_days = models.FloatField(_("usage half-life (days)"), default=7.0)
+    hard_limit_grace_s = models.PositiveIntegerField(
+        _("hard limit: grace after the time limit (seconds)"),
+        null=True,
+        blank=True,
+        default=1800,
+        help_text=_("Empty means warn only: jobs past their time limit are never stopped."),
+    )
+    stop_grace_s = models.PositiveIntegerField(
+        _("seconds between SIGTERM and SIGKILL"), default=30
+    )
+
+    class Meta:
+        verbose_name = _("scheduling policy")
+        verbose_name_plural = _("scheduling policy")
+
+    def __str__(self) -> str:
+        return str(_("Scheduling policy"))
+
+    @classmethod
+    def current(cls) -> SchedulingPolicy:
+        policy, _created = cls.objects.get_or_create(pk=1)
+        return policy

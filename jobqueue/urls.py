@@ -1,3 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from jobqueue import views
+
+urlpatterns = [
+    path("", views.job_list, name="job_list"),
+    path("submit/", views.job_submit, name="job_submit"),
+    path("queue/", views.queue_overview, name="queue_overview"),
+    path("<int:pk>/", views.job_detail, name="job_detail"),
+    path("<int:pk>/cancel/", views.job_cancel, name="job_cancel"),
+    path("<int:pk>/logs/", views.job_refresh_logs, name="job_refresh_logs"),
+]

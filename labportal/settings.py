@@ -227,12 +227,13 @@ if not CELERY_BROKER_URL.startswith(("filesystem://", "redis://", "rediss://", "
     )
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "out"),
         "data_folder_out": str(BROKER_DIR / "out"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
@@ -252,6 +253,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "node-liveness": {"task": "control.nodes_check_liveness", "schedule": timedelta(seconds=15)},
+    "scheduling-pass": {"task": "control.scheduling_pass", "schedule": timedelta(seconds=10)},
+    "time-limits": {"task": "control.jobs_enforce_time_limits", "schedule": timedelta(seconds=30)},
 }
 
 # --- LabPortal policy -------------------------------------------------------

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from jobqueue.models import Allocation, ContainerImage, Job, JobEvent, Queue, SchedulingPolicy, VolumeMount
+
+try:  # approvals (grants, emergencies) register themselves
+    from jobqueue import admin_approvals  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin[Queue]):
+    list_display = ("name", "tier", "priority_factor", "credit_rate", "max_gpus_per_job", "max_time_limit_s",
+                    "requires_grant", "allows_shared_slots", "is_active")
+    list_editable = ("is_active",)
+
+
+@admin.register(ContainerImage)
+class ContainerImageAdmin(admin.ModelAdmin[ContainerImage]):
+    list_display = ("reference", "description", "enabled")
+    list_filter = ("enabled",)
+    search_fields = ("reference",)
+
+
+@admin.register(VolumeMount)
+class VolumeMountAdmin(admin.ModelAdmin[VolumeMount]):
+    list_display = ("name", "source_template", "target", "read_only", "enabled")
+    list_filter = ("enabled", "read_only")
+
+
+class JobEventInline(admin.TabularInline[JobEvent, Job]):
+    model = JobEvent
+    extra = 0
+    readonly_fields = ("created_at", "kind", "message", "actor")
+    fields = readonly_fields
+    can_delete = False
+
+
+class AllocationInline(admin.TabularInline[Allocation, Job]):
+    model = Allocation
+    extra = 0
+    readonly_fields = ("gpu", "active", "allocated_at", "released_at")
+    can_delete = False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin[Job]):
+    list_display = ("id", "owner", "queue", "gpus", "state", "node", "submitted_at", "started_at", "ended_at")
+    list_filter = ("state", "queue", "node")
+    search_fields = ("id", "owner__username", "name")
+    readonly_fields = ("submitted_at", "dispatched_at", "started_at", "ended_at", "exit_code", "log_tail",
+                       "queue_position", "estimated_start", "pending_reason", "priority")
+    inlines = (AllocationInline, JobEventInline)
+
+
+@admin.register(SchedulingPolicy)
+class SchedulingPolicyAdmin(admin.ModelAdmin[SchedulingPolicy]):
+    def has_add_permission(self, request: object) -> bool:
+        return not SchedulingPolicy.objects.exists()
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False

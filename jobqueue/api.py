@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from jobqueue import dispatch, selectors, services
+from jobqueue.models import Job, Queue
+from jobqueue.serializers import (
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    QueueEntrySerializer,
+    QueueSerializer,
+)
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
+    """Your jobs (every job for staff). Filter with ?state=pending,running&queue=normal&active=true."""
+
+    serializer_class = JobSerializer
+
+    def get_queryset(self) -> Any:
+        jobs = selectors.jobs_visible_to(self.request.user).prefetch_related("allocations__gpu", "mounts")
+        params = self.request.query_params
+        return selectors.jobs_filtered(
+            jobs, state=params.get("state"), queue=params.get("queue"),
+            active=True if params.get("active") in ("1", "true") else None,
+        )
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        payload = JobSubmitSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        data["reservation_id"] = data.pop("reservation", None)
+        job = services.job_submit(owner=request.user, **data)  # type: ignore[arg-type]
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        job = services.job_cancel(job_id=job.pk, actor=request.user)  # type: ignore[arg-type]
+        return Response(JobSerializer(job).data)
+
+    @extend_schema(responses={200: {"type": "object", "properties": {"log_tail": {"type": "string"}}}})
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        """The latest log tail the agent sent; ?refresh=1 asks the node for a fresh one."""
+        job = self.get_object()
+        if request.query_params.get("refresh") in ("1", "true") and job.node and job.state in Job.ACTIVE_STATES:
+            dispatch.send_logs_request(node=job.node, job_id=job.pk)
+        return Response({"job": job.pk, "state": job.state, "log_tail": job.log_tail})
+
+    @extend_schema(responses=JobEventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        return Response(JobEventSerializer(self.get_object().events.all(), many=True).data)
+
+
+class QueueViewSet(viewsets.ReadOnlyModelViewSet[Queue]):
+    """The lab's queues and their limits."""
+
+    serializer_class = QueueSerializer
+    queryset = Queue.objects.filter(is_active=True)
+    lookup_field = "name"
+
+    @extend_schema(responses={200: {"type": "object", "properties": {
+        "waiting": {"type": "array", "items": {"type": "object"}},
+        "running": {"type": "array", "items": {"type": "object"}}}}})
+    @action(detail=False, methods=["get"])
+    def overview(self, request: Request) -> Response:
+        """Every waiting job with its position, estimated start and reason; every running job."""
+        data = selectors.queue_overview()
+        return Response({
+            "waiting": QueueEntrySerializer(data["waiting"], many=True).data,
+            "running": QueueEntrySerializer(data["running"], many=True).data,
+        })

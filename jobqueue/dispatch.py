@@ -1,0 +1,64 @@
+"""Messages from the portal to node agents, on the queue node.<name>, sent after commit."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from cluster.models import Node
+
+logger = logging.getLogger(__name__)
+
+PIDS_LIMIT = 4096
+
+
+def _send(task: str, args: list[Any], queue: str) -> None:
+    from labportal.celery import app
+
+    def send() -> None:
+        try:
+            app.send_task(task, args=args, queue=queue)
+        except Exception:  # the broker may be briefly away; the next pass or beat retries
+            logger.exception("could not send %s to %s", task, queue)
+
+    transaction.on_commit(send)
+
+
+def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
+    """The `agent.start_job` payload: everything the agent needs, nothing it must look up."""
+    uid, gid = job.owner.ensure_unix_ids()
+    mounts = [
+        {"source": m.source_for(job.owner.username), "target": m.target, "read_only": m.read_only}
+        for m in job.mounts.all()
+    ]
+    return {
+        "job_id": job.pk,
+        "image": job.image.reference,
+        "command": list(job.command),
+        "env": {**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        "gpu_uuids": [g.uuid for g in gpus],
+        "gpu_indices": sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
+        "uid": uid,
+        "gid": gid,
+        "username": job.owner.username,
+        "cpus": float(job.cpus),
+        "memory_mb": int(job.memory_mb),
+        "pids_limit": getattr(settings, "LABPORTAL_PIDS_LIMIT", PIDS_LIMIT),
+        "mounts": mounts,
+        "time_limit_s": int(job.time_limit_s),
+    }
+
+
+def send_start(*, node: Node, spec: dict[str, Any]) -> None:
+    _send("agent.start_job", [spec], node.queue_name)
+
+
+def send_stop(*, node: Node, job_id: int, grace_s: int, reason: str) -> None:
+    _send("agent.stop_job", [job_id, grace_s, reason], node.queue_name)
+
+
+def send_logs_request(*, node: Node, job_id: int, tail: int = 200) -> None:
+    _send("agent.job_logs", [job_id, tail], node.queue_name)

@@ -1,0 +1,348 @@
+"""The scheduling pass: load the cluster from the database, call the pure engine, apply the plan.
+
+Passes never overlap: each takes a row lock on the SchedulerLock row (SELECT … FOR
+UPDATE on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers). The
+partial unique index on active allocations is the last line of defence: a plan
+that would give a GPU twice cannot be committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from accounts.models import Category, User
+from cluster.models import Gpu, Node
+from jobqueue import dispatch
+from jobqueue.models import (
+    Allocation,
+    EmergencyRequest,
+    Job,
+    Queue,
+    SchedulerLock,
+    SchedulingPolicy,
+)
+from jobqueue.services import record_event
+from scheduler import model as sm
+from scheduler.engine import plan as engine_plan
+from scheduler.fairshare import UsageRecord, decayed_usage
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = "main"
+UNCATEGORISED = "uncategorised"
+RESERVATION_HORIZON = timedelta(days=14)
+# Usage older than this many half-lives weighs < 1/256 and is not loaded.
+USAGE_HALF_LIVES = 8
+
+KIND_TO_ENGINE = {Gpu.Kind.WHOLE: sm.GpuKind.WHOLE, Gpu.Kind.MIG: sm.GpuKind.MIG, Gpu.Kind.SLOT: sm.GpuKind.SLOT}
+
+
+def epoch(value: datetime) -> float:
+    return value.timestamp()
+
+
+def from_epoch(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+@dataclass
+class PassResult:
+    started: list[int]
+    preempted: list[int]
+    pending: int
+    duration_ms: float
+
+
+# --- Requests (coalesced) ------------------------------------------------------
+
+def scheduling_pass_request() -> None:
+    """Enqueue one pass after commit; while one is already requested, further requests coalesce."""
+
+    def enqueue() -> None:
+        lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
+        if SchedulerLock.objects.filter(pk=lock.pk, pass_requested=False).update(pass_requested=True):
+            from jobqueue.tasks import scheduling_pass_task
+
+            try:
+                scheduling_pass_task.apply_async(countdown=0.5)
+            except Exception:  # broker away: beat runs a pass every few seconds anyway
+                logger.exception("could not enqueue a scheduling pass")
+                SchedulerLock.objects.filter(pk=lock.pk).update(pass_requested=False)
+
+    transaction.on_commit(enqueue)
+
+
+# --- Loading the state -----------------------------------------------------------
+
+def _share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
+    by_category: dict[str, list[str]] = defaultdict(list)
+    for user in users:
+        by_category[user.category.name if user.category_id else UNCATEGORISED].append(user.username)
+    children = []
+    for category in categories:
+        members = by_category.pop(category.name, [])
+        if members:
+            children.append(
+                sm.ShareNode(
+                    name=f"category:{category.name}",
+                    shares=float(category.fairshare_weight),
+                    children=tuple(sm.ShareNode(name=u, shares=1.0) for u in sorted(members)),
+                )
+            )
+    for name, members in sorted(by_category.items()):
+        children.append(
+            sm.ShareNode(
+                name=f"category:{name}", shares=10.0,
+                children=tuple(sm.ShareNode(name=u, shares=1.0) for u in sorted(members)),
+            )
+        )
+    return sm.ShareNode(name="lab", shares=1.0, children=tuple(children))
+
+
+def _usage(now: datetime, half_life_s: float) -> dict[str, float]:
+    """Decayed GPU-seconds per user, from jobs that ran within the last few half-lives."""
+    since = now - timedelta(seconds=half_life_s * USAGE_HALF_LIVES)
+    records = []
+    rows = (
+        Job.objects.filter(started_at__isnull=False)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since))
+        .exclude(state=Job.State.LOST)
+        .values_list("owner__username", "started_at", "ended_at", "gpus", "queue__usage_factor")
+    )
+    for username, started, ended, gpus, usage_factor in rows:
+        end = ended or now
+        seconds = max(0.0, (end - started).total_seconds())
+        # Account at the midpoint, so a long job decays as the time it actually used.
+        middle = started + (end - started) / 2
+        records.append(UsageRecord(user=username, time=epoch(middle), gpu_seconds=seconds * gpus,
+                                   usage_factor=usage_factor))
+    return decayed_usage(records, epoch(now), half_life_s)
+
+
+def _users_without_credit() -> frozenset[str]:
+    try:
+        from accounts.selectors import users_without_credit
+    except ImportError:
+        return frozenset()
+    return users_without_credit()
+
+
+def _emergency_job_ids(now: datetime) -> set[int]:
+    return set(
+        EmergencyRequest.objects.filter(state=EmergencyRequest.State.APPROVED, expires_at__gt=now)
+        .values_list("jobs__id", flat=True)
+    ) - {None}
+
+
+def _reservations(now: datetime) -> list[Any]:
+    try:
+        from reservations.selectors import reservations_for_scheduler
+
+        return list(reservations_for_scheduler(now=now, horizon=RESERVATION_HORIZON))
+    except ImportError:
+        from reservations.models import Reservation
+
+        return list(
+            Reservation.objects.live().filter(end__gt=now, start__lt=now + RESERVATION_HORIZON)
+            .select_related("user").prefetch_related("gpus")
+        )
+
+
+def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
+    """The engine's view of the database at `now`."""
+    settings_row = SchedulingPolicy.current()
+    queues = list(Queue.objects.all())
+    categories = list(Category.objects.all())
+    nodes = list(Node.objects.all())
+    node_state = {
+        n.name: sm.NodeState.DOWN if n.state == Node.State.DOWN
+        else sm.NodeState.DRAINING if (n.state == Node.State.DRAINING or n.drain_requested)
+        else sm.NodeState.UP
+        for n in nodes
+    }
+    all_gpus = list(Gpu.objects.select_related("node", "parent").exclude(state=Gpu.State.MISSING))
+    parents_with_children = {g.parent_id for g in all_gpus if g.parent_id}
+    gpu_by_uuid = {g.uuid: g for g in all_gpus}
+    engine_gpus = tuple(
+        sm.Gpu(
+            id=g.uuid, node=g.node.name, model=g.model, memory_mb=g.memory_mb,
+            kind=KIND_TO_ENGINE[g.kind], parent=g.parent.uuid if g.parent_id else None,
+        )
+        for g in all_gpus
+        # A partitioned GPU is scheduled through its MIG instances or slots only.
+        if g.state == Gpu.State.AVAILABLE and g.pk not in parents_with_children
+    )
+    emergency_ids = _emergency_job_ids(now)
+    running = []
+    active = (
+        Job.objects.filter(state__in=Job.ACTIVE_STATES)
+        .select_related("owner__category", "queue")
+        .prefetch_related("allocations__gpu")
+    )
+    for job in active:
+        gpu_ids = tuple(a.gpu.uuid for a in job.allocations.all() if a.active)
+        start = job.started_at or job.dispatched_at or now
+        running.append(
+            sm.RunningJob(
+                id=job.pk, user=job.owner.username, queue=job.queue.name, gpu_ids=gpu_ids,
+                start_time=epoch(start), time_limit_s=float(job.time_limit_s),
+                predicted_runtime_s=float(job.predicted_runtime_s) if job.predicted_runtime_s else None,
+                preemptible=job.preemptible,
+                category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
+                reservation_id=job.reservation_id, emergency=job.pk in emergency_ids,
+            )
+        )
+    pending = []
+    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).select_related("owner__category", "queue")
+    for job in waiting:
+        pending.append(
+            sm.PendingJob(
+                id=job.pk, user=job.owner.username, queue=job.queue.name,
+                submit_time=epoch(job.submitted_at), gpus=job.gpus, shared_slot=job.shared_slot,
+                min_memory_mb=job.min_gpu_memory_mb, gpu_model=job.gpu_model or None,
+                time_limit_s=float(job.time_limit_s),
+                predicted_runtime_s=float(job.predicted_runtime_s) if job.predicted_runtime_s else None,
+                reservation_id=job.reservation_id, emergency=job.pk in emergency_ids,
+                preemptible=job.preemptible, held=job.state == Job.State.HELD,
+                category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
+            )
+        )
+    reservations = tuple(
+        sm.Reservation(
+            id=r.pk, user=r.user.username, gpu_ids=tuple(g.uuid for g in r.gpus.all()),
+            start=epoch(r.start), end=epoch(r.end),
+        )
+        for r in _reservations(now)
+    )
+    users = list(User.objects.filter(is_active=True).select_related("category"))
+    half_life_s = settings_row.usage_half_life_days * 86400
+    state = sm.ClusterState(
+        nodes=tuple(sm.Node(name=n.name, state=node_state[n.name]) for n in nodes),
+        gpus=engine_gpus,
+        pending=tuple(pending),
+        running=tuple(running),
+        reservations=reservations,
+        share_tree=_share_tree(users, categories),
+        usage=_usage(now, half_life_s),
+        users_without_credit=_users_without_credit(),
+    )
+    policy = sm.Policy(
+        weight_age=settings_row.weight_age,
+        weight_fairshare=settings_row.weight_fairshare,
+        weight_queue=settings_row.weight_queue,
+        weight_category=settings_row.weight_category,
+        weight_size=settings_row.weight_size,
+        max_age_s=settings_row.max_age_days * 86400,
+        half_life_s=half_life_s,
+        queues={
+            q.name: sm.QueuePolicy(
+                name=q.name, tier=q.tier, priority_factor=q.priority_factor, usage_factor=q.usage_factor,
+                max_gpus_per_job=q.max_gpus_per_job, max_wall_s=float(q.max_time_limit_s),
+                max_running_jobs_per_user=q.max_running_jobs_per_user,
+                max_running_gpus_per_user=q.max_running_gpus_per_user,
+            )
+            for q in queues
+        },
+        categories={
+            c.name: sm.CategoryPolicy(name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus)
+            for c in categories
+        },
+    )
+    return state, policy, gpu_by_uuid
+
+
+# --- The pass ------------------------------------------------------------------------
+
+def scheduling_pass(*, now: datetime | None = None) -> PassResult:
+    """Run one pass: decide starts and preemptions, store positions and estimates, dispatch on commit."""
+    began = time.perf_counter()
+    with transaction.atomic():
+        lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
+        lock = SchedulerLock.objects.select_for_update().get(pk=lock.pk)
+        SchedulerLock.objects.filter(pk=lock.pk).update(pass_requested=False)
+        now = now or timezone.now()
+        state, policy, gpu_by_uuid = build_engine_input(now)
+        result = engine_plan(state, policy, epoch(now))
+        started = _apply_starts(result.starts, gpu_by_uuid, now)
+        preempted = _apply_preemptions(result.preemptions)
+        _store_pending_info(result, now)
+        duration_ms = (time.perf_counter() - began) * 1000
+        SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=duration_ms)
+    return PassResult(started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms)
+
+
+def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: datetime) -> list[int]:
+    if not starts:
+        return []
+    jobs = {
+        j.pk: j
+        for j in Job.objects.select_for_update()
+        .filter(pk__in=[s.job_id for s in starts], state=Job.State.PENDING)
+        .select_related("owner", "image", "queue")
+    }
+    started = []
+    allocations = []
+    for start in starts:
+        job = jobs.get(start.job_id)
+        if job is None:
+            continue  # cancelled or held since the state was loaded
+        gpus = [gpu_by_uuid[g] for g in start.gpu_ids]
+        node = gpus[0].node
+        job.state = Job.State.DISPATCHED
+        job.node = node
+        job.dispatched_at = now
+        job.queue_position = None
+        job.pending_reason = ""
+        job.save(update_fields=["state", "node", "dispatched_at", "queue_position", "pending_reason"])
+        allocations.extend(Allocation(job=job, gpu=g, allocated_at=now) for g in gpus)
+        record_event(
+            job, "dispatched",
+            _("Sent to %(node)s on %(gpus)s.") % {"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
+            data={"gpu_uuids": list(start.gpu_ids)},
+        )
+        dispatch.send_start(node=node, spec=dispatch.start_spec(job, gpus))
+        started.append(job.pk)
+    # One statement: the partial unique index refuses the whole pass if any GPU is taken.
+    Allocation.objects.bulk_create(allocations)
+    return started
+
+
+def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
+    from jobqueue.services import job_request_stop
+
+    done = []
+    for preemption in preemptions:
+        job = Job.objects.filter(pk=preemption.job_id, preemptible=True, state__in=Job.ACTIVE_STATES).first()
+        if job is None or job.stop_requested_at is not None:
+            continue
+        job_request_stop(job_id=job.pk, reason="preempted")
+        record_event(
+            job, "preempting",
+            _("Preempted for an %(why)s; it will be requeued with its original place.") % {
+                "why": _("emergency") if preemption.reason == "emergency" else _("reservation")},
+        )
+        done.append(job.pk)
+    return done
+
+
+def _store_pending_info(result: sm.Plan, now: datetime) -> None:
+    if not result.pending:
+        return
+    jobs = list(Job.objects.filter(pk__in=list(result.pending), state__in=Job.WAITING_STATES))
+    for job in jobs:
+        info = result.pending[job.pk]
+        job.queue_position = info.position
+        job.estimated_start = from_epoch(max(info.estimated_start, epoch(now))) if info.estimated_start is not None else None
+        job.pending_reason = str(info.reason)
+        job.priority = round(info.priority, 3)
+    Job.objects.bulk_update(jobs, ["queue_position", "estimated_start", "pending_reason", "priority"], batch_size=500)

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from jobqueue.models import Job, JobEvent, Queue
+
+
+class QueueSerializer(serializers.ModelSerializer[Queue]):
+    class Meta:
+        model = Queue
+        fields = ["name", "title", "description", "tier", "credit_rate", "max_gpus_per_job",
+                  "max_time_limit_s", "default_time_limit_s", "max_running_jobs_per_user",
+                  "max_running_gpus_per_user", "requires_grant", "allows_shared_slots"]
+
+
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+    class Meta:
+        model = JobEvent
+        fields = ["kind", "message", "data", "created_at"]
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    queue = serializers.CharField(source="queue.name", read_only=True)
+    image = serializers.CharField(source="image.reference", read_only=True)
+    node = serializers.CharField(source="node.name", read_only=True, default=None)
+    gpu_uuids = serializers.SerializerMethodField()
+    mounts = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    pending_reason_text = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "owner", "queue", "image", "command", "env", "mounts", "gpus", "shared_slot",
+                  "min_gpu_memory_mb", "gpu_model", "cpus", "memory_mb", "time_limit_s", "preemptible",
+                  "reservation", "state", "node", "gpu_uuids", "submitted_at", "started_at", "ended_at",
+                  "exit_code", "end_reason", "queue_position", "estimated_start", "pending_reason",
+                  "pending_reason_text", "predicted_runtime_s"]
+        read_only_fields = fields
+
+    def get_gpu_uuids(self, job: Job) -> list[str]:
+        return [a.gpu.uuid for a in job.allocations.all()]
+
+
+class JobSubmitSerializer(serializers.Serializer[Any]):
+    """What a script sends to submit a job; the service checks the lab's rules."""
+
+    queue = serializers.CharField(default="normal")
+    image = serializers.CharField()
+    command = serializers.JSONField(help_text="An argument list, or one string split like a shell would.")
+    gpus = serializers.IntegerField(default=1, min_value=1, max_value=64)
+    shared_slot = serializers.BooleanField(default=False)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
+    mounts = serializers.ListField(child=serializers.CharField(), default=list)
+    time_limit_s = serializers.IntegerField(required=False, min_value=1)
+    min_gpu_memory_mb = serializers.IntegerField(default=0, min_value=0)
+    gpu_model = serializers.CharField(default="", allow_blank=True)
+    cpus = serializers.DecimalField(default=4, max_digits=5, decimal_places=2, min_value=0.1)
+    memory_mb = serializers.IntegerField(default=16384, min_value=64)
+    name = serializers.CharField(default="", allow_blank=True, max_length=120)
+    reservation = serializers.IntegerField(required=False, allow_null=True)
+    preemptible = serializers.BooleanField(default=False)
+
+    def validate_command(self, value: Any) -> Any:
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(p, str | int | float) for p in value)):
+            return value
+        raise serializers.ValidationError("Give the command as a list of strings or as one string.")
+
+
+class QueueEntrySerializer(serializers.Serializer[Any]):
+    """A job as every member may see it in the queue: owner, size and queue, never command or env."""
+
+    id = serializers.IntegerField(source="pk")
+    owner = serializers.CharField(source="owner.username")
+    queue = serializers.CharField(source="queue.name")
+    gpus = serializers.IntegerField()
+    shared_slot = serializers.BooleanField()
+    state = serializers.CharField()
+    queue_position = serializers.IntegerField(allow_null=True)
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    pending_reason = serializers.CharField()
+    pending_reason_text = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    expected_end = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,578 @@
+"""Job workflows: submit, cancel, requeue, stop, agent events, limits.
+
+Every transition runs in a transaction, writes a JobEvent and is idempotent
+against events an agent sends twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from accounts.models import User
+from cluster.models import Gpu, Node
+from jobqueue import dispatch
+from jobqueue.errors import (
+    GrantRequired,
+    ImageNotAllowed,
+    InvalidTransition,
+    JobRefused,
+    MountNotAllowed,
+    NotJobOwner,
+    QueueNotFound,
+    QuotaExceeded,
+    ReservationNotUsable,
+    TimeLimitTooLong,
+    TooManyGpus,
+)
+from jobqueue.models import (
+    Allocation,
+    ContainerImage,
+    Job,
+    JobEvent,
+    PriorityGrant,
+    Queue,
+    SchedulingPolicy,
+    VolumeMount,
+)
+
+logger = logging.getLogger(__name__)
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABPORTAL_JOB_ID"}
+MAX_COMMAND_CHARS = 8000
+MAX_ENV_VARS = 64
+LOG_TAIL_CHARS = 64_000
+
+
+def _humanize_seconds(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return _("%(n)d h") % {"n": seconds // 3600}
+    if seconds % 60 == 0:
+        return _("%(n)d min") % {"n": seconds // 60}
+    return _("%(n)d s") % {"n": seconds}
+
+
+def record_event(
+    job: Job,
+    kind: str,
+    message: str = "",
+    *,
+    data: Mapping[str, Any] | None = None,
+    actor: User | None = None,
+    event_id: str | None = None,
+    at: datetime | None = None,
+) -> JobEvent:
+    return JobEvent.objects.create(
+        job=job,
+        kind=kind,
+        message=message,
+        data=dict(data or {}),
+        actor=actor,
+        event_id=event_id,
+        created_at=at or timezone.now(),
+    )
+
+
+def _parse_command(command: str | Iterable[str]) -> list[str]:
+    if isinstance(command, str):
+        if len(command) > MAX_COMMAND_CHARS:
+            raise JobRefused(_("The command is longer than %(n)d characters; put it in a script.") % {"n": MAX_COMMAND_CHARS})
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise JobRefused(
+                _("The command could not be parsed (%(error)s). Check its quotes.") % {"error": exc}
+            ) from None
+    else:
+        argv = [str(part) for part in command]
+    if not argv or not argv[0].strip():
+        raise JobRefused(_("The command is empty. Give the program to run, e.g. python train.py."))
+    return argv
+
+
+def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise JobRefused(_("The environment must be a list of NAME=value pairs."))
+    if len(env) > MAX_ENV_VARS:
+        raise JobRefused(_("At most %(n)d environment variables are allowed.") % {"n": MAX_ENV_VARS})
+    cleaned: dict[str, str] = {}
+    for name, value in env.items():
+        if not ENV_NAME.match(str(name)):
+            raise JobRefused(
+                _("“%(name)s” is not a valid environment variable name: use letters, digits and _, not starting with a digit.")
+                % {"name": name}
+            )
+        if name in RESERVED_ENV:
+            raise JobRefused(
+                _("%(name)s is set by LabPortal to the job's GPUs; remove it from the environment.") % {"name": name}
+            )
+        cleaned[str(name)] = str(value)
+    return cleaned
+
+
+def largest_node_capacity(*, shared_slot: bool, min_memory_mb: int, gpu_model: str) -> int:
+    """The most matching GPU units any one node that takes work could ever give a job."""
+    units = Gpu.objects.filter(node__state__in=[Node.State.UP, Node.State.DRAINING]).exclude(
+        state=Gpu.State.MISSING
+    )
+    if shared_slot:
+        units = units.filter(kind=Gpu.Kind.SLOT)
+    else:
+        units = units.exclude(kind=Gpu.Kind.SLOT).filter(children__isnull=True)
+    if min_memory_mb:
+        units = units.filter(memory_mb__gte=min_memory_mb)
+    if gpu_model:
+        units = units.filter(model__icontains=gpu_model)
+    best = units.values("node").annotate(n=Count("id")).aggregate(m=Max("n"))["m"]
+    return int(best or 0)
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    owner: User,
+    queue: str | Queue,
+    image: str,
+    command: str | Iterable[str],
+    gpus: int = 1,
+    shared_slot: bool = False,
+    env: Mapping[str, Any] | None = None,
+    mounts: Iterable[str] = (),
+    time_limit_s: int | None = None,
+    min_gpu_memory_mb: int = 0,
+    gpu_model: str = "",
+    cpus: Decimal | float | int = Decimal("4"),
+    memory_mb: int = 16384,
+    name: str = "",
+    reservation_id: int | None = None,
+    preemptible: bool = False,
+) -> Job:
+    """Validate a job against the lab's rules and queue it; every refusal says what to change."""
+    queue_obj = _queue_for_submit(queue)
+    image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
+    if image_obj is None:
+        allowed = ", ".join(ContainerImage.objects.filter(enabled=True).values_list("reference", flat=True)[:10])
+        raise ImageNotAllowed(
+            _("The image “%(image)s” is not on the lab's allowlist. Use one of: %(allowed)s — or ask an admin to add it.")
+            % {"image": image, "allowed": allowed or _("(none yet)")}
+        )
+    argv = _parse_command(command)
+    clean_env = _clean_env(env)
+    gpus = int(gpus)
+    if shared_slot:
+        if not queue_obj.allows_shared_slots:
+            raise JobRefused(
+                _("The %(queue)s queue does not use shared GPU slots; submit to the debug queue or ask for whole GPUs.")
+                % {"queue": queue_obj.name}
+            )
+        gpus = 1
+    if gpus < 1:
+        raise JobRefused(_("A job needs at least one GPU."))
+    if gpus > queue_obj.max_gpus_per_job:
+        raise TooManyGpus(
+            _("The %(queue)s queue allows at most %(max)d GPUs per job; ask for fewer.")
+            % {"queue": queue_obj.name, "max": queue_obj.max_gpus_per_job}
+        )
+    category = owner.category
+    if category is not None and gpus > category.max_concurrent_gpus:
+        raise TooManyGpus(
+            _("Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.")
+            % {"category": category.name, "max": category.max_concurrent_gpus}
+        )
+    capacity = largest_node_capacity(shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model)
+    if gpus > capacity:
+        if capacity == 0:
+            raise TooManyGpus(
+                _("No GPU in the lab matches this request (model “%(model)s”, at least %(mem)d MiB%(slot)s). Relax the constraints.")
+                % {"model": gpu_model or _("any"), "mem": min_gpu_memory_mb,
+                   "slot": _(", shared slot") if shared_slot else ""}
+            )
+        raise TooManyGpus(
+            _("No node has %(gpus)d matching GPUs; the largest has %(capacity)d. A job's GPUs must be on one node, so ask for at most %(capacity)d.")
+            % {"gpus": gpus, "capacity": capacity}
+        )
+    limit = int(time_limit_s) if time_limit_s else queue_obj.default_time_limit_s
+    if limit <= 0:
+        raise JobRefused(_("The time limit must be positive."))
+    if limit > queue_obj.max_time_limit_s:
+        raise TimeLimitTooLong(
+            _("The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue.")
+            % {"queue": queue_obj.name, "max": _humanize_seconds(queue_obj.max_time_limit_s)}
+        )
+    if category is not None:
+        waiting = Job.objects.filter(owner=owner).pending().count()
+        if waiting >= category.max_queued_jobs:
+            raise QuotaExceeded(
+                _("You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start.")
+                % {"n": waiting}
+            )
+    if queue_obj.requires_grant and not _has_grant(owner, queue_obj):
+        raise GrantRequired(
+            _("The %(queue)s queue needs an approved priority grant. Apply for one (reason and deadline), or submit to the normal queue.")
+            % {"queue": queue_obj.name}
+        )
+    mount_objs = _mounts_for(owner, mounts)
+    reservation = _reservation_for(owner, reservation_id, gpus) if reservation_id else None
+    try:
+        cpus_value = Decimal(str(cpus))
+    except ArithmeticError:
+        raise JobRefused(_("CPUs must be a number, e.g. 4 or 0.5.")) from None
+    if cpus_value <= 0 or memory_mb <= 0:
+        raise JobRefused(_("CPUs and memory must be positive."))
+
+    job = Job.objects.create(
+        owner=owner,
+        queue=queue_obj,
+        name=name[:120],
+        image=image_obj,
+        command=argv,
+        env=clean_env,
+        gpus=gpus,
+        shared_slot=shared_slot,
+        min_gpu_memory_mb=min_gpu_memory_mb,
+        gpu_model=gpu_model,
+        cpus=cpus_value,
+        memory_mb=memory_mb,
+        time_limit_s=limit,
+        preemptible=preemptible,
+        reservation=reservation,
+        state=Job.State.PENDING,
+        pending_reason="priority",
+    )
+    job.mounts.set(mount_objs)
+    record_event(job, "submitted", _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name}, actor=owner)
+    request_scheduling_pass()
+    return job
+
+
+def _queue_for_submit(queue: str | Queue) -> Queue:
+    if isinstance(queue, Queue):
+        return queue
+    queue_obj = Queue.objects.filter(name=queue, is_active=True).first()
+    if queue_obj is None:
+        names = ", ".join(Queue.objects.filter(is_active=True).values_list("name", flat=True))
+        raise QueueNotFound(
+            _("There is no open queue called “%(queue)s”. Choose one of: %(names)s.") % {"queue": queue, "names": names}
+        )
+    return queue_obj
+
+
+def _has_grant(owner: User, queue: Queue) -> bool:
+    return PriorityGrant.objects.filter(
+        user=owner, queue=queue, state=PriorityGrant.State.APPROVED, deadline__gt=timezone.now()
+    ).exists()
+
+
+def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:
+    wanted = [n for n in dict.fromkeys(names) if n]
+    found = {m.name: m for m in VolumeMount.objects.filter(name__in=wanted, enabled=True)}
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        allowed = ", ".join(VolumeMount.objects.filter(enabled=True).values_list("name", flat=True))
+        raise MountNotAllowed(
+            _("These mounts are not on the lab's allowlist: %(missing)s. Allowed: %(allowed)s.")
+            % {"missing": ", ".join(missing), "allowed": allowed or _("(none)")}
+        )
+    for mount in found.values():
+        try:
+            mount.source_for(owner.username)
+        except ValueError:
+            raise MountNotAllowed(
+                _("The mount %(name)s cannot be used with your user name; ask an admin.") % {"name": mount.name}
+            ) from None
+    return [found[n] for n in wanted]
+
+
+def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
+    from reservations.models import Reservation
+
+    reservation = Reservation.objects.live().filter(pk=reservation_id).first()
+    if reservation is None or reservation.user_id != owner.pk:
+        raise ReservationNotUsable(
+            _("Reservation %(id)s is not one of your current bookings. Pick one from My reservations.") % {"id": reservation_id}
+        )
+    if reservation.end <= timezone.now():
+        raise ReservationNotUsable(_("That reservation has already ended."))
+    booked = reservation.gpus.count()
+    if gpus > booked:
+        raise ReservationNotUsable(
+            _("The reservation holds %(booked)d GPUs; ask for at most that many.") % {"booked": booked}
+        )
+    return reservation
+
+
+# --- Scheduling triggers ----------------------------------------------------
+
+def request_scheduling_pass() -> None:
+    """Ask for a scheduling pass after this transaction commits; requests coalesce."""
+    from jobqueue.scheduling import scheduling_pass_request
+
+    scheduling_pass_request()
+
+
+# --- Cancel, stop, requeue ---------------------------------------------------
+
+def _locked_job(job_id: int) -> Job:
+    return Job.objects.select_for_update().select_related("node", "owner", "queue").get(pk=job_id)
+
+
+@transaction.atomic
+def job_cancel(*, job_id: int, actor: User) -> Job:
+    """Cancel a job: at once if it waits; a running one is stopped (SIGTERM, grace, SIGKILL)."""
+    job = _locked_job(job_id)
+    if job.owner_id != actor.pk and not actor.is_staff:
+        raise NotJobOwner(_("Only the job's owner or an admin can cancel it."))
+    if job.is_final:
+        raise InvalidTransition(_("Job %(id)d has already ended (%(state)s).") % {"id": job.pk, "state": job.get_state_display()})
+    if job.state in Job.WAITING_STATES or job.state == Job.State.PREEMPTED:
+        job.state = Job.State.CANCELLED
+        job.ended_at = timezone.now()
+        job.end_reason = "cancelled"
+        job.queue_position = None
+        job.estimated_start = None
+        job.save(update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"])
+        record_event(job, "cancelled", _("Cancelled before it started."), actor=actor)
+        request_scheduling_pass()
+        return job
+    _request_stop(job, reason="cancelled", message=_("Cancel requested; stopping the container."), actor=actor)
+    return job
+
+
+@transaction.atomic
+def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> Job:
+    """Stop a running job (SIGTERM, grace, SIGKILL); `reason` is recorded as its end reason."""
+    job = _locked_job(job_id)
+    if job.state not in Job.ACTIVE_STATES:
+        return job
+    _request_stop(job, reason=reason, message=_("Stop requested: %(reason)s.") % {"reason": reason}, actor=actor)
+    return job
+
+
+def _request_stop(job: Job, *, reason: str, message: str, actor: User | None) -> None:
+    if job.stop_requested_at is None:
+        job.stop_requested_at = timezone.now()
+        job.end_reason = reason
+        job.save(update_fields=["stop_requested_at", "end_reason"])
+        record_event(job, "stop_requested", message, actor=actor, data={"reason": reason})
+    grace = SchedulingPolicy.current().stop_grace_s
+    if job.node is not None:
+        dispatch.send_stop(node=job.node, job_id=job.pk, grace_s=grace, reason=reason)
+
+
+@transaction.atomic
+def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
+    """Put a preempted or lost-in-dispatch job back in its queue with its original submit time."""
+    job = _locked_job(job_id)
+    if job.state not in (Job.State.PREEMPTED, Job.State.DISPATCHED, Job.State.RUNNING):
+        raise InvalidTransition(_("Only a preempted or running job can be requeued."))
+    _release(job)
+    job.state = Job.State.PENDING
+    job.node = None
+    job.started_at = job.dispatched_at = job.stop_requested_at = None
+    job.container_id = ""
+    job.end_reason = ""
+    job.save()
+    record_event(job, "requeued", _("Back in the queue: %(reason)s.") % {"reason": reason}, actor=actor)
+    request_scheduling_pass()
+    return job
+
+
+def _release(job: Job, at: datetime | None = None) -> None:
+    Allocation.objects.filter(job=job, active=True).update(active=False, released_at=at or timezone.now())
+
+
+def _finish(job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = "") -> None:
+    job.state = state
+    job.ended_at = at
+    job.exit_code = exit_code
+    if reason:
+        job.end_reason = reason
+    _release(job, at)
+    job.save()
+    request_scheduling_pass()
+    _after_final(job)
+
+
+def _after_final(job: Job) -> None:
+    """Credits settle on commit; refunds for system failures are the credits service's call."""
+    job_id, state = job.pk, job.state
+
+    def settle() -> None:
+        try:
+            from accounts import services as credit_services
+        except ImportError:  # pragma: no cover - credits not installed
+            return
+        if state == Job.State.LOST and hasattr(credit_services, "credits_refund_job"):
+            credit_services.credits_refund_job(job_id=job_id, reason=_("The node running it was lost."))
+        elif job.started_at is not None and hasattr(credit_services, "credits_settle_job"):
+            credit_services.credits_settle_job(job_id=job_id)
+
+    transaction.on_commit(settle)
+
+
+# --- Agent events -------------------------------------------------------------
+
+@transaction.atomic
+def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
+    """Apply an agent's event (started / exited / start_failed). The same event twice changes nothing."""
+    event_id = str(event.get("event_id") or "")
+    job_id = event.get("job_id")
+    kind = event.get("kind")
+    if not event_id or not isinstance(job_id, int) or kind not in ("started", "exited", "start_failed"):
+        logger.warning("malformed job event from %s: %r", node_name, event)
+        return
+    if JobEvent.objects.filter(event_id=event_id).exists():
+        return
+    job = Job.objects.select_for_update().select_related("node").filter(pk=job_id).first()
+    if job is None or job.node is None or job.node.name != node_name:
+        logger.warning("event for job %s refused: not on node %s", job_id, node_name)
+        return
+    at = _event_time(event)
+    log_tail = str(event.get("log_tail") or "")[-LOG_TAIL_CHARS:]
+    if log_tail:
+        job.log_tail = log_tail
+    if kind == "started":
+        if job.state == Job.State.DISPATCHED:
+            job.state = Job.State.RUNNING
+            job.started_at = at
+            job.container_id = str(event.get("container_id") or "")[:80]
+            job.queue_position = None
+            job.save()
+        record_event(job, "started", _("Running on %(node)s.") % {"node": node_name}, event_id=event_id, at=at,
+                     data={"container_id": job.container_id})
+        return
+    if kind == "start_failed":
+        reason = str(event.get("reason") or _("the container could not start"))[:200]
+        record_event(job, "start_failed", _("Could not start: %(reason)s") % {"reason": reason}, event_id=event_id, at=at)
+        if not job.is_final:
+            _finish(job, Job.State.FAILED, at=at, reason=reason)
+        return
+    # exited
+    exit_code = event.get("exit_code")
+    exit_code = int(exit_code) if isinstance(exit_code, int) else None
+    record_event(job, "exited", _("Exited with code %(code)s.") % {"code": exit_code}, event_id=event_id, at=at,
+                 data={"exit_code": exit_code})
+    if job.is_final:
+        return
+    if job.started_at is None:
+        job.started_at = job.dispatched_at or at
+    if job.end_reason == "preempted":
+        _release(job, at)
+        job.state = Job.State.PENDING
+        job.node = None
+        job.started_at = job.dispatched_at = job.stop_requested_at = None
+        job.end_reason = ""
+        job.save()
+        record_event(job, "requeued", _("Preempted and back in the queue with its original place."), at=at)
+        request_scheduling_pass()
+        return
+    if job.end_reason == "timed_out":
+        state = Job.State.TIMED_OUT
+    elif job.end_reason == "cancelled":
+        state = Job.State.CANCELLED
+    elif exit_code == 0:
+        state = Job.State.COMPLETED
+    else:
+        state = Job.State.FAILED
+    _finish(job, state, at=at, exit_code=exit_code)
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime:
+    now = timezone.now()
+    ts = event.get("ts")
+    if isinstance(ts, int | float):
+        at = datetime.fromtimestamp(float(ts), tz=UTC)
+        # An agent's clock may drift; never record an event in the future.
+        return min(at, now)
+    return now
+
+
+def job_logs_store(*, job_id: int, text: str) -> None:
+    """Keep the latest tail of a job's log that its agent sent."""
+    Job.objects.filter(pk=job_id).update(log_tail=str(text)[-LOG_TAIL_CHARS:])
+
+
+@transaction.atomic
+def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
+    """Jobs on a node that stayed down past the grace period become `lost` (refunded by credits)."""
+    now = timezone.now()
+    count = 0
+    for job in Job.objects.select_for_update().filter(node_id=node_id, state__in=Job.ACTIVE_STATES):
+        record_event(job, "lost", _("Lost: %(reason)s") % {"reason": reason})
+        _finish(job, Job.State.LOST, at=now, reason=reason)
+        count += 1
+    return count
+
+
+# --- Time limits ---------------------------------------------------------------
+
+def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
+    """Warn at the soft limit (the time limit); stop at the hard limit (limit + admin's grace)."""
+    now = now or timezone.now()
+    policy = SchedulingPolicy.current()
+    warned = stopped = 0
+    running = Job.objects.filter(state=Job.State.RUNNING, started_at__isnull=False)
+    for job in running.select_related("owner", "node").only(
+        "id", "owner", "node", "started_at", "time_limit_s", "soft_warned_at", "stop_requested_at", "name", "command"
+    ):
+        assert job.started_at is not None
+        limit_at = job.started_at + timedelta(seconds=job.time_limit_s)
+        if now >= limit_at and job.soft_warned_at is None:
+            if Job.objects.filter(pk=job.pk, soft_warned_at__isnull=True).update(soft_warned_at=now):
+                warned += 1
+                _warn_soft_limit(job, policy)
+        if (
+            policy.hard_limit_grace_s is not None
+            and now >= limit_at + timedelta(seconds=policy.hard_limit_grace_s)
+            and job.stop_requested_at is None
+        ):
+            job_request_stop(job_id=job.pk, reason="timed_out")
+            stopped += 1
+    return {"warned": warned, "stopped": stopped}
+
+
+def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
+    if policy.hard_limit_grace_s is None:
+        body = _("Job #%(id)d reached its time limit. It keeps running; the lab's policy does not stop it.") % {"id": job.pk}
+    else:
+        body = _(
+            "Job #%(id)d reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
+        ) % {"id": job.pk, "grace": _humanize_seconds(policy.hard_limit_grace_s)}
+    record_event(job, "soft_limit", body)
+    notify_user(job.owner, kind="soft_limit", title=_("Job #%(id)d reached its time limit") % {"id": job.pk},
+                body=body, url=f"/jobs/{job.pk}/")
+
+
+def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") -> None:
+    """In the app and by email, through the notifications service when it is installed."""
+    try:
+        from accounts.services import notify
+    except ImportError:
+        from django.core.mail import send_mail
+
+        if user.email:
+            transaction.on_commit(lambda: send_mail(title, body, None, [user.email], fail_silently=True))
+        return
+    notify(user=user, kind=kind, title=title, body=body, url=url)
+
+
+def jobs_for_queue_page() -> QuerySet[Job]:
+    """Waiting and running jobs for the queue page, in queue order."""
+    return (
+        Job.objects.filter(Q(state__in=Job.WAITING_STATES) | Q(state__in=Job.ACTIVE_STATES))
+        .select_related("owner", "queue", "node")
+        .prefetch_related("allocations__gpu")
+    )

@@ -1,0 +1,20 @@
+"""Celery tasks of the jobs part: thin, take ids, safe to run twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from jobqueue import scheduling, services
+
+
+@shared_task(name="control.scheduling_pass", time_limit=120, soft_time_limit=100, ignore_result=True)
+def scheduling_pass_task() -> dict[str, Any]:
+    result = scheduling.scheduling_pass()
+    return {"started": result.started, "preempted": result.preempted, "ms": round(result.duration_ms, 1)}
+
+
+@shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
+def jobs_enforce_time_limits_task() -> dict[str, int]:
+    return services.jobs_enforce_time_limits()

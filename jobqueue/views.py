@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from jobqueue import dispatch, selectors, services
+from jobqueue.forms import JobSubmitForm
+from jobqueue.models import Job
+from labportal.errors import DomainError
+
+
+@login_required
+def job_submit(request: HttpRequest) -> HttpResponse:
+    form = JobSubmitForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        hours = data["time_limit_hours"]
+        try:
+            job = services.job_submit(
+                owner=request.user,  # type: ignore[arg-type]
+                queue=data["queue"],
+                image=data["image"].reference,
+                command=data["command"],
+                gpus=data["gpus"],
+                shared_slot=data["shared_slot"],
+                env=data["env"],
+                mounts=[m.name for m in data["mounts"]],
+                time_limit_s=int(hours * 3600) if hours else None,
+                min_gpu_memory_mb=(data["min_gpu_memory_gb"] or 0) * 1024,
+                gpu_model=data["gpu_model"],
+                cpus=data["cpus"],
+                memory_mb=data["memory_gb"] * 1024,
+                name=data["name"],
+                reservation_id=data["reservation"],
+                preemptible=data["preemptible"],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc.message))
+        else:
+            messages.success(request, _("Job #%(id)d submitted.") % {"id": job.pk})
+            return redirect("job_detail", pk=job.pk)
+    return render(request, "jobqueue/submit.html", {"form": form})
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    jobs = selectors.jobs_filtered(
+        Job.objects.filter(owner=request.user).select_related("queue", "node"),
+        state=request.GET.get("state") or None,
+    )
+    page = Paginator(jobs, 50).get_page(request.GET.get("page"))
+    return render(request, "jobqueue/job_list.html", {"page": page, "states": Job.State.choices,
+                                                       "state": request.GET.get("state", "")})
+
+
+@login_required
+def queue_overview(request: HttpRequest) -> HttpResponse:
+    template = "jobqueue/_queue_tables.html" if request.headers.get("HX-Request") else "jobqueue/queue.html"
+    return render(request, template, selectors.queue_overview())
+
+
+@login_required
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    context = {"job": job, "events": job.events.all(), "allocations": job.allocations.select_related("gpu")}
+    template = "jobqueue/_job_live.html" if request.headers.get("HX-Request") else "jobqueue/job_detail.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    try:
+        services.job_cancel(job_id=job.pk, actor=request.user)  # type: ignore[arg-type]
+    except DomainError as exc:
+        messages.error(request, str(exc.message))
+    else:
+        messages.success(request, _("Cancel requested for job #%(id)d.") % {"id": job.pk})
+    return redirect("job_detail", pk=job.pk)
+
+
+@login_required
+@require_POST
+def job_refresh_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    if job.node is not None and job.state in Job.ACTIVE_STATES:
+        dispatch.send_logs_request(node=job.node, job_id=job.pk)
+        messages.info(request, _("Asked the node for the latest log lines; they appear in a few seconds."))
+    return redirect("job_detail", pk=job.pk)
