@@ -1,0 +1,81 @@
+"""Runtime prediction from finished jobs.
+
+Jobs are keyed, most specific first, by (user, image, command shape, GPU count),
+(user, image, command shape), (user, image) and user. The most specific key with
+history answers, with the median of its recent run times. At the user level the
+user's median *fraction of the time limit used* is applied to this job's limit,
+since one user's jobs differ in length far more than their habits in asking for
+time do. No history: the time limit. Every prediction is capped at the limit.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+_PATH = re.compile(r"(?:[\w.-]*/)+[\w.-]*")
+_HEX = re.compile(r"\b[0-9a-f]{8,}\b")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def command_shape(command: str) -> str:
+    """Normalise a command so that runs of the same script with other paths, seeds or
+    hyper-parameters share a key: paths become ``<path>``, numbers ``#``."""
+    shape = _PATH.sub("<path>", command.strip().lower())
+    shape = _HEX.sub("<hex>", shape)
+    shape = _NUMBER.sub("#", shape)
+    return _SPACE.sub(" ", shape)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFeatures:
+    """What is known of a job before it runs."""
+
+    user: str
+    image: str
+    command: str
+    gpus: int
+
+
+class RuntimePredictor:
+    """Learns run times online; ``predict`` never exceeds the time limit."""
+
+    def __init__(self, window: int = 20) -> None:
+        self.window = window
+        self._runtimes: dict[tuple[object, ...], deque[float]] = {}
+        self._fractions: dict[str, deque[float]] = {}
+
+    def _keys(self, features: JobFeatures) -> list[tuple[object, ...]]:
+        shape = command_shape(features.command)
+        return [
+            ("job", features.user, features.image, shape, features.gpus),
+            ("shape", features.user, features.image, shape),
+            ("image", features.user, features.image),
+        ]
+
+    def observe(self, features: JobFeatures, runtime_s: float, time_limit_s: float) -> None:
+        """Record a finished job's run time (and how much of its limit it used)."""
+        for key in self._keys(features):
+            history = self._runtimes.get(key)
+            if history is None:
+                history = self._runtimes[key] = deque(maxlen=self.window)
+            history.append(runtime_s)
+        if time_limit_s > 0:
+            fractions = self._fractions.get(features.user)
+            if fractions is None:
+                fractions = self._fractions[features.user] = deque(maxlen=self.window)
+            fractions.append(min(1.0, runtime_s / time_limit_s))
+
+    def predict(self, features: JobFeatures, time_limit_s: float) -> float:
+        """Predicted run time in seconds, at most ``time_limit_s``."""
+        for key in self._keys(features):
+            history = self._runtimes.get(key)
+            if history:
+                return min(time_limit_s, statistics.median(history))
+        fractions = self._fractions.get(features.user)
+        if fractions:
+            return time_limit_s * statistics.median(fractions)
+        return time_limit_s
