@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
+
+from agent.runtime import ContainerRuntime, JobSpec, JobStatus, RuntimeStartError, StartOutcome
 
 TEST_IMAGE = os.environ.get("LABPORTAL_TEST_IMAGE", "labportal/busybox:test")
 SETUP_HINT = "run `bash .ci/docker-setup.sh` to start dockerd and build the test image"
@@ -67,3 +70,52 @@ def job_spec(job_id: int, **overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+class FakeRuntime(ContainerRuntime):
+    """An in-memory runtime: jobs run until a test ends them."""
+
+    kind = "docker"
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, JobStatus] = {}
+        self.starts = 0
+        self.fail_with: str | None = None
+        self.logs_text = "out\n"
+
+    def start(self, spec: JobSpec) -> StartOutcome:
+        self.starts += 1
+        if spec.job_id in self.jobs:
+            return StartOutcome(self.jobs[spec.job_id].container_id, False, self.jobs[spec.job_id])
+        if self.fail_with:
+            raise RuntimeStartError(self.fail_with)
+        status = JobStatus(
+            job_id=spec.job_id,
+            container_id=f"c{spec.job_id}",
+            state="running",
+            started_at=100.0,
+            gpu_uuids=tuple(spec.gpu_uuids),
+        )
+        self.jobs[spec.job_id] = status
+        return StartOutcome(status.container_id, True, status)
+
+    def end(self, job_id: int, exit_code: int, **extra: object) -> None:
+        self.jobs[job_id] = replace(
+            self.jobs[job_id], state="exited", exit_code=exit_code, finished_at=200.0, **extra
+        )
+
+    def stop(self, job_id: int, grace_s: float) -> JobStatus | None:
+        if job_id not in self.jobs:
+            return None
+        if self.jobs[job_id].running:
+            self.end(job_id, 143)
+        return self.jobs[job_id]
+
+    def logs(self, job_id: int, tail: int) -> str | None:
+        return self.logs_text if job_id in self.jobs else None
+
+    def list_jobs(self) -> list[JobStatus]:
+        return list(self.jobs.values())
+
+    def remove(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
