@@ -9,8 +9,9 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import functions as db_functions
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -187,3 +188,304 @@ class PersonalAccessToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+
+
+# --- Credits ------------------------------------------------------------------
+
+
+class CreditPolicy(models.Model):
+    """The lab's credit rules: one row, edited by admins in the admin panel."""
+
+    class CarryOver(models.TextChoices):
+        NONE = "none", _("none: unused credit expires at the month's end")
+        CAPPED = "capped", _("capped: keep unused credit up to the cap")
+        FULL = "full", _("full: keep all unused credit")
+
+    base_grant = models.DecimalField(
+        _("monthly base grant"),
+        max_digits=12,
+        decimal_places=3,
+        default=Decimal("1000.000"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text=_("Credits every member gets on the 1st of the month, times their category's multiplier."),
+    )
+    carry_over = models.CharField(
+        _("carry-over of unused credit"), max_length=8, choices=CarryOver.choices, default=CarryOver.CAPPED
+    )
+    carry_over_cap = models.DecimalField(
+        _("carry-over cap"),
+        max_digits=12,
+        decimal_places=3,
+        default=Decimal("500.000"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text=_("With capped carry-over, the most unused credit a member keeps into the next month."),
+    )
+    efficiency_threshold_pct = models.FloatField(
+        _("efficiency threshold (%)"),
+        default=70.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(100.0)],
+        help_text=_("A finished job whose mean GPU utilisation is at least this earns a reward."),
+    )
+    efficiency_reward_share = models.DecimalField(
+        _("efficiency reward share"),
+        max_digits=4,
+        decimal_places=3,
+        default=Decimal("0.100"),
+        validators=[MinValueValidator(Decimal("0")), MaxValueValidator(Decimal("1"))],
+        help_text=_("The share of the job's charge given back as the reward, between 0 and 1."),
+    )
+    idle_threshold_pct = models.FloatField(
+        _("idle threshold (%)"),
+        default=5.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(100.0)],
+        help_text=_("A finished job whose mean GPU utilisation is below this is flagged as idle."),
+    )
+    low_credit_threshold = models.DecimalField(
+        _("low-credit warning threshold"),
+        max_digits=12,
+        decimal_places=3,
+        default=Decimal("100.000"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text=_("Members are warned when their balance falls to this."),
+    )
+    charge_interval_minutes = models.PositiveSmallIntegerField(
+        _("charging interval (minutes)"),
+        default=5,
+        validators=[MinValueValidator(1)],
+        help_text=_("Running jobs are charged in windows of this length."),
+    )
+    reservation_rate = models.DecimalField(
+        _("reservation rate (credits per GPU-hour)"),
+        max_digits=8,
+        decimal_places=3,
+        default=Decimal("1.000"),
+        validators=[MinValueValidator(Decimal("0"))],
+    )
+    no_show_window_minutes = models.PositiveSmallIntegerField(
+        _("no-show window (minutes)"),
+        default=30,
+        help_text=_("A booking with no job started within this many minutes of its start is a no-show."),
+    )
+    emergency_max_uses = models.PositiveSmallIntegerField(
+        _("emergency uses per period"),
+        default=2,
+        help_text=_("How many approved emergency requests each member may have per period."),
+    )
+    emergency_period_days = models.PositiveSmallIntegerField(
+        _("emergency period (days)"), default=90, validators=[MinValueValidator(1)]
+    )
+    emergency_default_hours = models.PositiveSmallIntegerField(
+        _("emergency default length (hours)"), default=24, validators=[MinValueValidator(1)]
+    )
+    emergency_max_hours = models.PositiveSmallIntegerField(
+        _("emergency longest length (hours)"), default=72, validators=[MinValueValidator(1)]
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("credit policy")
+        verbose_name_plural = _("credit policy")
+        constraints = [
+            models.CheckConstraint(condition=models.Q(id=1), name="credit_policy_singleton"),
+            models.CheckConstraint(
+                condition=models.Q(efficiency_reward_share__gte=0) & models.Q(efficiency_reward_share__lte=1),
+                name="credit_policy_reward_share_0_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return str(_("Credit policy"))
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        self.pk = 1
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def current(cls) -> CreditPolicy:
+        policy, _created = cls.objects.get_or_create(pk=1)
+        return policy
+
+    def grant_for(self, user: User) -> Decimal:
+        """The monthly grant of `user`: the base grant times their category's multiplier."""
+        multiplier = user.category.credit_multiplier if user.category_id else Decimal("1")
+        return (self.base_grant * multiplier).quantize(CREDIT_QUANTUM)
+
+    def carried_over(self, balance: Decimal) -> Decimal:
+        """What of `balance` survives into a new month. Debt always carries over."""
+        if balance <= 0 or self.carry_over == self.CarryOver.FULL:
+            return balance
+        if self.carry_over == self.CarryOver.CAPPED:
+            return min(balance, self.carry_over_cap)
+        return Decimal("0")
+
+
+CREDIT_QUANTUM = Decimal("0.001")
+
+
+class CreditAccountQuerySet(models.QuerySet["CreditAccount"]):
+    def with_ledger_sum(self) -> CreditAccountQuerySet:
+        return self.annotate(
+            ledger_sum=db_functions.Coalesce(
+                models.Sum("entries__amount"),
+                models.Value(Decimal("0")),
+                output_field=models.DecimalField(max_digits=14, decimal_places=3),
+            )
+        )
+
+    def inconsistent(self) -> CreditAccountQuerySet:
+        """Accounts whose cached balance differs from the sum of their entries (should be none)."""
+        return self.with_ledger_sum().exclude(balance=models.F("ledger_sum"))
+
+
+class CreditAccount(models.Model):
+    """A member's credits. `balance` caches the sum of the entries, updated in the same transaction."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_account"
+    )
+    balance = models.DecimalField(_("balance"), max_digits=14, decimal_places=3, default=Decimal("0"))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CreditAccountQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("credit account")
+        verbose_name_plural = _("credit accounts")
+        ordering = ["user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.balance}"
+
+    @property
+    def has_credit(self) -> bool:
+        return self.balance > 0
+
+
+class LedgerEntry(models.Model):
+    """One movement of credits. Append-only: entries are never changed or deleted."""
+
+    class Kind(models.TextChoices):
+        GRANT = "grant", _("monthly grant")
+        CHARGE = "charge", _("job charge")
+        REFUND = "refund", _("refund")
+        REWARD = "reward", _("efficiency reward")
+        RESERVATION = "reservation", _("reservation")
+        NO_SHOW = "no_show", _("no-show")
+        EXPIRY = "expiry", _("expired credit")
+        ADJUSTMENT = "adjustment", _("adjustment")
+
+    account = models.ForeignKey(CreditAccount, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, db_index=True)
+    amount = models.DecimalField(_("amount"), max_digits=14, decimal_places=3)
+    balance_after = models.DecimalField(_("balance after"), max_digits=14, decimal_places=3)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=200, unique=True)
+    job = models.ForeignKey(
+        "jobqueue.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="ledger_entries"
+    )
+    reservation = models.ForeignKey(
+        "reservations.Reservation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="ledger_entries",
+    )
+    note = models.CharField(_("note"), max_length=300, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = _("ledger entry")
+        verbose_name_plural = _("ledger entries")
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["account", "created_at"]), models.Index(fields=["job", "kind"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.amount:+}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("Ledger entries are append-only; post a new entry instead.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        raise ValueError("Ledger entries are append-only; post a new entry instead.")
+
+
+class JobEfficiency(models.Model):
+    """What the efficiency check found for one finished job; written once, when the job is settled."""
+
+    class Verdict(models.TextChoices):
+        REWARDED = "rewarded", _("rewarded")
+        ORDINARY = "ordinary", _("below the reward threshold")
+        IDLE = "idle", _("idle on its GPUs")
+        UNKNOWN = "unknown", _("no utilisation samples")
+
+    job = models.OneToOneField("jobqueue.Job", on_delete=models.CASCADE, related_name="efficiency")
+    mean_util_pct = models.FloatField(_("mean GPU utilisation (%)"), null=True, blank=True)
+    sample_count = models.PositiveIntegerField(_("samples"), default=0)
+    verdict = models.CharField(_("verdict"), max_length=16, choices=Verdict.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("job efficiency")
+        verbose_name_plural = _("job efficiencies")
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.verdict}"
+
+
+# --- Notifications ------------------------------------------------------------
+
+
+class NotificationQuerySet(models.QuerySet["Notification"]):
+    def unread(self) -> NotificationQuerySet:
+        return self.filter(read_at__isnull=True)
+
+    def for_user(self, user: object) -> NotificationQuerySet:
+        return self.filter(user=user)
+
+
+class Notification(models.Model):
+    """Something a member should know: shown under the bell and, usually, sent by email."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(_("kind"), max_length=40, db_index=True)
+    title = models.CharField(_("title"), max_length=200)
+    body = models.TextField(_("message"), blank=True)
+    url = models.CharField(_("link"), max_length=500, blank=True)
+    # Lets a caller that may run twice (a beat task, a re-delivered event) notify once.
+    dedupe_key = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(_("when"), default=timezone.now, db_index=True)
+    read_at = models.DateTimeField(_("read"), null=True, blank=True)
+    emailed_at = models.DateTimeField(_("emailed"), null=True, blank=True)
+
+    objects = NotificationQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "read_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "dedupe_key"],
+                condition=~models.Q(dedupe_key=""),
+                name="notification_dedupe_once_per_user",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def is_read(self) -> bool:
+        return self.read_at is not None
+
+    def mark_read(self) -> None:
+        if self.read_at is None:
+            self.read_at = timezone.now()
+            self.save(update_fields=["read_at"])

@@ -1,0 +1,106 @@
+"""Reads of credits and notifications that the pages, the API and the scheduler share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import QuerySet, Sum
+from django.utils import timezone
+
+from accounts.models import CreditAccount, LedgerEntry, Notification, User
+from accounts.services import next_grant_date
+
+BURN_RATE_DAYS = 7
+# What a member spends on compute: charges, bookings and no-shows, less refunds and rewards.
+SPENDING_KINDS = (
+    LedgerEntry.Kind.CHARGE,
+    LedgerEntry.Kind.RESERVATION,
+    LedgerEntry.Kind.NO_SHOW,
+    LedgerEntry.Kind.REFUND,
+    LedgerEntry.Kind.REWARD,
+)
+
+
+def users_without_credit() -> frozenset[str]:
+    """Usernames of active members whose balance is zero or less (no account counts as zero).
+
+    The scheduler orders their jobs after those of members with credit; it never blocks them.
+    """
+    with_credit = CreditAccount.objects.filter(balance__gt=0).values("user_id")
+    return frozenset(
+        User.objects.filter(is_active=True)
+        .exclude(pk__in=with_credit)
+        .values_list("username", flat=True)
+    )
+
+
+def balance_of(user: User) -> Decimal:
+    return (
+        CreditAccount.objects.filter(user=user).values_list("balance", flat=True).first()
+        or Decimal("0")
+    )
+
+
+@dataclass(frozen=True)
+class CreditSummary:
+    balance: Decimal
+    burn_per_day: Decimal
+    runs_out_at: datetime | None
+    next_grant_on: date
+
+
+def credit_summary(user: User, *, now: datetime | None = None) -> CreditSummary:
+    """The balance, the net spending per day over the last week, and when it runs out at that rate."""
+    now = now or timezone.now()
+    balance = balance_of(user)
+    spent = -(
+        LedgerEntry.objects.filter(
+            account__user=user,
+            kind__in=SPENDING_KINDS,
+            created_at__gte=now - timedelta(days=BURN_RATE_DAYS),
+            created_at__lte=now,
+        ).aggregate(s=Sum("amount"))["s"]
+        or Decimal("0")
+    )
+    burn = max(Decimal("0"), spent / BURN_RATE_DAYS).quantize(Decimal("0.001"))
+    runs_out_at = None
+    if burn > 0 and balance > 0:
+        runs_out_at = now + timedelta(days=float(balance / burn))
+    return CreditSummary(
+        balance=balance,
+        burn_per_day=burn,
+        runs_out_at=runs_out_at,
+        next_grant_on=next_grant_date(timezone.localdate(now)),
+    )
+
+
+def ledger_for(
+    user: User, *, kind: str | None = None, month: date | None = None
+) -> QuerySet[LedgerEntry]:
+    """The member's ledger, newest first, optionally one kind and/or one calendar month."""
+    qs = LedgerEntry.objects.filter(account__user=user).select_related("job", "created_by")
+    if kind:
+        qs = qs.filter(kind=kind)
+    if month:
+        qs = qs.filter(created_at__year=month.year, created_at__month=month.month)
+    return qs
+
+
+def ledger_months(user: User) -> list[date]:
+    """The months in which the member has entries, newest first (for the filter)."""
+    return [
+        d.date() if isinstance(d, datetime) else d
+        for d in LedgerEntry.objects.filter(account__user=user).dates("created_at", "month", order="DESC")
+    ]
+
+
+def unread_notification_count(user: User) -> int:
+    return Notification.objects.for_user(user).unread().count()
+
+
+def notifications_for(user: User, *, unread_only: bool = False) -> QuerySet[Notification]:
+    qs = Notification.objects.for_user(user)
+    return qs.unread() if unread_only else qs
+
