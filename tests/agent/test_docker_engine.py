@@ -1,0 +1,249 @@
+"""Against the real Docker engine: hardening, stop with grace, logs, reconcile.
+
+Uses the offline image built by ``bash .ci/docker-setup.sh``. Jobs here have
+no GPUs (there is no NVIDIA runtime), so they carry no device request; the
+request itself is checked in test_docker_requests.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.gpu import SimulatedBackend
+from agent.node import NodeAgent
+from agent.reporter import ControlReporter
+from agent.runtime import JobSpec
+from agent.runtime.docker_runtime import DockerRuntime
+from tests.agent.support import RecordingApp, job_spec, wait_until
+
+pytestmark = pytest.mark.docker
+
+TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 1; done'
+
+
+def make_agent(runtime: DockerRuntime, node_name: str) -> tuple[NodeAgent, RecordingApp]:
+    app = RecordingApp()
+    node_agent = NodeAgent(
+        node=node_name,
+        backend=SimulatedBackend(1, node_name=node_name),
+        runtime=runtime,
+        reporter=ControlReporter(app, node_name, "tok"),
+    )
+    return node_agent, app
+
+
+def test_a_job_container_is_hardened_as_docker_inspect_shows(
+    docker_runtime: DockerRuntime, docker_client: Any, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "alice"
+    data_dir.mkdir()
+    (data_dir / "input.txt").write_text("payload")
+    spec = JobSpec.from_wire(
+        job_spec(
+            101,
+            command=["sh", "-c", "id; cat /data/input.txt; echo; sleep 30"],
+            cpus=0.5,
+            memory_mb=64,
+            pids_limit=32,
+            mounts=[{"source": str(data_dir), "target": "/data", "read_only": True}],
+        )
+    )
+
+    outcome = docker_runtime.start(spec)
+    attrs = docker_client.api.inspect_container(outcome.container_id)
+    host, config = attrs["HostConfig"], attrs["Config"]
+
+    assert host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["PidsLimit"] == 32
+    assert host["Memory"] == 64 * 1024 * 1024 and host["MemorySwap"] == 64 * 1024 * 1024
+    assert host["NanoCpus"] == 500_000_000
+    assert config["User"] == "1234:2345"
+    assert {k: v for k, v in config["Labels"].items() if k.startswith("labportal.")} == {
+        "labportal.job_id": "101",
+        "labportal.node": docker_runtime._node,
+        "labportal.user": "alice",
+        "labportal.managed": "true",
+        "labportal.gpu_uuids": "",
+    }
+    # Only the spec's mount, read-only, and no other way in from the host.
+    assert not host["Binds"]
+    assert [(m["Type"], m["Source"], m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [
+        ("bind", str(data_dir), "/data", False)
+    ]
+    assert not host.get("DeviceRequests")
+    assert host["NetworkMode"] != "host" and host["PidMode"] != "host"
+    # And inside, the job really is the member's uid with the mounted file.
+    logs = wait_until(
+        lambda: "payload" in docker_runtime.logs(101, 10) and docker_runtime.logs(101, 10)
+    )
+    assert "uid=1234 gid=2345" in logs
+
+
+def test_a_mount_that_could_escape_is_refused_and_nothing_is_created(
+    docker_runtime: DockerRuntime, docker_client: Any, node_name: str
+) -> None:
+    node_agent, app = make_agent(docker_runtime, node_name)
+
+    node_agent.start_job(
+        job_spec(102, mounts=[{"source": "/srv/../etc", "target": "/x", "read_only": True}]),
+        delivery_id="d-102",
+    )
+
+    (event,) = app.events("start_failed")
+    assert "contains '..'" in event["reason"]
+    assert docker_runtime.list_jobs() == []
+
+
+def test_an_image_that_cannot_be_had_fails_to_start_and_leaves_no_container(
+    docker_runtime: DockerRuntime, node_name: str
+) -> None:
+    node_agent, app = make_agent(docker_runtime, node_name)
+
+    node_agent.start_job(job_spec(103, image="labportal/absent:never"), delivery_id="d-103")
+
+    (event,) = app.events("start_failed")
+    assert "labportal/absent:never" in event["reason"] and "could not be pulled" in event["reason"]
+    assert docker_runtime.list_jobs() == []
+
+
+def test_a_missing_program_ends_the_job_with_127_and_says_why_in_the_log_tail(
+    docker_runtime: DockerRuntime, node_name: str
+) -> None:
+    # The init process (PID 1) starts fine and then fails to exec the command,
+    # so this is an exit, not a start failure.
+    node_agent, app = make_agent(docker_runtime, node_name)
+    node_agent.start_job(job_spec(111, command=["/no/such/program"]))
+
+    def reported() -> bool:
+        node_agent.watch_once()
+        return bool(app.events("exited"))
+
+    wait_until(reported, poll_s=0.1)
+    (event,) = app.events("exited")
+    assert event["exit_code"] == 127
+    assert "/no/such/program" in event["log_tail"]
+
+
+def test_stop_gives_a_job_that_traps_sigterm_its_grace_and_it_exits_cleanly(
+    docker_runtime: DockerRuntime,
+) -> None:
+    docker_runtime.start(JobSpec.from_wire(job_spec(104, command=["sh", "-c", TRAP_TERM])))
+    wait_until(lambda: "ready" in docker_runtime.logs(104, 5))
+
+    began = time.monotonic()
+    status = docker_runtime.stop(104, grace_s=2)
+
+    assert status is not None and status.state == "exited"
+    assert status.exit_code == 0 and not status.oom_killed
+    assert time.monotonic() - began < 2  # ended on SIGTERM, before the kill deadline
+    assert docker_runtime.logs(104, 5).strip().endswith("bye")
+
+
+def test_stop_kills_a_job_that_ignores_sigterm_once_the_grace_is_over(
+    docker_runtime: DockerRuntime,
+) -> None:
+    script = 'trap "" TERM; echo ready; while true; do sleep 1; done'
+    docker_runtime.start(JobSpec.from_wire(job_spec(105, command=["sh", "-c", script])))
+    wait_until(lambda: "ready" in docker_runtime.logs(105, 5))
+
+    status = docker_runtime.stop(105, grace_s=1)
+
+    assert status is not None and status.exit_code == 137
+
+
+def test_logs_tail_and_a_second_start_starts_nothing(
+    docker_runtime: DockerRuntime, docker_client: Any, node_name: str
+) -> None:
+    spec = JobSpec.from_wire(
+        job_spec(106, command=["sh", "-c", "for i in 1 2 3 4; do echo line$i; done; sleep 30"])
+    )
+    first = docker_runtime.start(spec)
+    second = docker_runtime.start(spec)
+
+    assert first.created and not second.created
+    assert second.container_id == first.container_id
+    assert (
+        len(
+            docker_client.containers.list(
+                all=True, filters={"label": f"labportal.node={node_name}"}
+            )
+        )
+        == 1
+    )
+    assert wait_until(lambda: docker_runtime.logs(106, 2) == "line3\nline4\n")
+
+
+def test_a_restarted_agent_reattaches_to_running_jobs_and_reports_ended_ones(
+    docker_client: Any, docker_runtime: DockerRuntime, node_name: str
+) -> None:
+    before, _ = make_agent(docker_runtime, node_name)
+    before.start_job(job_spec(107, command=["sh", "-c", TRAP_TERM]))
+    before.start_job(job_spec(108, command=["sh", "-c", "echo finished; exit 7"]))
+    # The first agent dies here; job 108 ends while no agent watches.
+    wait_until(
+        lambda: any(s.job_id == 108 and s.state == "exited" for s in docker_runtime.list_jobs())
+    )
+
+    after, app = make_agent(DockerRuntime(node_name, client=docker_client), node_name)
+    after.reconcile()
+    after.heartbeat_once(now=1.0)
+
+    (ended,) = app.events("exited")
+    assert (ended["job_id"], ended["exit_code"]) == (108, 7)
+    assert "finished" in ended["log_tail"]
+    assert ended["event_id"].startswith("108:exited:")
+    assert after.running_job_ids() == [107]
+    assert app.args_of("control.node_heartbeat")[0][2]["running_job_ids"] == [107]
+
+    after.stop_job(107, 2, "cancelled by alice")
+
+    stopped = app.events("exited")[-1]
+    assert (stopped["job_id"], stopped["exit_code"]) == (107, 0)
+    assert stopped["reason"] == "stopped: cancelled by alice"
+    assert "bye" in stopped["log_tail"]
+
+
+def test_the_watcher_reports_a_job_that_ends_while_the_agent_runs(
+    docker_runtime: DockerRuntime, node_name: str
+) -> None:
+    node_agent, app = make_agent(docker_runtime, node_name)
+    node_agent.start_job(job_spec(109, command=["sh", "-c", "sleep 0.3; exit 4"]))
+
+    def reported() -> bool:
+        node_agent.watch_once()
+        return bool(app.events("exited"))
+
+    wait_until(reported, poll_s=0.1)
+    (event,) = app.events("exited")
+    assert event["exit_code"] == 4 and event["job_id"] == 109
+    node_agent.watch_once()
+    assert len(app.events("exited")) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another uid's file needs root to set up")
+def test_a_job_writes_files_on_its_mount_as_the_member(
+    docker_runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chown(out, 1234, 2345)
+    docker_runtime.start(
+        JobSpec.from_wire(
+            job_spec(
+                110,
+                command=["sh", "-c", "echo result > /out/result.txt"],
+                mounts=[{"source": str(out), "target": "/out", "read_only": False}],
+            )
+        )
+    )
+    wait_until(lambda: (out / "result.txt").exists() and (out / "result.txt").read_text())
+
+    stat = (out / "result.txt").stat()
+    assert (stat.st_uid, stat.st_gid) == (1234, 2345)
