@@ -49,7 +49,7 @@ ZERO = Decimal("0")
 
 
 @contextmanager
-def _in_language_of(user: User) -> Iterator[None]:
+def in_language_of(user: User) -> Iterator[None]:
     """Texts stored for a member are written in the member's language."""
     with translation.override(user.preferred_language or settings.LANGUAGE_CODE):
         yield
@@ -81,7 +81,7 @@ def notify(
         existing = Notification.objects.filter(user=user, dedupe_key=dedupe_key).first()
         if existing is not None:
             return existing
-    with _in_language_of(user):
+    with in_language_of(user):
         title_text, body_text = str(title)[:200], str(body)
     try:
         with transaction.atomic():
@@ -239,7 +239,7 @@ def _warn_on_threshold(user: User, before: Decimal, after: Decimal) -> None:
     if after >= before:
         return
     policy = CreditPolicy.current()
-    with _in_language_of(user):
+    with in_language_of(user):
         next_grant = next_grant_date()
         if before > 0 >= after:
             notify(
@@ -430,7 +430,7 @@ def _judge_efficiency(job: Job, ended: datetime) -> None:
     except IntegrityError:
         return
     if verdict == JobEfficiency.Verdict.IDLE:
-        with _in_language_of(job.owner):
+        with in_language_of(job.owner):
             notify(
                 user=job.owner,
                 kind="job_idle",
@@ -467,7 +467,7 @@ def credits_refund_job(*, job_id: int, reason: str) -> None:
         kind=LedgerEntry.Kind.REFUND,
         idempotency_key=f"job:{job.pk}:refund",
         job=job,
-        note=(reason or "system failure")[:300],
+        note=str(reason or "system failure")[:300],
         watch_thresholds=False,
     )
 
@@ -518,7 +518,7 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
         note=f"{first:%Y-%m}",
         watch_thresholds=False,
     )
-    with _in_language_of(user):
+    with in_language_of(user):
         notify(
             user=user,
             kind="credits_grant",
