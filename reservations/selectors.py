@@ -1,0 +1,199 @@
+"""Reads of the reservations that the scheduler, the pages and the API share."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Prefetch, Q
+from django.utils import timezone
+
+from reservations.models import Reservation
+from reservations.timegrid import overlap
+
+
+def reservations_for_scheduler(*, now: datetime, horizon: timedelta) -> list[Reservation]:
+    """Live bookings overlapping [now, now + horizon], with their GPUs (and nodes) prefetched."""
+    from cluster.models import Gpu
+
+    return list(
+        Reservation.objects.live()
+        .filter(start__lt=now + horizon, end__gt=now)
+        .select_related("user")
+        .prefetch_related(
+            Prefetch(
+                "gpus", queryset=Gpu.objects.select_related("node").order_by("node__name", "index")
+            )
+        )
+        .order_by("start", "pk")
+    )
+
+
+def reservations_of_user(*, user: Any) -> dict[str, list[Reservation]]:
+    """The member's bookings for 'My reservations': upcoming and running first, then past."""
+    mine = (
+        Reservation.objects.filter(user=user)
+        .prefetch_related(Prefetch("gpus", queryset=_gpus_with_nodes()))
+        .order_by("start")
+    )
+    live = [r for r in mine if r.is_live]
+    past = sorted((r for r in mine if not r.is_live), key=lambda r: r.start, reverse=True)[:50]
+    return {"live": live, "past": past}
+
+
+def _gpus_with_nodes():  # type: ignore[no-untyped-def]
+    from cluster.models import Gpu
+
+    return Gpu.objects.select_related("node").order_by("node__name", "index")
+
+
+# --- The calendar ------------------------------------------------------------------------
+
+
+@dataclass
+class Bar:
+    """Something drawn on a GPU's row: a booking or a running job's expected end."""
+
+    kind: str  # "mine", "other", "maintenance", "job"
+    left_pct: float
+    width_pct: float
+    title: str
+    reservation: Reservation | None = None
+    job_id: int | None = None
+
+
+@dataclass
+class GpuRow:
+    gpu: Any
+    bookable: bool
+    bars: list[Bar] = field(default_factory=list)
+
+
+@dataclass
+class NodeGroup:
+    node: Any
+    rows: list[GpuRow]
+
+
+@dataclass
+class Column:
+    start: datetime
+    busy: float  # the usual busy fraction of this hour of the week, 0..1
+    busy_level: int  # 0..4, for the shading class
+
+
+def hour_of_week(moment: datetime) -> int:
+    local = timezone.localtime(moment)
+    return local.weekday() * 24 + local.hour
+
+
+def busy_fraction_by_hour_of_week(*, now: datetime, weeks: int = 4) -> dict[int, float]:
+    """How busy each hour of the week usually is: allocated GPU-time / GPU capacity, over `weeks`.
+
+    Hour 0 is Monday 00:00 local time. Computed from Allocations (running and past).
+    """
+    from cluster.models import Gpu
+    from jobqueue.models import Allocation
+
+    since = now - timedelta(weeks=weeks)
+    capacity_gpus = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).exclude(state=Gpu.State.MISSING).count()
+    totals: dict[int, float] = defaultdict(float)
+    allocations = (
+        Allocation.objects.filter(allocated_at__lt=now)
+        .filter(Q(released_at__isnull=True) | Q(released_at__gt=since))
+        .values_list("allocated_at", "released_at", "active")
+    )
+    for allocated_at, released_at, active in allocations:
+        begin = max(allocated_at, since)
+        end = min(released_at or now, now) if not active else now
+        hour = timezone.localtime(begin).replace(minute=0, second=0, microsecond=0)
+        while hour < end:
+            next_hour = hour + timedelta(hours=1)
+            totals[hour_of_week(hour)] += overlap(begin, end, hour, next_hour).total_seconds()
+            hour = next_hour
+    if not capacity_gpus:
+        return {h: 0.0 for h in range(168)}
+    per_hour_capacity = capacity_gpus * weeks * 3600.0
+    return {h: min(1.0, totals.get(h, 0.0) / per_hour_capacity) for h in range(168)}
+
+
+def calendar_view(*, user: Any, start: datetime, days: int, now: datetime) -> dict[str, Any]:
+    """GPUs as rows grouped by node, hours as columns, with bookings and running jobs' ends."""
+    from cluster.models import Gpu, Node
+    from jobqueue.models import Allocation, Job
+
+    end = start + timedelta(days=days)
+    span = (end - start).total_seconds()
+    busy = busy_fraction_by_hour_of_week(now=now)
+    columns = []
+    hour = start
+    while hour < end:
+        fraction = busy[hour_of_week(hour)]
+        columns.append(Column(start=hour, busy=fraction, busy_level=min(4, int(fraction * 5))))
+        hour += timedelta(hours=1)
+
+    def position(a: datetime, b: datetime) -> tuple[float, float]:
+        a, b = max(a, start), min(b, end)
+        return (
+            round((a - start).total_seconds() / span * 100, 3),
+            round(max(0.0, (b - a).total_seconds()) / span * 100, 3),
+        )
+
+    gpus = list(
+        Gpu.objects.filter(kind=Gpu.Kind.WHOLE)
+        .select_related("node")
+        .order_by("node__name", "index")
+    )
+    rows = {
+        g.pk: GpuRow(
+            gpu=g, bookable=g.state == Gpu.State.AVAILABLE and g.node.state == Node.State.UP
+        )
+        for g in gpus
+    }
+    bookings = (
+        Reservation.objects.live()
+        .filter(start__lt=end, end__gt=start)
+        .select_related("user")
+        .prefetch_related("gpus")
+    )
+    for reservation in bookings:
+        if reservation.is_maintenance:
+            kind = "maintenance"
+        elif reservation.user_id == user.pk:
+            kind = "mine"
+        else:
+            kind = "other"
+        left, width = position(reservation.start, reservation.end)
+        who = reservation.user.username if (user.is_staff or kind != "other") else ""
+        for gpu in reservation.gpus.all():
+            if gpu.pk in rows:
+                rows[gpu.pk].bars.append(
+                    Bar(
+                        kind=kind,
+                        left_pct=left,
+                        width_pct=width,
+                        title=who,
+                        reservation=reservation,
+                    )
+                )
+    allocations = Allocation.objects.filter(
+        active=True, job__state__in=Job.ACTIVE_STATES
+    ).select_related("job")
+    for allocation in allocations:
+        job = allocation.job
+        began = job.started_at or allocation.allocated_at
+        expected_end = began + timedelta(seconds=job.time_limit_s)
+        if expected_end > start and began < end and allocation.gpu_id in rows:
+            left, width = position(began, expected_end)
+            rows[allocation.gpu_id].bars.append(
+                Bar(kind="job", left_pct=left, width_pct=width, title=f"#{job.pk}", job_id=job.pk)
+            )
+    groups: list[NodeGroup] = []
+    for gpu in gpus:
+        if not groups or groups[-1].node.pk != gpu.node_id:
+            groups.append(NodeGroup(node=gpu.node, rows=[]))
+        groups[-1].rows.append(rows[gpu.pk])
+    now_pct = position(now, now)[0] if start <= now < end else None
+    return {"columns": columns, "groups": groups, "start": start, "end": end, "now_pct": now_pct}
