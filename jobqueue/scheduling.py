@@ -339,9 +339,11 @@ def _store_pending_info(result: sm.Plan, now: datetime) -> None:
     if not result.pending:
         return
     jobs = list(Job.objects.filter(pk__in=list(result.pending), state__in=Job.WAITING_STATES))
-    for job in jobs:
+    # The engine numbers the whole order, started jobs included; members see their place among those waiting.
+    jobs.sort(key=lambda j: result.pending[j.pk].position)
+    for place, job in enumerate(jobs, start=1):
         info = result.pending[job.pk]
-        job.queue_position = info.position
+        job.queue_position = place
         job.estimated_start = from_epoch(max(info.estimated_start, epoch(now))) if info.estimated_start is not None else None
         job.pending_reason = str(info.reason)
         job.priority = round(info.priority, 3)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from rest_framework import serializers
@@ -56,7 +57,7 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
     time_limit_s = serializers.IntegerField(required=False, min_value=1)
     min_gpu_memory_mb = serializers.IntegerField(default=0, min_value=0)
     gpu_model = serializers.CharField(default="", allow_blank=True)
-    cpus = serializers.DecimalField(default=4, max_digits=5, decimal_places=2, min_value=0.1)
+    cpus = serializers.DecimalField(default=Decimal("4"), max_digits=5, decimal_places=2, min_value=Decimal("0.1"))
     memory_mb = serializers.IntegerField(default=16384, min_value=64)
     name = serializers.CharField(default="", allow_blank=True, max_length=120)
     reservation = serializers.IntegerField(required=False, allow_null=True)

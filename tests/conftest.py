@@ -72,3 +72,41 @@ def require_in_ci(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required in CI but is not available")
     pytest.skip(f"{what} is not available here")
+
+
+class SentTasks(list):  # type: ignore[type-arg]
+    """Celery messages the code under test sent, as (task name, args, queue)."""
+
+    def named(self, name: str) -> list[tuple[str, list[Any], str]]:
+        return [t for t in self if t[0] == name]
+
+
+@pytest.fixture(autouse=True)
+def sent_tasks(monkeypatch: pytest.MonkeyPatch) -> SentTasks:
+    """Record messages instead of sending them; end-to-end tests use real processes instead."""
+    from labportal.celery import app
+
+    sent = SentTasks()
+
+    def send_task(name: str, args: Any = None, kwargs: Any = None, queue: str | None = None, **options: Any) -> None:
+        sent.append((name, list(args or []), queue or ""))
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    from jobqueue.tasks import scheduling_pass_task
+
+    monkeypatch.setattr(scheduling_pass_task, "apply_async", lambda *a, **k: sent.append(("control.scheduling_pass", [], "control")))
+    return sent
+
+
+@pytest.fixture
+def cluster(db: Any) -> Any:
+    from tests.factories import make_cluster
+
+    return make_cluster(nodes=2, gpus_per_node=4)
+
+
+@pytest.fixture
+def image(db: Any) -> Any:
+    from tests.factories import ContainerImageFactory
+
+    return ContainerImageFactory()

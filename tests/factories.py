@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import factory
 from factory.django import DjangoModelFactory
 
 from accounts.models import Category, User
 from cluster.models import Gpu, Node
+
+if TYPE_CHECKING:
+    from jobqueue.models import ContainerImage, Queue
 
 
 class CategoryFactory(DjangoModelFactory[Category]):
@@ -50,3 +55,28 @@ class GpuFactory(DjangoModelFactory[Gpu]):
     uuid = factory.Sequence(lambda n: f"GPU-test-{n:08d}")
     model = "NVIDIA A100-SXM4-80GB"
     memory_mb = 81920
+
+
+def default_queue(name: str = "normal") -> "Queue":
+    from jobqueue.models import Queue
+
+    return Queue.objects.get(name=name)
+
+
+class ContainerImageFactory(DjangoModelFactory["ContainerImage"]):
+    class Meta:
+        model = "jobqueue.ContainerImage"
+        django_get_or_create = ("reference",)
+
+    reference = "labportal/busybox:test"
+
+
+def make_cluster(nodes: int = 2, gpus_per_node: int = 4, model: str = "NVIDIA A100-SXM4-80GB") -> list[Node]:
+    """Nodes that are up, each with whole GPUs."""
+    made = []
+    for n in range(nodes):
+        node = NodeFactory(name=f"gpu{n + 1:02d}", state=Node.State.UP)
+        for i in range(gpus_per_node):
+            GpuFactory(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model=model)
+        made.append(node)
+    return made

@@ -1,0 +1,123 @@
+"""The jobs API and pages, with alice (owner), bob (same category), charlie (outsider) and an admin."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from jobqueue.models import Job
+from tests.conftest import api_as
+from tests.jobqueue.test_submit import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def body(response: Any) -> Any:
+    return json.loads(response.content)
+
+
+def test_a_member_submits_through_the_api_and_reads_it_back(alice: Any, cluster: Any, image: Any) -> None:
+    api = api_as(alice)
+    response = api.post("/api/jobs/", {"image": "labportal/busybox:test", "command": ["echo", "hi"], "gpus": 2}, format="json")
+    assert response.status_code == 201, response.content
+    job_id = body(response)["id"]
+    assert body(api.get(f"/api/jobs/{job_id}/"))["state"] == "pending"
+    assert [j["id"] for j in body(api.get("/api/jobs/?state=pending"))["results"]] == [job_id]
+
+
+def test_a_refusal_is_a_clear_4xx_with_a_code(alice: Any, cluster: Any, image: Any) -> None:
+    response = api_as(alice).post("/api/jobs/", {"image": "evil:1", "command": "x"}, format="json")
+    assert response.status_code == 400
+    assert body(response)["code"] == "image_not_allowed"
+    assert "allowlist" in body(response)["detail"]
+    response = api_as(alice).post("/api/jobs/", {"image": "labportal/busybox:test", "command": {"a": 1}}, format="json")
+    assert response.status_code == 400
+    assert "list of strings" in json.dumps(body(response))
+
+
+def test_other_members_cannot_see_or_cancel_a_job(alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any) -> None:
+    job = submit(alice, env={"SECRET": "s3"})
+    for outsider in (bob, charlie):
+        api = api_as(outsider)
+        assert api.get(f"/api/jobs/{job.pk}/").status_code == 404
+        assert api.post(f"/api/jobs/{job.pk}/cancel/").status_code == 404
+        assert api.get(f"/api/jobs/{job.pk}/logs/").status_code == 404
+        assert body(api.get("/api/jobs/"))["results"] == []
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+
+
+def test_the_queue_overview_shows_owner_size_and_queue_but_never_command_or_env(alice: Any, charlie: Any, cluster: Any, image: Any) -> None:
+    submit(alice, env={"SECRET": "s3"}, command="python secret_project.py")
+    overview = body(api_as(charlie).get("/api/queues/overview/"))
+    [entry] = overview["waiting"]
+    assert entry["owner"] == "alice" and entry["gpus"] == 1 and entry["queue"] == "normal"
+    dumped = json.dumps(overview)
+    assert "secret_project" not in dumped and "s3" not in dumped
+
+
+def test_the_admin_sees_and_cancels_any_job(alice: Any, admin_user: Any, cluster: Any, image: Any) -> None:
+    job = submit(alice)
+    api = api_as(admin_user)
+    assert api.get(f"/api/jobs/{job.pk}/").status_code == 200
+    assert body(api.post(f"/api/jobs/{job.pk}/cancel/"))["state"] == "cancelled"
+
+
+def test_the_api_refuses_anonymous_requests(cluster: Any) -> None:
+    from rest_framework.test import APIClient
+
+    assert APIClient().get("/api/jobs/").status_code in (401, 403)
+    assert APIClient().get("/api/queues/").status_code in (401, 403)
+
+
+def test_queues_are_listed_with_their_limits(alice: Any) -> None:
+    names = [q["name"] for q in body(api_as(alice).get("/api/queues/"))["results"]]
+    assert names == ["high", "debug", "normal"]
+
+
+def test_the_openapi_schema_and_docs_are_served_locally(alice: Any, client: Client) -> None:
+    client.force_login(alice)
+    schema = client.get("/api/schema/?format=json")
+    assert schema.status_code == 200
+    assert "/api/jobs/{id}/cancel/" in json.loads(schema.content)["paths"]
+    docs = client.get("/api/docs/").content.decode()
+    assert "drf_spectacular_sidecar" in docs or "/static/" in docs
+    assert "cdn" not in docs.lower()
+
+
+def test_pages_hide_other_members_jobs_and_show_the_queue(client: Client, alice: Any, charlie: Any, cluster: Any, image: Any) -> None:
+    job = submit(alice, command="python secret_project.py")
+    client.force_login(charlie)
+    assert client.get(reverse("job_detail", args=[job.pk])).status_code == 404
+    assert client.post(reverse("job_cancel", args=[job.pk])).status_code == 404
+    queue_html = client.get(reverse("queue_overview")).content.decode()
+    assert "alice" in queue_html and "secret_project" not in queue_html
+
+
+def test_the_submit_page_shows_a_refusal_without_losing_the_input(client: Client, alice: Any, cluster: Any, image: Any) -> None:
+    client.force_login(alice)
+    response = client.post(reverse("job_submit"), {
+        "queue": "debug", "image": "labportal/busybox:test", "command": "python long.py", "gpus": 1,
+        "time_limit_hours": "5", "cpus": "4", "memory_gb": "16",
+    })
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "The debug queue allows a time limit of at most 1 h" in html
+    assert "python long.py" in html
+    assert not Job.objects.exists()
+
+
+def test_the_submit_page_queues_a_job_and_shows_it(client: Client, alice: Any, cluster: Any, image: Any) -> None:
+    client.force_login(alice)
+    response = client.post(reverse("job_submit"), {
+        "queue": "normal", "image": "labportal/busybox:test", "command": "echo hello", "gpus": 1,
+        "cpus": "2", "memory_gb": "8", "env": "A=1\nB=two",
+    })
+    job = Job.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("job_detail", args=[job.pk])
+    assert job.env == {"A": "1", "B": "two"}
+    assert "echo hello" in client.get(response["Location"]).content.decode()

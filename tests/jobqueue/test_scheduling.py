@@ -1,0 +1,131 @@
+"""The scheduling pass: engine decisions applied atomically, dispatched on commit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from cluster.models import Gpu, Node
+from jobqueue.models import Allocation, EmergencyRequest, Job
+from jobqueue.scheduling import scheduling_pass
+from tests.jobqueue.test_submit import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def run_pass(capture: Any) -> Any:
+    with capture(execute=True):
+        return scheduling_pass()
+
+
+def test_a_pass_starts_a_job_on_one_node_and_sends_it_to_that_nodes_queue(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
+) -> None:
+    job = submit(alice, gpus=2)
+    result = run_pass(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert result.started == [job.pk]
+    assert job.state == Job.State.DISPATCHED
+    gpus = [a.gpu for a in job.allocations.filter(active=True)]
+    assert len(gpus) == 2 and len({g.node_id for g in gpus}) == 1
+    [(name, [spec], queue)] = sent_tasks.named("agent.start_job")
+    assert queue == f"node.{job.node.name}"
+    assert spec["job_id"] == job.pk
+    assert sorted(spec["gpu_uuids"]) == sorted(g.uuid for g in gpus)
+    assert spec["uid"] >= 20000 and spec["username"] == "alice"
+    assert [e.kind for e in job.events.all()] == ["submitted", "dispatched"]
+
+
+def test_partly_used_nodes_are_filled_first(alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+    first = submit(alice, gpus=1)
+    run_pass(django_capture_on_commit_callbacks)
+    second = submit(bob, gpus=1)
+    run_pass(django_capture_on_commit_callbacks)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.node_id == second.node_id
+
+
+def test_waiting_jobs_get_a_position_an_estimated_start_and_a_reason(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    for _ in range(2):
+        submit(alice, gpus=4, time_limit_s=3600)
+    waiting = submit(bob, gpus=4, time_limit_s=3600)
+    run_pass(django_capture_on_commit_callbacks)
+    waiting.refresh_from_db()
+    assert waiting.state == Job.State.PENDING
+    assert waiting.queue_position == 1
+    assert waiting.pending_reason == "resources"
+    assert waiting.estimated_start is not None
+    assert timezone.now() < waiting.estimated_start <= timezone.now() + timedelta(hours=1, minutes=10)
+    assert waiting.pending_reason_text == "Waiting for GPUs to free up."
+
+
+def test_nothing_new_starts_on_a_draining_node(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+    Node.objects.filter(name="gpu01").update(state=Node.State.DRAINING, drain_requested=True)
+    Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
+    job = submit(alice, gpus=1)
+    run_pass(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+    assert job.pending_reason == "node_unavailable"
+
+
+def test_a_held_job_does_not_start(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+    job = submit(alice)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.HELD, hold_reason="waiting for approval")
+    run_pass(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == Job.State.HELD
+    assert job.pending_reason == "held"
+
+
+def test_an_approved_emergency_job_runs_first(alice: Any, bob: Any, admin_user: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+    with time_machine.travel(timezone.now() - timedelta(hours=1)):
+        early = submit(alice, gpus=8 // 2)
+        early2 = submit(alice, gpus=4)
+    submit(alice, gpus=4)
+    urgent = submit(bob, gpus=4)
+    request = EmergencyRequest.objects.create(user=bob, reason="camera-ready", state=EmergencyRequest.State.APPROVED,
+                                              expires_at=timezone.now() + timedelta(hours=6))
+    request.jobs.add(urgent)
+    run_pass(django_capture_on_commit_callbacks)
+    urgent.refresh_from_db()
+    early.refresh_from_db()
+    early2.refresh_from_db()
+    assert urgent.state == Job.State.DISPATCHED
+    assert sorted([early.state, early2.state]) == [Job.State.DISPATCHED, Job.State.PENDING]
+
+
+def test_a_gpu_cannot_hold_two_active_allocations(alice: Any, bob: Any, cluster: Any, image: Any) -> None:
+    gpu = Gpu.objects.first()
+    a, b = submit(alice), submit(bob)
+    Allocation.objects.create(job=a, gpu=gpu)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Allocation.objects.create(job=b, gpu=gpu)
+    Allocation.objects.filter(job=a).update(active=False)
+    Allocation.objects.create(job=b, gpu=gpu)
+
+
+def test_a_users_usage_lowers_their_priority(alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+    past = submit(alice, gpus=4)
+    Job.objects.filter(pk=past.pk).update(state=Job.State.COMPLETED, started_at=timezone.now() - timedelta(hours=10),
+                                          ended_at=timezone.now() - timedelta(hours=1))
+    a = submit(alice, gpus=1)
+    b = submit(bob, gpus=1)
+    Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
+    for g in Gpu.objects.filter(node__name="gpu01")[:3]:
+        blocker = submit(bob, gpus=1)
+        Job.objects.filter(pk=blocker.pk).update(state=Job.State.RUNNING, node=g.node, started_at=timezone.now())
+        Allocation.objects.create(job=blocker, gpu=g)
+    run_pass(django_capture_on_commit_callbacks)
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert b.state == Job.State.DISPATCHED
+    assert a.state == Job.State.PENDING and a.pending_reason in ("resources", "priority")
