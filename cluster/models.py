@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
@@ -15,12 +15,12 @@ class NodeQuerySet(models.QuerySet["Node"]):
     def schedulable(self) -> NodeQuerySet:
         return self.filter(state=Node.State.UP)
 
-    def silent_since(self, cutoff: timezone.datetime) -> NodeQuerySet:
+    def silent_since(self, cutoff: datetime) -> NodeQuerySet:
         return self.exclude(state=Node.State.DOWN).filter(
             models.Q(last_heartbeat__lt=cutoff) | models.Q(last_heartbeat__isnull=True)
         )
 
-    def down_with_jobs_not_yet_lost(self, cutoff: timezone.datetime) -> NodeQuerySet:
+    def down_with_jobs_not_yet_lost(self, cutoff: datetime) -> NodeQuerySet:
         """Down since before `cutoff`, and their running jobs not yet declared lost."""
         return self.filter(
             state=Node.State.DOWN, down_since__lt=cutoff, jobs_lost_at__isnull=True

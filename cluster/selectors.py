@@ -11,7 +11,6 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.db.models import Prefetch
 
 from cluster.models import Gpu, Node
 
@@ -74,18 +73,19 @@ class LiveNode:
 
 def nodes_for_live_page() -> list[LiveNode]:
     """Every node with its devices (whole GPUs and MIG instances), their users and jobs."""
-    nodes = list(
-        Node.objects.prefetch_related(
-            Prefetch("gpus", queryset=Gpu.objects.order_by("index", "kind", "uuid"))
-        )
-    )
-    all_gpus = [gpu for node in nodes for gpu in node.gpus.all()]
-    allocations = active_allocations_by_gpu(gpu.pk for gpu in all_gpus)
+    nodes = list(Node.objects.all())
+    gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
+    for gpu in Gpu.objects.order_by("index", "kind", "uuid"):
+        gpus_by_node[gpu.node_id].append(gpu)
+    allocations = active_allocations_by_gpu(gpu.pk for gpus in gpus_by_node.values() for gpu in gpus)
     live_nodes = []
     for node in nodes:
+        node_gpus = gpus_by_node[node.pk]
+        for gpu in node_gpus:
+            gpu.node = node  # the row's label names its node; no query per GPU
         rows = {gpu.pk: LiveGpu(gpu, list(allocations.get(gpu.pk, [])))
-                for gpu in node.gpus.all() if gpu.kind != Gpu.Kind.SLOT}
-        for slot in node.gpus.all():
+                for gpu in node_gpus if gpu.kind != Gpu.Kind.SLOT}
+        for slot in node_gpus:
             if slot.kind == Gpu.Kind.SLOT and slot.parent_id in rows:
                 row = rows[slot.parent_id]
                 row.slots_total += 1
