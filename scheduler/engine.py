@@ -160,6 +160,12 @@ class _Pass:
             if lst is not None:
                 lst.sort()
 
+        self.node_release = [now] * len(node_names)
+        for u in range(n):
+            if self.busy[u]:
+                node = self.unit_node[u]
+                self.node_release[node] = max(self.node_release[node], self.avail_limit[u])
+
         # Free units per usable node, and nodes bucketed by their free count so that
         # best fit (fewest free units first) is a short scan.
         self.node_free: list[list[int]] = [[] for _ in node_names]
@@ -297,22 +303,38 @@ class _Pass:
     def place_now(
         self, classes: tuple[int, ...], k: int, limit: float, owner: int, kinds: int = 3
     ) -> list[int] | None:
-        """Units on the best-fit node where a job could start now, or None."""
+        """Units on the best-fit node where a job could start now, or None.
+
+        Best fit: a partly used node before an idle one (keeps whole nodes for large
+        jobs); among those, the node whose release (its last job's end by limit) the
+        job extends least, so that long jobs gather and other nodes drain; then the
+        node with the fewest free units.
+        """
         allowed = set(classes)
         end = self.now + limit
+        best_key: tuple[int, float, int, int] | None = None
+        best: list[int] | None = None
         for count in sorted(self.buckets):
             if count < k:
                 continue
             for node in self.buckets[count]:
+                idle = 1 if count == len(self.node_units[node]) else 0
+                if best_key is not None and idle > best_key[0]:
+                    continue
                 cand = [
                     u
                     for u in self.node_free[node]
                     if self.unit_class[u] in allowed
                     and (self.blocks[u] is None or not self.blocked(u, self.now, end, owner, kinds))
                 ]
-                if len(cand) >= k:
-                    return self._order_units(cand, k)
-        return None
+                if len(cand) < k:
+                    continue
+                key = (idle, max(0.0, end - self.node_release[node]), count, node)
+                if best_key is None or key < best_key:
+                    best_key, best = key, cand
+                    if key[1] == 0.0:
+                        return self._order_units(cand, k)
+        return self._order_units(best, k) if best is not None else None
 
     def place_in(
         self, units: Iterable[int], classes: tuple[int, ...], k: int, limit: float, owner: int
@@ -364,6 +386,8 @@ class _Pass:
                     if free:
                         bisect.insort(self.buckets.setdefault(len(free), []), node)
             self.holder[u] = holder
+            node = self.unit_node[u]
+            self.node_release[node] = max(self.node_release[node], until_limit)
 
     def earliest(
         self, units_by_node: Iterable[tuple[int, list[int]]], k: int, limit: float, owner: int

@@ -1,0 +1,690 @@
+"""Trace simulator: replays a GPU workload trace through the engine and baselines.
+
+``python -m scheduler.simulate --trace ../shared/traces/alibaba2023_openb_gpu.csv \\
+    --gpus 32 --gpus-per-node 8 --policy labportal --users 30 --seed 1 --load 1.0 --json``
+
+How the trace becomes jobs (see docs/scheduler.md for the reasoning):
+
+* Pods that never started (no duration) are dropped; ``--window dense`` (default)
+  keeps the last 34.5 days (submit >= 9.9e6 s), where the arrivals are.
+* Users: a seeded Zipf draw (s = 1.1) over ``--users`` users; user rank r is in
+  category ``staff`` (r % 5 == 0), ``phd`` (r % 5 in 1..2) or ``master``.
+* Time limits: users overestimate. Each job's run time is multiplied by a seeded
+  factor 1.2 + Exp(mean 1.3) and rounded up to the next standard limit
+  (10 min, 30 min, 1 h, 2 h, 4 h, 8 h, 12 h, 24 h, 48 h, 72 h, 7 d; beyond, whole days).
+* Queues: a 1-GPU pod asking for a GPU fraction below 1 whose limit is at most 1 h
+  goes to ``debug`` on one shared slot; everything else goes to ``normal``. BE
+  (best-effort) pods are marked preemptible.
+* ``--load`` divides the inter-arrival times: 2.0 offers twice the work per hour.
+* Runtime features: the image stands for the pod's QoS class and GPU fraction (the
+  pod spec), the command for the GPU count; the trace has nothing finer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import heapq
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from scheduler.engine import plan
+from scheduler.model import (
+    ClusterState,
+    Gpu,
+    GpuKind,
+    Node,
+    PendingJob,
+    Policy,
+    QueuePolicy,
+    RunningJob,
+    ShareNode,
+)
+from scheduler.predict import JobFeatures, RuntimePredictor
+
+DENSE_START_S = 9_900_000.0
+STANDARD_LIMITS_S = (
+    600.0,
+    1800.0,
+    3600.0,
+    2 * 3600.0,
+    4 * 3600.0,
+    8 * 3600.0,
+    12 * 3600.0,
+    24 * 3600.0,
+    48 * 3600.0,
+    72 * 3600.0,
+    7 * 86_400.0,
+)
+POLICIES = ("labportal", "fifo", "timeslots", "sjf-oracle")
+CATEGORY_WEIGHTS = {"staff": 1.0, "phd": 1.0, "master": 0.5}
+FAIRNESS_WINDOW_S = 86_400.0
+
+
+@dataclass(slots=True)
+class SimJob:
+    """One trace job and what happened to it in the simulation."""
+
+    index: int
+    user: str
+    category: str
+    queue: str
+    gpus: int
+    shared_slot: bool
+    submit: float
+    duration: float
+    time_limit: float
+    preemptible: bool
+    features: JobFeatures
+    predicted: float = 0.0
+    eta: float | None = None
+    start: float | None = None
+    end: float | None = None
+    gpu_ids: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Workload:
+    jobs: list[SimJob]
+    users: list[str]
+    entitlement: dict[str, float]
+    share_tree: ShareNode
+    categories: dict[str, str] = field(default_factory=dict)
+
+
+def round_up_to_standard_limit(seconds: float) -> float:
+    """The smallest standard limit that is at least ``seconds`` (whole days past 7 d)."""
+    i = bisect.bisect_left(STANDARD_LIMITS_S, seconds)
+    if i < len(STANDARD_LIMITS_S):
+        return STANDARD_LIMITS_S[i]
+    return math.ceil(seconds / 86_400.0) * 86_400.0
+
+
+def category_of_rank(rank: int) -> str:
+    if rank % 5 == 0:
+        return "staff"
+    if rank % 5 in (1, 2):
+        return "phd"
+    return "master"
+
+
+def load_workload(
+    path: str,
+    *,
+    users: int,
+    seed: int,
+    load: float,
+    window: str,
+    max_jobs: int | None,
+) -> Workload:
+    """Read the trace and turn its rows into jobs with users, limits and queues."""
+    rows: list[dict[str, str]] = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if not row["duration_s"] or not row["start_time_s"]:
+                continue  # never scheduled in production: no run time to replay
+            rows.append(row)
+    lo, hi = -math.inf, math.inf
+    if window == "dense":
+        lo = DENSE_START_S
+    elif window != "all":
+        first, _, last = window.partition(":")
+        lo = float(first) if first else -math.inf
+        hi = float(last) if last else math.inf
+    rows = [r for r in rows if lo <= float(r["submit_time_s"]) < hi]
+    rows.sort(key=lambda r: (float(r["submit_time_s"]), r["job_id"]))
+    if max_jobs is not None:
+        rows = rows[:max_jobs]
+
+    rng = random.Random(seed)
+    names = [f"user{r:02d}" for r in range(users)]
+    weights = [1.0 / (r + 1) ** 1.1 for r in range(users)]
+    categories = {name: category_of_rank(r) for r, name in enumerate(names)}
+    t0 = float(rows[0]["submit_time_s"]) if rows else 0.0
+    jobs: list[SimJob] = []
+    for i, row in enumerate(rows):
+        user = rng.choices(names, weights)[0]
+        duration = max(1.0, float(row["duration_s"]))
+        factor = 1.2 + rng.expovariate(1 / 1.3)
+        limit = round_up_to_standard_limit(duration * factor)
+        gpus = int(row["num_gpus"])
+        frac = float(row["gpu_frac"])
+        debug = gpus == 1 and frac < 1.0 and limit <= 3600.0
+        submit = t0 + (float(row["submit_time_s"]) - t0) / load
+        jobs.append(
+            SimJob(
+                index=i,
+                user=user,
+                category=categories[user],
+                queue="debug" if debug else "normal",
+                gpus=gpus,
+                shared_slot=debug,
+                submit=submit,
+                duration=duration,
+                time_limit=limit,
+                preemptible=row["queue"] == "BE",
+                features=JobFeatures(user, f"{row['queue']}-{frac:.2f}", "run", gpus),
+            )
+        )
+
+    by_category: dict[str, list[str]] = {}
+    for name in names:
+        by_category.setdefault(categories[name], []).append(name)
+    tree = ShareNode(
+        "lab",
+        1.0,
+        tuple(
+            ShareNode(
+                cat, CATEGORY_WEIGHTS[cat] * len(members), tuple(ShareNode(u, 1.0) for u in members)
+            )
+            for cat, members in sorted(by_category.items())
+        ),
+    )
+    total_weight = sum(CATEGORY_WEIGHTS[categories[n]] for n in names)
+    entitlement = {n: CATEGORY_WEIGHTS[categories[n]] / total_weight for n in names}
+    return Workload(jobs, names, entitlement, tree, categories)
+
+
+def build_cluster(
+    gpus: int, per_node: int, slot_gpus: int, slots_per_gpu: int
+) -> tuple[Node, ...] | tuple:
+    """Nodes of ``per_node`` GPUs; the last ``slot_gpus`` GPUs of the first node are
+    exposed as ``slots_per_gpu`` shared slots each."""
+    nodes = tuple(Node(f"node{n:02d}") for n in range(math.ceil(gpus / per_node)))
+    units: list[Gpu] = []
+    for g in range(gpus):
+        node = f"node{g // per_node:02d}"
+        index = g % per_node
+        if g // per_node == 0 and index >= per_node - slot_gpus:
+            for s in range(slots_per_gpu):
+                units.append(
+                    Gpu(
+                        f"{node}-gpu{index}-slot{s}",
+                        node,
+                        "A10",
+                        24_000 // slots_per_gpu,
+                        GpuKind.SLOT,
+                        f"{node}-gpu{index}",
+                    )
+                )
+        else:
+            units.append(Gpu(f"{node}-gpu{index}", node, "A10", 24_000))
+    return nodes, tuple(units)
+
+
+def labportal_policy() -> Policy:
+    """The policy the simulator runs for LabPortal (the portal's defaults)."""
+    return Policy(
+        queues={
+            "debug": QueuePolicy(
+                "debug", tier=0, priority_factor=1.0, max_wall_s=3600.0, max_running_jobs_per_user=2
+            ),
+            "normal": QueuePolicy("normal", tier=1, priority_factor=0.5),
+        },
+        weight_fairshare=10_000.0,
+        weight_age=1000.0,
+        weight_size=100.0,
+        half_life_s=7 * 86_400.0,
+    )
+
+
+@dataclass(slots=True)
+class _Usage:
+    """Decayed usage per user, kept as value at a reference time (cheap to update)."""
+
+    half_life: float
+    value: dict[str, float] = field(default_factory=dict)
+    ref: float = 0.0
+
+    def advance(self, now: float) -> None:
+        if now > self.ref and self.value:
+            f = 0.5 ** ((now - self.ref) / self.half_life)
+            for user in self.value:
+                self.value[user] *= f
+        self.ref = max(self.ref, now)
+
+    def charge(self, user: str, gpu_seconds: float) -> None:
+        self.value[user] = self.value.get(user, 0.0) + gpu_seconds
+
+
+def _unit_gpus(job: SimJob, slots_per_gpu: int) -> float:
+    return 1.0 / slots_per_gpu if job.shared_slot else float(job.gpus)
+
+
+class Simulation:
+    """A discrete-event replay of one workload under one policy."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        policy_name: str,
+        *,
+        gpus: int,
+        per_node: int,
+        slot_gpus: int,
+        slots_per_gpu: int,
+        timeslot_s: float,
+    ) -> None:
+        self.workload = workload
+        self.policy_name = policy_name
+        self.gpus = gpus
+        self.slots_per_gpu = slots_per_gpu
+        self.timeslot_s = timeslot_s
+        self.nodes, self.units = build_cluster(gpus, per_node, slot_gpus, slots_per_gpu)
+        self.jobs = [replace(j) for j in workload.jobs]
+        oracle = policy_name == "sjf-oracle"
+        if oracle:
+            for job in self.jobs:
+                job.time_limit = job.duration  # the oracle knows the true run time
+        if policy_name == "labportal":
+            self.policy = labportal_policy()
+        elif policy_name == "fifo":
+            self.policy = Policy(order="fifo", backfill=False, queues=labportal_policy().queues)
+        elif policy_name == "sjf-oracle":
+            self.policy = Policy(order="shortest_first", queues=labportal_policy().queues)
+        else:
+            self.policy = Policy(order="fifo", backfill=False)
+        if policy_name != "labportal":
+            # Baselines have no per-user limits; only LabPortal enforces them.
+            self.policy = replace(
+                self.policy,
+                queues={
+                    "debug": QueuePolicy("debug", tier=0),
+                    "normal": QueuePolicy("normal", tier=1),
+                },
+            )
+        self.oracle = oracle
+        self.predictor = RuntimePredictor()
+        self.runtime_errors: list[float] = []
+        self.busy_integral = 0.0
+        self.waiting_time = 0.0
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> dict[str, object]:
+        began = time.perf_counter()
+        if self.policy_name == "timeslots":
+            self._run_timeslots()
+        else:
+            self._run_engine()
+        metrics = self._metrics()
+        metrics["sim_seconds"] = round(time.perf_counter() - began, 3)
+        return metrics
+
+    def _account(self, t_prev: float, t: float, busy: float, waiting: bool) -> None:
+        if waiting and t > t_prev:
+            self.busy_integral += busy * (t - t_prev)
+            self.waiting_time += t - t_prev
+
+    def _arrive(self, job: SimJob) -> None:
+        if self.oracle:
+            job.predicted = job.duration
+        else:
+            job.predicted = self.predictor.predict(job.features, job.time_limit)
+        self.runtime_errors.append(abs(job.predicted - job.duration) / job.duration)
+
+    def _finish(self, job: SimJob) -> None:
+        self.predictor.observe(job.features, job.duration, job.time_limit)
+
+    def _run_engine(self) -> None:
+        jobs = self.jobs
+        usage = _Usage(self.policy.half_life_s)
+        pending: dict[int, PendingJob] = {}
+        running: dict[int, RunningJob] = {}
+        finishes: list[tuple[float, int]] = []
+        next_arrival = 0
+        busy = 0.0
+        t_prev = jobs[0].submit if jobs else 0.0
+        while next_arrival < len(jobs) or finishes:
+            t = min(
+                jobs[next_arrival].submit if next_arrival < len(jobs) else math.inf,
+                finishes[0][0] if finishes else math.inf,
+            )
+            self._account(t_prev, t, busy, bool(pending))
+            t_prev = t
+            while finishes and finishes[0][0] <= t:
+                _, idx = heapq.heappop(finishes)
+                job = jobs[idx]
+                del running[idx]
+                busy -= _unit_gpus(job, self.slots_per_gpu)
+                usage.advance(t)
+                usage.charge(job.user, job.duration * _unit_gpus(job, self.slots_per_gpu))
+                self._finish(job)
+            arrived = False
+            while next_arrival < len(jobs) and jobs[next_arrival].submit <= t:
+                job = jobs[next_arrival]
+                self._arrive(job)
+                pending[job.index] = PendingJob(
+                    id=job.index,
+                    user=job.user,
+                    queue=job.queue,
+                    submit_time=job.submit,
+                    gpus=job.gpus,
+                    shared_slot=job.shared_slot,
+                    time_limit_s=job.time_limit,
+                    predicted_runtime_s=job.predicted,
+                    preemptible=job.preemptible,
+                    category=job.category,
+                )
+                next_arrival += 1
+                arrived = True
+            if not pending:
+                continue
+            usage.advance(t)
+            current = dict(usage.value)
+            for r in running.values():
+                current[r.user] = current.get(r.user, 0.0) + (t - r.start_time) * len(r.gpu_ids)
+            state = ClusterState(
+                nodes=self.nodes,
+                gpus=self.units,
+                pending=tuple(pending.values()),
+                running=tuple(running.values()),
+                share_tree=self.workload.share_tree,
+                usage=current,
+            )
+            result = plan(state, self.policy, t, estimates=arrived)
+            for start in result.starts:
+                job = jobs[start.job_id]
+                job.start = t
+                job.end = t + job.duration
+                job.gpu_ids = start.gpu_ids
+                if job.eta is None:
+                    job.eta = t
+                del pending[job.index]
+                running[job.index] = RunningJob(
+                    id=job.index,
+                    user=job.user,
+                    queue=job.queue,
+                    gpu_ids=start.gpu_ids,
+                    start_time=t,
+                    time_limit_s=job.time_limit,
+                    predicted_runtime_s=job.predicted,
+                    preemptible=job.preemptible,
+                    category=job.category,
+                )
+                busy += _unit_gpus(job, self.slots_per_gpu)
+                heapq.heappush(finishes, (job.end, job.index))
+            if arrived:
+                for job_id, info in result.pending.items():
+                    job = jobs[job_id]
+                    if job.eta is None:
+                        job.eta = info.estimated_start
+
+    def _run_timeslots(self) -> None:
+        """Fixed rotation: in slot s, node n belongs to user (s * nodes + n) mod users. Only
+        the owner starts jobs there (first fit, submit order); jobs run to completion."""
+        jobs = self.jobs
+        users = self.workload.users
+        node_units: dict[str, list[Gpu]] = {}
+        for unit in self.units:
+            node_units.setdefault(unit.node, []).append(unit)
+        node_names = sorted(node_units)
+        free: dict[str, set[str]] = {n: {u.id for u in node_units[n]} for n in node_names}
+        parent_busy: dict[str, int] = {}
+        pending_by_user: dict[str, list[SimJob]] = {}
+        finishes: list[tuple[float, int]] = []
+        next_arrival = 0
+        busy = 0.0
+        n_pending = 0
+        t_prev = jobs[0].submit if jobs else 0.0
+        while next_arrival < len(jobs) or finishes or n_pending:
+            if (
+                not finishes
+                and next_arrival >= len(jobs)
+                and t_prev > jobs[-1].submit + 365 * 86_400
+            ):
+                break  # what is left can never fit any node
+            t_next_slot = (math.floor(t_prev / self.timeslot_s) + 1) * self.timeslot_s
+            t = min(
+                jobs[next_arrival].submit if next_arrival < len(jobs) else math.inf,
+                finishes[0][0] if finishes else math.inf,
+                t_next_slot if n_pending else math.inf,
+            )
+            self._account(t_prev, t, busy, n_pending > 0)
+            t_prev = t
+            while finishes and finishes[0][0] <= t:
+                _, idx = heapq.heappop(finishes)
+                job = jobs[idx]
+                node = job.gpu_ids[0].split("-")[0]
+                free[node].update(job.gpu_ids)
+                busy -= _unit_gpus(job, self.slots_per_gpu)
+                self._finish(job)
+            while next_arrival < len(jobs) and jobs[next_arrival].submit <= t:
+                job = jobs[next_arrival]
+                self._arrive(job)
+                pending_by_user.setdefault(job.user, []).append(job)
+                n_pending += 1
+                next_arrival += 1
+            slot = math.floor(t / self.timeslot_s)
+            for n, node in enumerate(node_names):
+                owner = users[(slot * len(node_names) + n) % len(users)]
+                queue = pending_by_user.get(owner)
+                if not queue:
+                    continue
+                for job in list(queue):
+                    units = self._timeslot_fit(job, node_units[node], free[node], parent_busy)
+                    if units is None:
+                        continue
+                    queue.remove(job)
+                    n_pending -= 1
+                    free[node].difference_update(units)
+                    job.start, job.end, job.gpu_ids = t, t + job.duration, tuple(units)
+                    busy += _unit_gpus(job, self.slots_per_gpu)
+                    heapq.heappush(finishes, (job.end, job.index))
+
+    @staticmethod
+    def _timeslot_fit(
+        job: SimJob, units: Sequence[Gpu], free: set[str], _parent_busy: dict[str, int]
+    ) -> list[str] | None:
+        kind = GpuKind.SLOT if job.shared_slot else GpuKind.WHOLE
+        fits = [u.id for u in units if u.kind == kind and u.id in free]
+        need = 1 if job.shared_slot else job.gpus
+        return fits[:need] if len(fits) >= need else None
+
+    # --------------------------------------------------------------- metrics
+    def _metrics(self) -> dict[str, object]:
+        done = [j for j in self.jobs if j.start is not None and j.end is not None]
+        waits = [j.start - j.submit for j in done]  # type: ignore[operator]
+        by_queue: dict[str, list[float]] = {}
+        for j in done:
+            by_queue.setdefault(j.queue, []).append(j.start - j.submit)  # type: ignore[operator]
+        jct = [j.end - j.submit for j in done]  # type: ignore[operator]
+        slowdown = [
+            max(1.0, (j.end - j.submit) / max(j.duration, 10.0))
+            for j in done  # type: ignore[operator]
+        ]
+        eta_errors = [abs(j.eta - j.start) for j in done if j.eta is not None]  # type: ignore[operator]
+        capacity = float(self.gpus)
+        return {
+            "policy": self.policy_name,
+            "gpus": self.gpus,
+            "jobs": len(self.jobs),
+            "allocation": round(self.busy_integral / (capacity * self.waiting_time), 4)
+            if self.waiting_time > 0
+            else None,
+            "wait_mean_s": _round(statistics.fmean(waits)) if waits else None,
+            "wait_p50_s": _round(_percentile(waits, 50)),
+            "wait_p95_s": _round(_percentile(waits, 95)),
+            "wait_p95_s_by_queue": {
+                q: _round(_percentile(w, 95)) for q, w in sorted(by_queue.items())
+            },
+            "jct_mean_s": _round(statistics.fmean(jct)) if jct else None,
+            "bounded_slowdown_mean": _round(statistics.fmean(slowdown), 3) if slowdown else None,
+            "jain": _round(self._jain(done), 4),
+            "eta_error_median_s": _round(statistics.median(eta_errors))
+            if eta_errors and self.policy_name != "timeslots"
+            else None,
+            "runtime_error_median": _round(statistics.median(self.runtime_errors), 4)
+            if self.runtime_errors
+            else None,
+            "unfinished": len(self.jobs) - len(done),
+        }
+
+    def _jain(self, done: list[SimJob]) -> float | None:
+        """Mean over days of Jain's index of x_u = received / fair, where ``fair`` is the
+        weighted max-min share of the day's capacity given each user's demand that day."""
+        if not done:
+            return None
+        t0 = min(j.submit for j in done)
+        t1 = max(j.end for j in done)  # type: ignore[type-var]
+        windows = max(1, math.ceil((t1 - t0) / FAIRNESS_WINDOW_S))
+        demand = [dict[str, float]() for _ in range(windows)]
+        received = [dict[str, float]() for _ in range(windows)]
+        for j in done:
+            g = _unit_gpus(j, self.slots_per_gpu)
+            _spread(demand, j.user, j.submit, j.end, g, t0)  # type: ignore[arg-type]
+            _spread(received, j.user, j.start, j.end, g, t0)  # type: ignore[arg-type]
+        capacity = self.gpus * FAIRNESS_WINDOW_S
+        indices: list[float] = []
+        for want, got in zip(demand, received, strict=True):
+            fair = _water_fill(want, self.workload.entitlement, capacity)
+            xs = [got.get(u, 0.0) / f for u, f in fair.items() if f > 0]
+            if len(xs) >= 2 and sum(x * x for x in xs) > 0:
+                indices.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
+        return statistics.fmean(indices) if indices else None
+
+
+def _spread(
+    windows: list[dict[str, float]], user: str, start: float, end: float, gpus: float, t0: float
+) -> None:
+    first = int((start - t0) // FAIRNESS_WINDOW_S)
+    last = min(len(windows) - 1, int((end - t0) // FAIRNESS_WINDOW_S))
+    for w in range(first, last + 1):
+        lo = max(start, t0 + w * FAIRNESS_WINDOW_S)
+        hi = min(end, t0 + (w + 1) * FAIRNESS_WINDOW_S)
+        if hi > lo:
+            windows[w][user] = windows[w].get(user, 0.0) + (hi - lo) * gpus
+
+
+def _water_fill(
+    demand: dict[str, float], weight: dict[str, float], capacity: float
+) -> dict[str, float]:
+    """Weighted max-min fair split of ``capacity``: nobody gets more than they asked for."""
+    fair: dict[str, float] = {}
+    active = sorted(demand, key=lambda u: demand[u] / weight[u])
+    left = capacity
+    total_weight = sum(weight[u] for u in active)
+    for u in active:
+        share = left * weight[u] / total_weight if total_weight > 0 else 0.0
+        give = min(demand[u], share)
+        fair[u] = give
+        left -= give
+        total_weight -= weight[u]
+    return fair
+
+
+def _percentile(values: Sequence[float], pct: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def simulate(
+    trace: str,
+    policy: str,
+    *,
+    gpus: int = 32,
+    gpus_per_node: int = 8,
+    users: int = 30,
+    seed: int = 1,
+    load: float = 1.0,
+    window: str = "dense",
+    max_jobs: int | None = None,
+    slot_gpus: int = 1,
+    slots_per_gpu: int = 4,
+    timeslot_s: float = 4 * 3600.0,
+) -> dict[str, object]:
+    """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object)."""
+    workload = load_workload(
+        trace, users=users, seed=seed, load=load, window=window, max_jobs=max_jobs
+    )
+    return Simulation(
+        workload,
+        policy,
+        gpus=gpus,
+        per_node=gpus_per_node,
+        slot_gpus=slot_gpus,
+        slots_per_gpu=slots_per_gpu,
+        timeslot_s=timeslot_s,
+    ).run()
+
+
+def format_table(results: Iterable[dict[str, object]]) -> str:
+    """Metrics side by side, one column per policy."""
+    results = list(results)
+    keys = [k for k in results[0] if k != "policy"]
+    width = max(len(k) for k in keys) + 2
+    lines = ["".ljust(width) + "".join(str(r["policy"]).rjust(16) for r in results)]
+    for key in keys:
+        cells = []
+        for r in results:
+            value = r[key]
+            if isinstance(value, dict):
+                value = " ".join(f"{q}={v}" for q, v in value.items())
+            cells.append(str(value).rjust(16))
+        lines.append(key.ljust(width) + "".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; prints a table, or one JSON object per policy."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.simulate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--gpus", type=int, default=32)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--policy", default="labportal", choices=(*POLICIES, "all"))
+    parser.add_argument("--users", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", type=float, default=1.0)
+    parser.add_argument("--window", default="dense", help="dense | all | START:END (trace seconds)")
+    parser.add_argument("--max-jobs", type=int, default=None)
+    parser.add_argument("--slot-gpus", type=int, default=1, help="GPUs exposed as shared slots")
+    parser.add_argument("--slots-per-gpu", type=int, default=4)
+    parser.add_argument("--timeslot-hours", type=float, default=4.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    policies = POLICIES if args.policy == "all" else (args.policy,)
+    results = []
+    for name in policies:
+        result = simulate(
+            args.trace,
+            name,
+            gpus=args.gpus,
+            gpus_per_node=args.gpus_per_node,
+            users=args.users,
+            seed=args.seed,
+            load=args.load,
+            window=args.window,
+            max_jobs=args.max_jobs,
+            slot_gpus=args.slot_gpus,
+            slots_per_gpu=args.slots_per_gpu,
+            timeslot_s=args.timeslot_hours * 3600.0,
+        )
+        results.append(result)
+        if args.json:
+            print(json.dumps(result), flush=True)
+    if not args.json:
+        print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
