@@ -150,3 +150,25 @@ def test_the_dashboard_still_renders_without_the_cluster_urls_included(client: C
 
     assert response.status_code == 200
     assert "resnet-sweep" in response.content.decode()
+
+
+def test_the_live_table_costs_the_same_queries_for_many_gpus_and_users(
+    client: Client, bob: Any, charlie: Any, busy_lab: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobqueue.models import Allocation
+
+    client.force_login(bob)
+    with CaptureQueriesContext(connection) as few:
+        client.get(reverse("gpu_table"))
+    node = NodeFactory(name="gpu09")
+    for index in range(6):
+        gpu = GpuFactory(node=node, index=index)
+        Allocation.objects.create(job=job_on(node, charlie, name=f"job-{index}"), gpu=gpu)
+    with CaptureQueriesContext(connection) as many:
+        html = client.get(reverse("gpu_table")).content.decode()
+
+    assert "job-5" in html
+    assert len(many.captured_queries) == len(few.captured_queries)
