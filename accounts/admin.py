@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import PasswordResetForm
@@ -10,7 +12,16 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from accounts.models import Category, PersonalAccessToken, User
+from accounts.models import (
+    Category,
+    CreditAccount,
+    CreditPolicy,
+    JobEfficiency,
+    LedgerEntry,
+    Notification,
+    PersonalAccessToken,
+    User,
+)
 
 
 @admin.register(Category)
@@ -97,3 +108,107 @@ class PersonalAccessTokenAdmin(admin.ModelAdmin[PersonalAccessToken]):
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[PersonalAccessToken]) -> None:
         for token in queryset:
             token.revoke()
+
+
+@admin.register(CreditPolicy)
+class CreditPolicyAdmin(admin.ModelAdmin[CreditPolicy]):
+    fieldsets = (
+        (_("Monthly grant"), {"fields": ("base_grant", "carry_over", "carry_over_cap")}),
+        (_("Charging"), {"fields": ("charge_interval_minutes", "low_credit_threshold")}),
+        (_("Efficiency reward"), {"fields": ("efficiency_threshold_pct", "efficiency_reward_share", "idle_threshold_pct")}),
+        (_("Reservations"), {"fields": ("reservation_rate", "no_show_window_minutes")}),
+        (_("Emergencies"), {"fields": ("emergency_max_uses", "emergency_period_days", "emergency_default_hours", "emergency_max_hours")}),
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not CreditPolicy.objects.exists()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(CreditAccount)
+class CreditAccountAdmin(admin.ModelAdmin[CreditAccount]):
+    list_display = ("user", "balance")
+    search_fields = ("user__username",)
+    readonly_fields = ("user", "balance", "created_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class AdjustmentForm(forms.ModelForm):  # type: ignore[type-arg]
+    user = forms.ModelChoiceField(queryset=User.objects.all(), label=_("Member"))
+
+    class Meta:
+        model = LedgerEntry
+        fields = ("amount", "note")
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(admin.ModelAdmin[LedgerEntry]):
+    """Read-only ledger; "add" posts an adjustment through the ledger service."""
+
+    list_display = ("created_at", "account", "kind", "amount", "balance_after", "job", "note")
+    list_filter = ("kind",)
+    search_fields = ("account__user__username", "note", "idempotency_key")
+    date_hierarchy = "created_at"
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = AdjustmentForm
+            kwargs["fields"] = ("amount", "note")
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ("user", "amount", "note")
+        return super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ()
+        return [f.name for f in LedgerEntry._meta.fields]
+
+    def save_model(self, request: HttpRequest, obj: LedgerEntry, form: Any, change: bool) -> None:
+        from accounts.services import ledger_post
+
+        entry = ledger_post(
+            user=form.cleaned_data["user"],
+            amount=form.cleaned_data["amount"],
+            kind=LedgerEntry.Kind.ADJUSTMENT,
+            idempotency_key=f"adjustment:{uuid.uuid4()}",
+            note=form.cleaned_data["note"],
+            created_by=request.user,  # type: ignore[arg-type]
+        )
+        obj.pk, obj._state.adding = entry.pk, False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin[Notification]):
+    list_display = ("created_at", "user", "kind", "title", "read_at", "emailed_at")
+    list_filter = ("kind",)
+    search_fields = ("user__username", "title")
+    readonly_fields = ("user", "kind", "title", "body", "url", "dedupe_key", "created_at", "read_at", "emailed_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(JobEfficiency)
+class JobEfficiencyAdmin(admin.ModelAdmin[JobEfficiency]):
+    list_display = ("job", "verdict", "mean_util_pct", "sample_count", "created_at")
+    list_filter = ("verdict",)
+    readonly_fields = ("job", "verdict", "mean_util_pct", "sample_count", "created_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -11,6 +11,7 @@ def portal(request: HttpRequest) -> dict[str, Any]:
     return {
         "LABPORTAL_SIMULATION": settings.LABPORTAL_ALLOW_SIMULATION,
         "credit_balance": _credit_balance(request),
+        "unread_notifications": _unread_notifications(request),
     }
 
 
@@ -20,3 +21,12 @@ def _credit_balance(request: HttpRequest) -> Any:
         return None
     account = getattr(user, "credit_account", None)
     return getattr(account, "balance", None)
+
+
+def _unread_notifications(request: HttpRequest) -> int:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return 0
+    from accounts.selectors import unread_notification_count
+
+    return unread_notification_count(user)

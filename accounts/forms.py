@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from datetime import date
+from typing import Any
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -17,3 +20,28 @@ class TokenCreateForm(forms.Form):
         required=False,
         help_text=_("Leave empty for a token that does not expire."),
     )
+
+
+class LedgerFilterForm(forms.Form):
+    """Filters of the My credits ledger: one kind and/or one month (YYYY-MM)."""
+
+    kind = forms.ChoiceField(label=_("Kind"), required=False)
+    month = forms.RegexField(
+        label=_("Month"),
+        required=False,
+        regex=r"^\d{4}-(0[1-9]|1[0-2])$",
+        error_messages={"invalid": _("Give the month as YYYY-MM, e.g. 2025-03.")},
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from accounts.models import LedgerEntry
+
+        super().__init__(*args, **kwargs)
+        self.fields["kind"].choices = [("", _("All kinds")), *LedgerEntry.Kind.choices]
+
+    def month_start(self) -> date | None:
+        value = self.cleaned_data.get("month") if self.is_valid() else None
+        if not value:
+            return None
+        year, month = value.split("-")
+        return date(int(year), int(month), 1)

@@ -4,13 +4,15 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from accounts.forms import TokenCreateForm
-from accounts.models import PersonalAccessToken
+from accounts import selectors, services
+from accounts.forms import LedgerFilterForm, TokenCreateForm
+from accounts.models import CreditPolicy, Notification, PersonalAccessToken
 
 
 @login_required
@@ -40,3 +42,74 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     token.revoke()
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("token_list")
+
+
+@login_required
+def credits(request: HttpRequest) -> HttpResponse:
+    """My credits: balance, burn rate and run-out estimate, and the ledger with filters."""
+    user = request.user
+    form = LedgerFilterForm(request.GET or None)
+    if form.is_bound and not form.is_valid():
+        entries = selectors.ledger_for(user).none()  # type: ignore[arg-type]
+    else:
+        entries = selectors.ledger_for(
+            user,  # type: ignore[arg-type]
+            kind=form.cleaned_data.get("kind") if form.is_bound else None,
+            month=form.month_start() if form.is_bound else None,
+        )
+    page = Paginator(entries, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "accounts/credits.html",
+        {
+            "form": form,
+            "page": page,
+            "summary": selectors.credit_summary(user),  # type: ignore[arg-type]
+            "months": selectors.ledger_months(user),  # type: ignore[arg-type]
+            "policy": CreditPolicy.current(),
+        },
+    )
+
+
+@login_required
+def credits_summary(request: HttpRequest) -> HttpResponse:
+    """The live part of My credits (htmx polls it)."""
+    return render(
+        request,
+        "accounts/_credit_summary.html",
+        {"summary": selectors.credit_summary(request.user)},  # type: ignore[arg-type]
+    )
+
+
+@login_required
+def notifications(request: HttpRequest) -> HttpResponse:
+    page = Paginator(selectors.notifications_for(request.user), 50).get_page(  # type: ignore[arg-type]
+        request.GET.get("page")
+    )
+    return render(request, "accounts/notifications.html", {"page": page})
+
+
+@login_required
+def notification_bell(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "accounts/_bell.html",
+        {"unread_notifications": selectors.unread_notification_count(request.user)},  # type: ignore[arg-type]
+    )
+
+
+@login_required
+@require_POST
+def notifications_read(request: HttpRequest) -> HttpResponse:
+    """Mark one notification (`id`) or all of them read, then go to its link or back to the list."""
+    raw_id = request.POST.get("id", "")
+    if raw_id:
+        if not raw_id.isdigit():
+            messages.error(request, _("That notification does not exist."))
+            return redirect("notifications")
+        note = get_object_or_404(Notification, pk=int(raw_id), user=request.user)
+        services.notifications_mark_read(user=request.user, notification_ids=[note.pk])  # type: ignore[arg-type]
+        safe = note.url.startswith("/") and not note.url.startswith("//")
+        return redirect(note.url if safe else "notifications")
+    services.notifications_mark_read(user=request.user)  # type: ignore[arg-type]
+    return redirect("notifications")

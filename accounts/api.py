@@ -1,0 +1,108 @@
+"""The credits and notifications API: scoped to the requesting member unless staff."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext as _
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from accounts import selectors, services
+from accounts.models import LedgerEntry, Notification, User
+from accounts.serializers import (
+    CreditSummarySerializer,
+    LedgerEntrySerializer,
+    NotificationSerializer,
+)
+
+USER_PARAM = OpenApiParameter("user", str, description="Staff only: another member's username.")
+
+
+def _subject(request: Request) -> User:
+    """The member whose credits are asked for: yourself, or ?user= for staff."""
+    username = request.query_params.get("user")
+    if not username or username == request.user.username:
+        return request.user  # type: ignore[return-value]
+    if not request.user.is_staff:
+        raise ValidationError({"user": _("Only staff can see another member's credits; leave out ?user=.")})
+    return get_object_or_404(User, username=username)
+
+
+class CreditViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Your credit balance, burn rate over the last 7 days and when it runs out at that rate."""
+
+    serializer_class = CreditSummarySerializer
+
+    @extend_schema(parameters=[USER_PARAM], responses=CreditSummarySerializer)
+    def list(self, request: Request) -> Response:
+        user = _subject(request)
+        summary = selectors.credit_summary(user)
+        return Response(CreditSummarySerializer({"username": user.username, **summary.__dict__}).data)
+
+
+class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
+    """Ledger entries, newest first. Filter with ?kind=charge&month=2025-03; staff may add ?user=."""
+
+    serializer_class = LedgerEntrySerializer
+
+    @extend_schema(parameters=[
+        USER_PARAM,
+        OpenApiParameter("kind", str, enum=LedgerEntry.Kind.values),
+        OpenApiParameter("month", str, description="YYYY-MM"),
+    ])
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[LedgerEntry]:
+        params = self.request.query_params
+        if self.request.user.is_staff and not params.get("user"):
+            qs = LedgerEntry.objects.select_related("account__user")
+        else:
+            qs = selectors.ledger_for(_subject(self.request)).select_related("account__user")
+        kind = params.get("kind")
+        if kind:
+            if kind not in LedgerEntry.Kind.values:
+                raise ValidationError({"kind": _("Unknown kind “%(kind)s”; use one of: %(kinds)s.") % {
+                    "kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}})
+            qs = qs.filter(kind=kind)
+        month = params.get("month")
+        if month:
+            if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+                raise ValidationError({"month": _("Give the month as YYYY-MM, e.g. 2025-03.")})
+            first = date(int(month[:4]), int(month[5:]), 1)
+            qs = qs.filter(created_at__year=first.year, created_at__month=first.month)
+        return qs
+
+
+class NotificationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Notification]):
+    """Your notifications, newest first (?unread=true for the unread ones). Staff too see only their own."""
+
+    serializer_class = NotificationSerializer
+
+    def get_queryset(self) -> QuerySet[Notification]:
+        unread = self.request.query_params.get("unread") in ("1", "true")
+        return selectors.notifications_for(self.request.user, unread_only=unread)  # type: ignore[arg-type]
+
+    @extend_schema(request=None, responses=NotificationSerializer)
+    @action(detail=True, methods=["post"])
+    def read(self, request: Request, pk: str | None = None) -> Response:
+        note = self.get_object()
+        services.notifications_mark_read(user=request.user, notification_ids=[note.pk])  # type: ignore[arg-type]
+        note.refresh_from_db()
+        return Response(NotificationSerializer(note).data)
+
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["post"], url_path="read-all")
+    def read_all(self, request: Request) -> Response:
+        count = services.notifications_mark_read(user=request.user)  # type: ignore[arg-type]
+        return Response({"marked_read": count})

@@ -1,0 +1,11 @@
+"""Approvals API routes, mounted under /api/ by labportal/urls.py."""
+
+from rest_framework.routers import SimpleRouter
+
+from jobqueue.approval_api import EmergencyViewSet, GrantViewSet
+
+router = SimpleRouter()
+router.register("grants", GrantViewSet, basename="grant")
+router.register("emergencies", EmergencyViewSet, basename="emergency")
+
+urlpatterns = router.urls
