@@ -1,3 +1,8 @@
-from django.urls import path  # noqa: F401
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from reservations.api import ReservationViewSet
+
+router = SimpleRouter()
+router.register("reservations", ReservationViewSet, basename="reservation")
+
+urlpatterns = router.urls

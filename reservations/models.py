@@ -241,6 +241,10 @@ class BookingRules:
     max_gpu_hours_per_week: Decimal
     max_days_ahead: int
 
+    @property
+    def granularity_minutes(self) -> int:
+        return int(self.granularity.total_seconds() // 60)
+
 
 class CalendarFeed(models.Model):
     """The per-user secret behind the iCal subscription URL; resetting it revokes old URLs."""

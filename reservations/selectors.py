@@ -11,6 +11,7 @@ from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from reservations.models import Reservation
+from reservations.slotfinder import FreeSlot, free_slot_earliest
 from reservations.timegrid import overlap
 
 
@@ -80,8 +81,15 @@ class NodeGroup:
 @dataclass
 class Column:
     start: datetime
+    end: datetime
     busy: float  # the usual busy fraction of this hour of the week, 0..1
     busy_level: int  # 0..4, for the shading class
+    starts_hour: bool
+    starts_day: bool
+
+    @property
+    def busy_pct(self) -> int:
+        return round(self.busy * 100)
 
 
 def hour_of_week(moment: datetime) -> int:
@@ -119,8 +127,10 @@ def busy_fraction_by_hour_of_week(*, now: datetime, weeks: int = 4) -> dict[int,
     return {h: min(1.0, totals.get(h, 0.0) / per_hour_capacity) for h in range(168)}
 
 
-def calendar_view(*, user: Any, start: datetime, days: int, now: datetime) -> dict[str, Any]:
-    """GPUs as rows grouped by node, hours as columns, with bookings and running jobs' ends."""
+def calendar_view(
+    *, user: Any, start: datetime, days: int, now: datetime, step: timedelta = timedelta(hours=1)
+) -> dict[str, Any]:
+    """GPUs as rows grouped by node, `step`-long columns, with bookings and running jobs' ends."""
     from cluster.models import Gpu, Node
     from jobqueue.models import Allocation, Job
 
@@ -128,11 +138,21 @@ def calendar_view(*, user: Any, start: datetime, days: int, now: datetime) -> di
     span = (end - start).total_seconds()
     busy = busy_fraction_by_hour_of_week(now=now)
     columns = []
-    hour = start
-    while hour < end:
-        fraction = busy[hour_of_week(hour)]
-        columns.append(Column(start=hour, busy=fraction, busy_level=min(4, int(fraction * 5))))
-        hour += timedelta(hours=1)
+    moment = start
+    while moment < end:
+        local = timezone.localtime(moment)
+        fraction = busy[hour_of_week(moment)]
+        columns.append(
+            Column(
+                start=moment,
+                end=moment + step,
+                busy=fraction,
+                busy_level=min(4, int(fraction * 5)),
+                starts_hour=local.minute == 0,
+                starts_day=local.hour == 0 and local.minute == 0,
+            )
+        )
+        moment += step
 
     def position(a: datetime, b: datetime) -> tuple[float, float]:
         a, b = max(a, start), min(b, end)
@@ -197,3 +217,32 @@ def calendar_view(*, user: Any, start: datetime, days: int, now: datetime) -> di
         groups[-1].rows.append(rows[gpu.pk])
     now_pct = position(now, now)[0] if start <= now < end else None
     return {"columns": columns, "groups": groups, "start": start, "end": end, "now_pct": now_pct}
+
+
+def reservation_suggest(
+    *,
+    user: Any,
+    gpu_count: int,
+    length: timedelta,
+    after: datetime | None = None,
+    node_id: int | None = None,
+    now: datetime | None = None,
+) -> FreeSlot | None:
+    """The earliest slot within the member's booking horizon with `gpu_count` GPUs of one node free.
+
+    Running jobs count as busy until their time limit, so the slot is really free.
+    """
+    from reservations.models import BookingRule
+
+    now = now or timezone.now()
+    rules = BookingRule.for_user(user)
+    horizon_days = max(rules.max_days_ahead, 1) if not user.is_staff else 60
+    return free_slot_earliest(
+        gpu_count=gpu_count,
+        length=length,
+        after=max(after or now, now),
+        granularity=rules.granularity,
+        horizon_end=now + timedelta(days=horizon_days),
+        now=now,
+        node_id=node_id,
+    )
