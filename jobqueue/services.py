@@ -326,7 +326,7 @@ def request_scheduling_pass() -> None:
 # --- Cancel, stop, requeue ---------------------------------------------------
 
 def _locked_job(job_id: int) -> Job:
-    return Job.objects.select_for_update().select_related("node", "owner", "queue").get(pk=job_id)
+    return Job.objects.select_for_update(of=("self",)).select_related("node", "owner", "queue").get(pk=job_id)
 
 
 @transaction.atomic
@@ -436,7 +436,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         return
     if JobEvent.objects.filter(event_id=event_id).exists():
         return
-    job = Job.objects.select_for_update().select_related("node").filter(pk=job_id).first()
+    job = Job.objects.select_for_update(of=("self",)).select_related("node").filter(pk=job_id).first()
     if job is None or job.node is None or job.node.name != node_name:
         logger.warning("event for job %s refused: not on node %s", job_id, node_name)
         return

@@ -99,7 +99,20 @@ def sent_tasks(monkeypatch: pytest.MonkeyPatch) -> SentTasks:
 
 
 @pytest.fixture
-def cluster(db: Any) -> Any:
+def queues(db: Any) -> Any:
+    """The default queues; a transactional test flushes what the data migration made."""
+    import importlib
+
+    from jobqueue.models import Queue
+
+    defaults = importlib.import_module("jobqueue.migrations.0003_default_queues").DEFAULT_QUEUES
+    for spec in defaults:
+        Queue.objects.get_or_create(name=spec["name"], defaults=spec)
+    return Queue.objects.all()
+
+
+@pytest.fixture
+def cluster(queues: Any) -> Any:
     from tests.factories import make_cluster
 
     return make_cluster(nodes=2, gpus_per_node=4)
