@@ -16,28 +16,38 @@ def node_queue(node_name: str) -> str:
     return f"node.{node_name}"
 
 
-app = Celery("labportal_agent", include=["agent.tasks"])
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    result_serializer="json",
-    result_backend=None,
-    task_ignore_result=True,
-    # Nothing the agent sends should land in Celery's default "celery" queue.
-    task_default_queue=CONTROL_QUEUE,
-    # Redelivery is safe (every task is idempotent); losing a start is not.
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    worker_hijack_root_logger=False,
-    broker_connection_retry_on_startup=True,
-    # kombu's filesystem/redis transports: keep unacked messages visible long
-    # enough for a stop with a long grace period.
-    broker_transport_options={"visibility_timeout": 3600},
-)
+def create_app(broker_url: str | None = None) -> Celery:
+    """A Celery app with the agent's settings; the module-level ``app`` is the one in use."""
+    new_app = Celery("labportal_agent", broker=broker_url, include=["agent.tasks"])
+    new_app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        result_backend=None,
+        task_ignore_result=True,
+        # Nothing the agent sends should land in Celery's default "celery" queue.
+        task_default_queue=CONTROL_QUEUE,
+        # Redelivery is safe (every task is idempotent); losing a start is not.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        # Redis re-delivers unacked messages after this long: keep it well
+        # above the longest task (a stop with a long grace period).
+        broker_transport_options={"visibility_timeout": 3600},
+    )
+    return new_app
+
+
+app = create_app()
 
 
 def configure(broker_url: str) -> Celery:
-    """Point the app at ``broker_url`` and return it."""
+    """Point the app at ``broker_url`` and return it.
+
+    Call it once, before anything is sent: Celery caches its connection pools
+    on first use.
+    """
     app.conf.broker_url = broker_url
     return app

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent import tasks
-from agent.celery_app import CONTROL_QUEUE, app, configure, node_queue
+from agent.celery_app import CONTROL_QUEUE, app, create_app, node_queue
 from agent.gpu import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
 from tests.agent.support import FakeRuntime, RecordingApp, job_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -30,11 +35,48 @@ def installed_agent() -> Iterator[tuple[NodeAgent, RecordingApp, FakeRuntime]]:
 
 
 def test_the_agent_serves_exactly_the_protocols_task_names() -> None:
-    served = {name for name in app.tasks if not name.startswith("celery.")}
+    served = {name for name in app.tasks if name.startswith("agent.")}
 
     assert served == {"agent.start_job", "agent.stop_job", "agent.job_logs"}
     assert node_queue("gpu01") == "node.gpu01"
     assert app.conf.task_serializer == "json" and app.conf.accept_content == ["json"]
+
+
+# Run in a fresh interpreter where Django and the portal's apps cannot be
+# imported at all, as on a GPU server that has only the agent installed.
+# (kombu itself probes for Django and copes with its absence.)
+NO_DJANGO = """
+import sys
+
+BLOCKED = {"django", "labportal", "accounts", "cluster", "jobqueue", "telemetry", "reservations"}
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"blocked import of {name}")
+
+
+sys.meta_path.insert(0, Block())
+import agent.main, agent.tasks, agent.node, agent.runtime.docker_runtime, agent.runtime.local
+import agent.gpu.nvml
+from agent.celery_app import app, configure
+from agent.reporter import ControlReporter
+
+configure("memory://")
+ControlReporter(app, "n", "t").heartbeat({"ts": 0.0, "running_job_ids": []})
+assert sorted(n for n in app.tasks if n.startswith("agent.")) == [
+    "agent.job_logs", "agent.start_job", "agent.stop_job"
+]
+"""
+
+
+def test_the_agent_runs_where_django_and_the_portal_cannot_be_imported() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", NO_DJANGO], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_redelivered_start_job_task_starts_nothing(installed_agent: Any) -> None:
@@ -62,8 +104,8 @@ def test_tasks_fail_loudly_when_no_agent_is_installed() -> None:
 
 def test_reports_reach_the_control_queue_by_name_through_a_real_broker() -> None:
     """kombu's in-memory transport: the same publish path as Redis, minus the server."""
-    configure("memory://")
-    reporter = ControlReporter(app, "gpu01", "tok")
+    broker_app = create_app("memory://")
+    reporter = ControlReporter(broker_app, "gpu01", "tok")
     event = {"event_id": "1:exited:c1", "job_id": 1, "kind": "exited"}
 
     reporter.register({"hostname": "h", "gpus": []})
@@ -73,7 +115,7 @@ def test_reports_reach_the_control_queue_by_name_through_a_real_broker() -> None
     reporter.job_logs(1, "text")
 
     received = []
-    with app.connection_for_read() as conn, conn.SimpleQueue(CONTROL_QUEUE) as queue:
+    with broker_app.connection_for_read() as conn, conn.SimpleQueue(CONTROL_QUEUE) as queue:
         for _ in range(5):
             message = queue.get(timeout=2)
             message.ack()
