@@ -253,6 +253,10 @@ def job_submit(
         pending_reason="priority",
     )
     job.mounts.set(mount_objs)
+    from jobqueue.prediction import job_predict_runtime
+
+    job.predicted_runtime_s = job_predict_runtime(job)
+    job.save(update_fields=["predicted_runtime_s"])
     record_event(job, "submitted", _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name}, actor=owner)
     request_scheduling_pass()
     return job

@@ -129,3 +129,12 @@ def test_a_users_usage_lowers_their_priority(alice: Any, bob: Any, cluster: Any,
     b.refresh_from_db()
     assert b.state == Job.State.DISPATCHED
     assert a.state == Job.State.PENDING and a.pending_reason in ("resources", "priority")
+
+
+def test_the_predicted_run_time_learns_from_the_owners_finished_jobs(alice: Any, cluster: Any, image: Any) -> None:
+    first = submit(alice, time_limit_s=4 * 3600, command="python train.py --seed 1")
+    assert first.predicted_runtime_s == 4 * 3600
+    now = timezone.now()
+    Job.objects.filter(pk=first.pk).update(state=Job.State.COMPLETED, started_at=now - timedelta(minutes=50), ended_at=now)
+    second = submit(alice, time_limit_s=4 * 3600, command="python train.py --seed 2")
+    assert second.predicted_runtime_s == 50 * 60
