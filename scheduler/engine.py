@@ -16,6 +16,7 @@ A pass has two halves:
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 
@@ -178,6 +179,7 @@ class _Pass:
                 self.buckets.setdefault(len(free), []).append(node)
 
         self.largest_node_units = max((len(u) for u in self.node_units), default=0)
+        self._limit_cache: dict[tuple[str, str, str], list[tuple[LimitKey, int, bool, Reason]]] = {}
         self.counters: dict[LimitKey, int] = {}
         for job in state.running:
             self.count(job.user, job.queue, job.category, len(job.gpu_ids))
@@ -520,17 +522,25 @@ class _Pass:
             return Reason.CATEGORY_LIMIT
         return None
 
+    def limits_of(
+        self, user: str, queue: str, category: str
+    ) -> list[tuple[LimitKey, int, bool, Reason]]:
+        """``limit_keys``, memoised: a pass asks for the same few triples many times."""
+        triple = (user, queue, category)
+        keys = self._limit_cache.get(triple)
+        if keys is None:
+            keys = self._limit_cache[triple] = limit_keys(self.policy, user, queue, category)
+        return keys
+
     def count(self, user: str, queue: str, category: str, units: int) -> None:
-        for key, _cap, per_unit, _reason in limit_keys(self.policy, user, queue, category):
+        for key, _cap, per_unit, _reason in self.limits_of(user, queue, category):
             self.counters[key] = self.counters.get(key, 0) + (units if per_unit else 1)
 
     def running_limit(self, job: PendingJob, k: int) -> Reason | None:
         """A reason the job may not start now because of what already runs, or because
         it would still run at a guaranteed start whose limit budget it shares."""
         end = self.now + job.time_limit_s
-        for key, cap, per_unit, reason in limit_keys(
-            self.policy, job.user, job.queue, job.category
-        ):
+        for key, cap, per_unit, reason in self.limits_of(job.user, job.queue, job.category):
             used = self.counters.get(key, 0) + (k if per_unit else 1)
             for start, keys, units in self.promised:
                 if start < end and key in keys:
@@ -736,6 +746,15 @@ class _Forecast:
         for lst in self.pools.values():
             lst.sort()
         self.limiters: dict[tuple[str, ...], tuple[int, list[float]]] | None = None
+        self.reserved_nodes: dict[tuple[int, tuple[int, ...]], list[tuple[int, list[int]]]] = {}
+        self.limiter_keys: dict[tuple[str, str, str], list[tuple[LimitKey, int, bool]]] = {}
+        self.node_heaps: dict[
+            tuple[tuple[int, ...], int], tuple[list[tuple[float, int]], dict[int, list[int]]]
+        ] = {}
+        # Past its last booking a unit is unconstrained: skips walking its block list.
+        self.last_block_end = [
+            max((e for _s, e, _w in lst), default=-INF) if lst else -INF for lst in p.blocks
+        ]
 
     # Limits are approximated by sorted end times of the jobs they count.
     def _limiter_keys(
@@ -743,7 +762,7 @@ class _Forecast:
     ) -> list[tuple[LimitKey, int, bool]]:
         return [
             (key, cap, per_unit)
-            for key, cap, per_unit, _ in limit_keys(self.p.policy, user, queue, category)
+            for key, cap, per_unit, _ in self.p.limits_of(user, queue, category)
         ]
 
     def _init_limiters(self) -> dict[tuple[str, ...], tuple[int, list[float]]]:
@@ -788,7 +807,7 @@ class _Forecast:
     def _valid_from(self, u: int, t: float, r: float, owner: int) -> float:
         """Earliest start >= t at which [start, start + r) on u avoids others' bookings."""
         lst = self.p.blocks[u]
-        if lst is None:
+        if lst is None or t >= self.last_block_end[u]:
             return t
         moved = True
         while moved:
@@ -824,7 +843,7 @@ class _Forecast:
             # Best fit: the unit that frees up last before t_min wastes least.
             j = i
             found = False
-            while j >= 0 and i - j < 32:
+            while j >= 0 and i - j < 8:
                 u = pool[j][1]
                 t = self._valid_from(u, t_min, r, owner)
                 if t == t_min:
@@ -850,6 +869,29 @@ class _Forecast:
             return None
         return best_t, best_u
 
+    def _node_start(
+        self, cand: list[int], k: int, t_min: float, r: float, owner: int, best_t: float
+    ) -> tuple[float, list[int]] | None:
+        """Earliest start before ``best_t`` of k of these units (one node) together."""
+        frees = sorted((max(t_min, self.free_at[u]), u) for u in cand)
+        kth = frees[k - 1][0]
+        if kth >= best_t:
+            return None
+        blocks = self.p.blocks
+        if all(blocks[u] is None for _f, u in frees):
+            return kth, [u for _f, u in frees[:k]]
+        times = sorted(
+            {f for f, _ in frees[k - 1 :]}
+            | {e for u in cand for (_s, e, _w) in (blocks[u] or ()) if e > kth}
+        )
+        for t in times:
+            if t >= best_t:
+                break
+            ok = [u for f, u in frees if f <= t and self._valid_from(u, t, r, owner) == t]
+            if len(ok) >= k:
+                return t, ok[:k]
+        return None
+
     def _multi(
         self, nodes: list[tuple[int, list[int]]], k: int, t_min: float, r: float, owner: int
     ) -> tuple[float, list[int]] | None:
@@ -858,26 +900,48 @@ class _Forecast:
         for _node, cand in nodes:
             if len(cand) < k:
                 continue
-            frees = sorted((max(t_min, self.free_at[u]), u) for u in cand)
-            if frees[k - 1][0] >= best_t:
+            found = self._node_start(cand, k, t_min, r, owner, best_t)
+            if found is not None:
+                best_t, best_units = found
+        if best_units is None:
+            return None
+        return best_t, best_units
+
+    def _kth_free(self, cand: list[int], k: int) -> float:
+        return sorted(self.free_at[u] for u in cand)[k - 1]
+
+    def _multi_indexed(
+        self, key: tuple[tuple[int, ...], int], t_min: float, r: float, owner: int
+    ) -> tuple[float, list[int]] | None:
+        """Like ``_multi`` over all usable nodes, visiting nodes by their k-th free time
+        through a lazy heap: free times only grow during the forecast, so a stale heap
+        key is too small, never too large, and is refreshed when it surfaces."""
+        classes, k = key
+        entry = self.node_heaps.get(key)
+        if entry is None:
+            nodes = {n: u for n, u in self.p.candidate_nodes(classes) if len(u) >= k}
+            heap = [(self._kth_free(u, k), n) for n, u in nodes.items()]
+            heapq.heapify(heap)
+            entry = self.node_heaps[key] = (heap, nodes)
+        heap, nodes = entry
+        best_t = INF
+        best_units: list[int] | None = None
+        seen: list[tuple[float, int]] = []
+        while heap:
+            stale, node = heap[0]
+            if max(stale, t_min) >= best_t:
+                break
+            heapq.heappop(heap)
+            fresh = self._kth_free(nodes[node], k)
+            if fresh != stale:
+                heapq.heappush(heap, (fresh, node))
                 continue
-            times = sorted(
-                {f for f, _ in frees[k - 1 :]}
-                | {
-                    e
-                    for u in cand
-                    for (_s, e, _w) in (self.p.blocks[u] or ())
-                    if e > frees[k - 1][0]
-                }
-            )
-            for t in times:
-                if t >= best_t:
-                    break
-                ok = [u for f, u in frees if f <= t and self._valid_from(u, t, r, owner) == t]
-                if len(ok) >= k:
-                    best_t = t
-                    best_units = ok[:k]
-                    break
+            seen.append((fresh, node))
+            found = self._node_start(nodes[node], k, t_min, r, owner, best_t)
+            if found is not None:
+                best_t, best_units = found
+        for item in seen:
+            heapq.heappush(heap, item)
         if best_units is None:
             return None
         return best_t, best_units
@@ -895,7 +959,6 @@ class _Forecast:
                     self.limiters, job.user, job.queue, job.category, p.units_needed(job), now + r
                 )
         estimates: dict[int, float | None] = {}
-        node_cache: dict[tuple[tuple[int, ...], int], list[tuple[int, list[int]]]] = {}
         for item in self.ranked:
             job = item.job
             if job.id in self.started:
@@ -920,8 +983,13 @@ class _Forecast:
                 res = p.reservations[job.reservation_id]
                 owner = res.id
                 t_min = max(t_min, res.start)
-                restrict = [p.unit_index[g] for g in res.gpu_ids if g in p.unit_index]
-                found = self._multi(p.candidate_nodes(classes, restrict), k, t_min, r, owner)
+                nodes = self.reserved_nodes.get((res.id, classes))
+                if nodes is None:
+                    restrict = [p.unit_index[g] for g in res.gpu_ids if g in p.unit_index]
+                    nodes = self.reserved_nodes[(res.id, classes)] = p.candidate_nodes(
+                        classes, restrict
+                    )
+                found = self._multi(nodes, k, t_min, r, owner)
             else:
                 if not (job.emergency):
                     t_min = max(t_min, self._limit_start(job, k))
@@ -929,12 +997,7 @@ class _Forecast:
                     single = self._single(classes, t_min, r, owner)
                     found = (single[0], [single[1]]) if single is not None else None
                 else:
-                    key = (classes, k)
-                    nodes = node_cache.get(key)
-                    if nodes is None:
-                        nodes = [(n, u) for n, u in p.candidate_nodes(classes) if len(u) >= k]
-                        node_cache[key] = nodes
-                    found = self._multi(nodes, k, t_min, r, owner)
+                    found = self._multi_indexed((classes, k), t_min, r, owner)
             if found is None:
                 estimates[job.id] = None
                 continue

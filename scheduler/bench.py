@@ -1,0 +1,273 @@
+"""Engine benchmarks: the cost of one full pass, and (``--quality``) the trace quality.
+
+``python -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json``
+
+A pass is one ``plan()`` call with everything on: ordering, limits, placement, EASY
+backfill and estimated starts for every pending job. The synthetic cluster is busy
+(about 95 % of GPUs running), so most pending jobs are planned into the future, the
+expensive case. Each size is timed against a strict FIFO pass without estimates on
+the same state, the least work a planner can do, so the cost of the policy shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from scheduler.engine import plan
+from scheduler.model import (
+    CategoryPolicy,
+    ClusterState,
+    Gpu,
+    Node,
+    PendingJob,
+    Policy,
+    QueuePolicy,
+    Reservation,
+    RunningJob,
+    ShareNode,
+)
+from scheduler.simulate import STANDARD_LIMITS_S, format_table, simulate
+
+NOW = 1_700_000_000.0
+HOUR = 3600.0
+
+
+def bench_policy() -> Policy:
+    """LabPortal defaults with every kind of limit switched on, so checks are exercised."""
+    return Policy(
+        queues={
+            "high": QueuePolicy("high", tier=0, priority_factor=1.0, max_running_gpus_per_user=16),
+            "normal": QueuePolicy(
+                "normal", tier=1, priority_factor=0.5, max_running_jobs_per_user=40
+            ),
+            "debug": QueuePolicy(
+                "debug", tier=0, priority_factor=1.0, max_wall_s=HOUR, max_running_jobs_per_user=2
+            ),
+        },
+        categories={
+            "staff": CategoryPolicy("staff", 1.0),
+            "phd": CategoryPolicy("phd", 0.8, max_gpus_per_user=32),
+            "master": CategoryPolicy("master", 0.5, max_gpus_per_user=8),
+        },
+    )
+
+
+def synthetic_state(pending: int, gpus: int, reservations: int, seed: int = 7) -> ClusterState:
+    """A busy department cluster: 8-GPU nodes of two models, trace-like job sizes."""
+    rng = random.Random(seed)
+    nodes = tuple(Node(f"node{n:04d}") for n in range(max(1, gpus // 8)))
+    units = tuple(
+        Gpu(
+            f"{node.name}-g{i}", node.name, "A100" if n % 4 else "V100", 80_000 if n % 4 else 32_000
+        )
+        for n, node in enumerate(nodes)
+        for i in range(8)
+    )
+    users = [f"u{i:03d}" for i in range(200)]
+    weights = [1.0 / (i + 1) for i in range(len(users))]
+    category = {u: ("staff", "phd", "master")[i % 3] for i, u in enumerate(users)}
+    groups = [
+        ShareNode(f"group{g}", 1 + g % 3, tuple(ShareNode(u, 1) for u in users[g::10]))
+        for g in range(10)
+    ]
+    tree = ShareNode("lab", 1, tuple(groups))
+    usage = {u: rng.random() * 1e6 / (i + 1) for i, u in enumerate(users)}
+
+    def size() -> int:
+        return rng.choices((1, 2, 4, 8), (90, 4, 3, 3))[0]
+
+    running: list[RunningJob] = []
+    free_by_node = {node.name: [u.id for u in units if u.node == node.name] for node in nodes}
+    job_id = 1
+    target = int(len(units) * 0.95)
+    used = 0
+    while used < target:
+        node = rng.choice(nodes).name
+        k = min(size(), len(free_by_node[node]))
+        if k == 0:
+            continue
+        taken = tuple(free_by_node[node][:k])
+        del free_by_node[node][:k]
+        user = rng.choices(users, weights)[0]
+        limit = rng.choice(STANDARD_LIMITS_S[2:9])
+        running.append(
+            RunningJob(
+                job_id,
+                user,
+                "normal",
+                taken,
+                NOW - rng.random() * limit,
+                limit,
+                limit * rng.uniform(0.2, 1.0),
+                preemptible=rng.random() < 0.1,
+                category=category[user],
+            )
+        )
+        job_id += 1
+        used += k
+
+    booked: list[Reservation] = []
+    for r in range(reservations):
+        node = nodes[r % len(nodes)].name
+        k = rng.choice((1, 2, 4, 8))
+        start = NOW + (r // len(nodes)) * 30 * HOUR + rng.uniform(-HOUR, 24 * HOUR)
+        booked.append(
+            Reservation(
+                r + 1,
+                rng.choice(users),
+                tuple(f"{node}-g{i}" for i in range(k)),
+                start,
+                start + rng.uniform(2, 24) * HOUR,
+            )
+        )
+
+    jobs: list[PendingJob] = []
+    for _ in range(pending):
+        user = rng.choices(users, weights)[0]
+        queue = rng.choices(("normal", "high", "debug"), (90, 5, 5))[0]
+        own = [r for r in booked if r.user == user]
+        reservation = own[0].id if own and rng.random() < 0.3 else None
+        limit = HOUR if queue == "debug" else rng.choice(STANDARD_LIMITS_S[2:10])
+        jobs.append(
+            PendingJob(
+                job_id,
+                user,
+                queue,
+                NOW - rng.random() * 3 * 86_400,
+                gpus=size(),
+                gpu_model="V100" if rng.random() < 0.05 else None,
+                time_limit_s=limit,
+                predicted_runtime_s=limit * rng.uniform(0.1, 1.0),
+                reservation_id=reservation,
+                held=rng.random() < 0.01,
+                category=category[user],
+            )
+        )
+        job_id += 1
+    return ClusterState(nodes, units, tuple(jobs), tuple(running), tuple(booked), tree, usage)
+
+
+def time_passes(
+    state: ClusterState, policy: Policy, repeats: int, *, estimates: bool = True
+) -> list[float]:
+    """Wall-clock seconds of ``repeats`` full passes over the same state."""
+    samples = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        plan(state, policy, NOW, estimates=estimates)
+        samples.append(time.perf_counter() - began)
+    return samples
+
+
+def percentile(samples: Sequence[float], pct: float) -> float:
+    ordered = sorted(samples)
+    k = (len(ordered) - 1) * pct / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict[str, object]:
+    """Time one size; the keys the issue fixes come first, comparisons after."""
+    state = synthetic_state(pending, gpus, reservations)
+    plan(state, bench_policy(), NOW)  # warm caches and allocator
+    samples = time_passes(state, bench_policy(), repeats)
+    fifo = time_passes(state, Policy(order="fifo", backfill=False), repeats, estimates=False)
+    result = plan(state, bench_policy(), NOW)
+    return {
+        "pending": pending,
+        "gpus": gpus,
+        "reservations": reservations,
+        "pass_median_s": round(statistics.median(samples), 4),
+        "pass_p95_s": round(percentile(samples, 95), 4),
+        "baseline_fifo_pass_median_s": round(statistics.median(fifo), 4),
+        "starts": len(result.starts),
+        "estimated": sum(1 for i in result.pending.values() if i.estimated_start is not None),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point: speed for several sizes, then optionally quality."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--gpus", type=int, default=1024)
+    parser.add_argument("--reservations", type=int, default=200)
+    parser.add_argument(
+        "--sizes", default="1000,5000,20000", help="extra pending sizes timed alongside --pending"
+    )
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--quality", action="store_true", help="also replay the trace under every policy"
+    )
+    parser.add_argument("--trace", default="../shared/traces/alibaba2023_openb_gpu.csv")
+    parser.add_argument("--quality-gpus", type=int, default=32)
+    parser.add_argument("--quality-load", type=float, default=1.0)
+    args = parser.parse_args(argv)
+
+    sizes = sorted({args.pending, *(int(s) for s in args.sizes.split(",") if s)})
+    rows = []
+    for size in sizes:
+        repeats = args.repeats if size <= 10_000 else max(3, args.repeats // 2)
+        row = bench_size(size, args.gpus, args.reservations, repeats)
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+    if not args.json:
+        print(
+            f"{'pending':>8} {'gpus':>6} {'resv':>5} {'median s':>9} {'p95 s':>8} "
+            f"{'fifo s':>8} {'ms/1k jobs':>10}"
+        )
+        for row in rows:
+            per_k = 1000 * float(row["pass_median_s"]) / (int(row["pending"]) / 1000)  # type: ignore[arg-type]
+            print(
+                f"{row['pending']:>8} {row['gpus']:>6} {row['reservations']:>5} "
+                f"{row['pass_median_s']:>9} {row['pass_p95_s']:>8} "
+                f"{row['baseline_fifo_pass_median_s']:>8} {per_k:>10.1f}"
+            )
+        target = next(r for r in rows if r["pending"] == args.pending)
+        verdict = "meets" if float(target["pass_median_s"]) <= 0.25 else "misses"  # type: ignore[arg-type]
+        print(f"target: {args.pending} pending on {args.gpus} GPUs <= 0.250 s: {verdict}")
+
+    if args.quality:
+        results = [
+            simulate(args.trace, name, gpus=args.quality_gpus, load=args.quality_load)
+            for name in ("labportal", "fifo", "timeslots", "sjf-oracle")
+        ]
+        if args.json:
+            for result in results:
+                print(json.dumps(result), flush=True)
+        else:
+            print()
+            print(f"quality: {args.trace}, {args.quality_gpus} GPUs, load {args.quality_load}")
+            print(format_table(results))
+            lab, fifo = results[0], results[1]
+            checks = [
+                (
+                    "mean wait <= half of FIFO's",
+                    float(lab["wait_mean_s"]) <= 0.5 * float(fifo["wait_mean_s"]),
+                ),  # type: ignore[arg-type]
+                ("allocation >= FIFO's", float(lab["allocation"]) >= float(fifo["allocation"])),  # type: ignore[arg-type]
+                ("Jain >= 0.9", float(lab["jain"]) >= 0.9),  # type: ignore[arg-type]
+                (
+                    "debug p95 wait < 600 s",
+                    float(lab["wait_p95_s_by_queue"].get("debug", 0.0)) < 600,
+                ),  # type: ignore[union-attr]
+            ]
+            for label, ok in checks:
+                print(f"  {'ok  ' if ok else 'MISS'} {label}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
