@@ -415,7 +415,8 @@ class Simulation:
                         job.eta = info.estimated_start
 
     def _run_timeslots(self) -> None:
-        """Fixed rotation: in slot s, node n belongs to user (s * nodes + n) mod users. Only
+        """Fixed rotation: in slot s, node n belongs to user (s + n) mod users, so every user
+        holds every node in turn. Only
         the owner starts jobs there (first fit, submit order); jobs run to completion."""
         jobs = self.jobs
         users = self.workload.users
@@ -461,7 +462,7 @@ class Simulation:
                 next_arrival += 1
             slot = math.floor(t / self.timeslot_s)
             for n, node in enumerate(node_names):
-                owner = users[(slot * len(node_names) + n) % len(users)]
+                owner = users[(slot + n) % len(users)]
                 queue = pending_by_user.get(owner)
                 if not queue:
                     continue
