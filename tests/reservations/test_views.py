@@ -1,0 +1,185 @@
+"""The pages: calendar, booking, suggestions and My reservations, for alice, bob, charlie and the admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from reservations.models import Reservation
+from reservations.services import reservation_create
+from tests.reservations.conftest import at
+from tests.reservations.factories import running_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _setup(contracts: Any, clock: Any) -> None:
+    pass
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def alices(alice: Any, gpus: list[Any]) -> Reservation:
+    return reservation_create(
+        user=alice, gpu_ids=[gpus[0].pk], start=at(1), end=at(3), note="alice's run"
+    )
+
+
+def test_pages_need_a_login() -> None:
+    for url in (
+        "/reservations/",
+        "/reservations/mine/",
+        "/reservations/book/",
+        "/reservations/suggest/",
+    ):
+        response = Client().get(url)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_the_calendar_shows_own_and_other_bookings_and_running_jobs(
+    alice: Any, bob: Any, gpus: list[Any], alices: Reservation
+) -> None:
+    running_job(owner=bob, gpus=[gpus[2]], time_limit_s=3600)
+    page = client_for(alice).get("/reservations/", {"date": "2027-03-01"}).content.decode()
+    assert "cal-bar bar-mine" in page and "alice&#x27;s run" in page
+    assert "cal-bar bar-job" in page
+    page_bob = client_for(bob).get("/reservations/", {"date": "2027-03-01"}).content.decode()
+    assert "cal-bar bar-other" in page_bob and "cal-bar bar-mine" not in page_bob
+    assert "alice&#x27;s run" not in page_bob  # others' notes stay private
+
+
+def test_the_week_view_has_168_hour_columns(alice: Any, gpus: list[Any]) -> None:
+    page = (
+        client_for(alice)
+        .get("/reservations/", {"view": "week", "date": "2027-03-03"})
+        .content.decode()
+    )
+    assert page.count('class="cal-col') == 168
+    assert "Week of" in page
+
+
+def test_the_calendar_cells_link_to_a_prefilled_booking_form(alice: Any, gpus: list[Any]) -> None:
+    page = client_for(alice).get("/reservations/", {"date": "2027-03-01"}).content.decode()
+    assert (
+        f"/reservations/book/?gpus={gpus[0].pk}&amp;start=2027-03-01T10:00&amp;end=2027-03-01T10:30"
+        in page
+    )
+    form = client_for(alice).get(
+        f"/reservations/book/?gpus={gpus[0].pk}&start=2027-03-01T10:00&end=2027-03-01T10:30"
+    )
+    assert 'value="2027-03-01T10:00"' in form.content.decode()
+
+
+def test_booking_through_the_form_redirects_to_the_calendar(alice: Any, gpus: list[Any]) -> None:
+    response = client_for(alice).post(
+        "/reservations/book/",
+        {"gpus": [gpus[1].pk], "start": "2027-03-01T10:00", "end": "2027-03-01T12:00", "note": "x"},
+    )
+    assert response.status_code == 302
+    assert Reservation.objects.get(user=alice).end == at(3)
+
+
+def test_booking_with_htmx_answers_with_a_redirect_header(alice: Any, gpus: list[Any]) -> None:
+    response = client_for(alice).post(
+        "/reservations/book/",
+        {"gpus": [gpus[1].pk], "start": "2027-03-01T10:00", "end": "2027-03-01T12:00"},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 204 and response["HX-Redirect"].startswith(
+        "/reservations/?date=2027-03-01"
+    )
+
+
+def test_a_refused_booking_says_why_and_offers_the_suggested_slot(
+    bob: Any, gpus: list[Any], alices: Reservation
+) -> None:
+    response = client_for(bob).post(
+        "/reservations/book/",
+        {"gpus": [gpus[0].pk], "start": "2027-03-01T10:00", "end": "2027-03-01T11:00"},
+        headers={"HX-Request": "true"},
+    )
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "already booked" in page and "Use the suggested slot" in page
+    assert "start=2027-03-01T12%3A00" in page
+
+
+def test_members_do_not_see_the_maintenance_box_but_admins_do(
+    alice: Any, admin_user: Any, gpus: list[Any]
+) -> None:
+    assert 'name="maintenance"' not in client_for(alice).get("/reservations/book/").content.decode()
+    assert (
+        'name="maintenance"' in client_for(admin_user).get("/reservations/book/").content.decode()
+    )
+
+
+def test_suggest_shows_the_earliest_slot(alice: Any, gpus: list[Any]) -> None:
+    page = (
+        client_for(alice)
+        .get("/reservations/suggest/", {"gpu_count": 4, "hours": 2}, headers={"HX-Request": "true"})
+        .content.decode()
+    )
+    assert "Earliest free slot" in page and "gpu01/gpu0, gpu01/gpu1, gpu01/gpu2, gpu01/gpu3" in page
+
+
+def test_my_reservations_lists_only_mine(
+    alice: Any, bob: Any, charlie: Any, alices: Reservation
+) -> None:
+    assert "alice&#x27;s run" in client_for(alice).get("/reservations/mine/").content.decode()
+    for other in (bob, charlie):
+        assert (
+            "alice&#x27;s run" not in client_for(other).get("/reservations/mine/").content.decode()
+        )
+
+
+@pytest.mark.parametrize("verb", ["cancel", "release", "extend"])
+def test_bob_and_charlie_get_404_on_alices_actions(
+    verb: str, bob: Any, charlie: Any, alices: Reservation
+) -> None:
+    for other in (bob, charlie):
+        assert (
+            client_for(other).post(f"/reservations/{alices.pk}/{verb}/", {"hours": 1}).status_code
+            == 404
+        )
+    alices.refresh_from_db()
+    assert alices.state == Reservation.State.BOOKED and alices.end == at(3)
+
+
+def test_alice_extends_and_cancels_from_my_reservations(alice: Any, alices: Reservation) -> None:
+    client = client_for(alice)
+    assert client.post(f"/reservations/{alices.pk}/extend/", {"hours": "1.5"}).status_code == 302
+    alices.refresh_from_db()
+    assert alices.end == at(4.5)
+    response = client.post(f"/reservations/{alices.pk}/cancel/", follow=True)
+    assert "cancelled and refunded" in response.content.decode()
+    alices.refresh_from_db()
+    assert alices.state == Reservation.State.CANCELLED
+
+
+def test_a_refused_action_shows_the_reason(alice: Any, alices: Reservation, clock: Any) -> None:
+    clock.move_to(at(2))
+    response = client_for(alice).post(f"/reservations/{alices.pk}/cancel/", follow=True)
+    assert "release it early" in response.content.decode()
+
+
+def test_the_admin_may_cancel_alices_booking_from_the_page(
+    admin_user: Any, alices: Reservation
+) -> None:
+    assert client_for(admin_user).post(f"/reservations/{alices.pk}/cancel/").status_code == 302
+    alices.refresh_from_db()
+    assert alices.state == Reservation.State.CANCELLED
+
+
+def test_the_pages_render_in_chinese(alice: Any, gpus: list[Any], alices: Reservation) -> None:
+    client = client_for(alice)
+    client.cookies["django_language"] = "zh-hans"
+    assert client.get("/reservations/").status_code == 200
+    assert client.get("/reservations/mine/").status_code == 200
