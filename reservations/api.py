@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -129,7 +130,10 @@ class ReservationViewSet(
         if slot is None:
             return Response(
                 {
-                    "detail": "No node has that many GPUs free for that long within your booking horizon.",
+                    "detail": _(
+                        "No node has that many GPUs free for that long within your booking horizon. "
+                        "Try fewer GPUs or fewer hours."
+                    ),
                     "code": "no_free_slot",
                 },
                 status=status.HTTP_404_NOT_FOUND,
