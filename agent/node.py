@@ -147,6 +147,13 @@ class NodeAgent:
                 outcome = self.runtime.start(spec)
             except RuntimeStartError as exc:
                 return self._report_start_failed(job_id, str(exc), delivery_id=delivery_id)
+            except Exception as exc:
+                # E.g. the engine is down. Say so rather than leave the job
+                # "dispatched" forever with the failure only in this log.
+                log.exception("runtime error while starting job %s", job_id)
+                return self._report_start_failed(
+                    job_id, f"the container runtime failed: {exc}", delivery_id=delivery_id
+                )
             status = outcome.status
             if outcome.created or status.running:
                 # A repeat of "started" for a running job carries the same

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,9 +48,10 @@ class NvmlBackend(GpuBackend):
         """
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError as exc:  # pragma: no cover - it is a hard dependency
                 raise GpuBackendUnavailable(f"nvidia-ml-py is not installed: {exc}") from exc
+            nvml = pynvml
         self._nvml = nvml
         self._proc_root = proc_root
         self._lock = threading.Lock()
@@ -96,13 +98,11 @@ class NvmlBackend(GpuBackend):
         found: list[_Device] = []
         count = self._try(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0
         for slot in range(count):
-            mig = self._try(
-                lambda slot=slot: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            )
+            mig = self._try(partial(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot))
             if mig is None:
                 continue  # an empty slot answers NotFound
-            memory = self._try(lambda mig=mig: nvml.nvmlDeviceGetMemoryInfo(mig))
-            name = self._try(lambda mig=mig: nvml.nvmlDeviceGetName(mig))
+            memory = self._try(partial(nvml.nvmlDeviceGetMemoryInfo, mig))
+            name = self._try(partial(nvml.nvmlDeviceGetName, mig))
             info = GpuInfo(
                 uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
                 index=parent.index,

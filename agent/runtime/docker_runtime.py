@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -171,7 +171,9 @@ class DockerRuntime(ContainerRuntime):
         state = attrs.get("State") or {}
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         raw = state.get("Status", "")
-        kind = "running" if raw in _RUNNING_STATES else "created" if raw == "created" else "exited"
+        kind: Literal["created", "running", "exited"] = (
+            "running" if raw in _RUNNING_STATES else "created" if raw == "created" else "exited"
+        )
         gpus = labels.get(LABEL_GPU_UUIDS, "")
         return JobStatus(
             job_id=int(labels[LABEL_JOB_ID]),

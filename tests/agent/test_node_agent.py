@@ -116,6 +116,19 @@ def test_a_runtime_failure_is_reported_as_start_failed(
     assert agent.running_job_ids() == []
 
 
+def test_an_unexpected_runtime_error_is_reported_too(
+    agent: NodeAgent, app: RecordingApp, runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def engine_down(spec: object) -> None:
+        raise ConnectionError("Cannot connect to the Docker daemon")
+
+    monkeypatch.setattr(runtime, "start", engine_down)
+    agent.start_job(gpu_spec(agent, 14), delivery_id="t-14")
+
+    (event,) = app.events("start_failed")
+    assert event["reason"] == "the container runtime failed: Cannot connect to the Docker daemon"
+
+
 def test_a_job_that_ends_is_reported_exited_once_with_code_and_log_tail(
     agent: NodeAgent, app: RecordingApp, runtime: FakeRuntime, backend: SimulatedBackend
 ) -> None:
