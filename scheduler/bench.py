@@ -177,8 +177,8 @@ def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict
     """Time one size; the keys the issue fixes come first, comparisons after."""
     state = synthetic_state(pending, gpus, reservations)
     plan(state, bench_policy(), NOW)  # warm caches and allocator
-    samples = time_passes(state, bench_policy(), repeats)
-    fifo = time_passes(state, Policy(order="fifo", backfill=False), repeats, estimates=False)
+    samples, cpu = time_passes(state, bench_policy(), repeats)
+    fifo, _ = time_passes(state, Policy(order="fifo", backfill=False), repeats, estimates=False)
     result = plan(state, bench_policy(), NOW)
     return {
         "pending": pending,
@@ -186,6 +186,7 @@ def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict
         "reservations": reservations,
         "pass_median_s": round(statistics.median(samples), 4),
         "pass_p95_s": round(percentile(samples, 95), 4),
+        "pass_cpu_median_s": round(statistics.median(cpu), 4),
         "baseline_fifo_pass_median_s": round(statistics.median(fifo), 4),
         "starts": len(result.starts),
         "estimated": sum(1 for i in result.pending.values() if i.estimated_start is not None),
@@ -232,12 +233,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_k = 1000 * float(row["pass_median_s"]) / (int(row["pending"]) / 1000)  # type: ignore[arg-type]
             print(
                 f"{row['pending']:>8} {row['gpus']:>6} {row['reservations']:>5} "
-                f"{row['pass_median_s']:>9} {row['pass_p95_s']:>8} "
+                f"{row['pass_median_s']:>9} {row['pass_p95_s']:>8} {row['pass_cpu_median_s']:>8} "
                 f"{row['baseline_fifo_pass_median_s']:>8} {per_k:>10.1f}"
             )
         target = next(r for r in rows if r["pending"] == args.pending)
-        verdict = "meets" if float(target["pass_median_s"]) <= 0.25 else "misses"  # type: ignore[arg-type]
-        print(f"target: {args.pending} pending on {args.gpus} GPUs <= 0.250 s: {verdict}")
+        for label in ("pass_median_s", "pass_cpu_median_s"):
+            value = float(target[label])  # type: ignore[arg-type]
+            verdict = "meets" if value <= 0.25 else "misses"
+            print(
+                f"target {args.pending} pending / {args.gpus} GPUs <= 0.250 s ({label}): "
+                f"{value:.3f} s, {verdict}"
+            )
 
     if args.quality:
         results = [

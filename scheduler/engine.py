@@ -236,7 +236,8 @@ class _Pass:
         self._class_cache[key] = result
         return result
 
-    def units_needed(self, job: PendingJob) -> int:
+    @staticmethod
+    def units_needed(job: PendingJob) -> int:
         return 1 if job.shared_slot else max(1, job.gpus)
 
     def static_reason(self, classes: tuple[int, ...], k: int) -> Reason | None:
@@ -789,10 +790,10 @@ class _Forecast:
             for _ in range(k if per_unit else 1):
                 bisect.insort(entry[1], end)
 
-    def _limit_start(self, job: PendingJob, k: int) -> float:
+    def _limit_start(self, keys: list[tuple[LimitKey, int, bool]], k: int) -> float:
         assert self.limiters is not None
         t = self.p.now
-        for key, cap, per_unit in self._limiter_keys(job.user, job.queue, job.category):
+        for key, cap, per_unit in keys:
             entry = self.limiters.get(key)
             if entry is None:
                 continue
@@ -800,8 +801,8 @@ class _Forecast:
             need = k if per_unit else 1
             # At most cap - need of the counted jobs may still run when this one starts.
             excess = len(ends) - (cap - need)
-            if excess > 0:
-                t = max(t, ends[excess - 1])
+            if excess > 0 and ends[excess - 1] > t:
+                t = ends[excess - 1]
         return t
 
     def _valid_from(self, u: int, t: float, r: float, owner: int) -> float:
@@ -991,8 +992,10 @@ class _Forecast:
                     )
                 found = self._multi(nodes, k, t_min, r, owner)
             else:
-                if not (job.emergency):
-                    t_min = max(t_min, self._limit_start(job, k))
+                if not job.emergency:
+                    limiters = self._limiter_keys(job.user, job.queue, job.category)
+                    if limiters:
+                        t_min = max(t_min, self._limit_start(limiters, k))
                 if k == 1:
                     single = self._single(classes, t_min, r, owner)
                     found = (single[0], [single[1]]) if single is not None else None

@@ -9,7 +9,7 @@ then higher priority, then earlier submit, then lower id.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.fairshare import fairshare_factors
 from scheduler.model import ClusterState, PendingJob, Policy, Reservation
@@ -93,6 +93,10 @@ def rank_pending(
     )
     broke = state.users_without_credit
     ranked: list[RankedJob] = []
+    # The queue, category and size terms repeat across thousands of jobs: compute once.
+    constant: dict[tuple[str, str, int], float] = {}
+    w_age, w_fs = policy.weight_age, policy.weight_fairshare
+    max_age = policy.max_age_s
     for job in state.pending:
         if policy.order == "fifo":
             tier, priority = 0, 0.0
@@ -103,9 +107,14 @@ def rank_pending(
             key = (runtime if runtime is not None else job.time_limit_s, job.submit_time, job.id)
         else:
             tier = job_tier(job, policy, reservations, now)
-            priority = multifactor_priority(
-                job, policy, now, factors.get(job.user, 0.0), largest_node_units
-            )
+            triple = (job.queue, job.category, job.gpus)
+            base = constant.get(triple)
+            if base is None:
+                base = constant[triple] = multifactor_priority(
+                    replace(job, submit_time=now), policy, now, 0.0, largest_node_units
+                )
+            age = min(1.0, max(0.0, now - job.submit_time) / max_age) if max_age else 0.0
+            priority = base + w_age * age + w_fs * factors.get(job.user, 0.0)
             key = (tier, 1 if job.user in broke else 0, -priority, job.submit_time, job.id)
         ranked.append(RankedJob(job, tier, priority, key))
     ranked.sort(key=lambda item: item.sort_key)
