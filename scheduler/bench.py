@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from scheduler.engine import plan
 from scheduler.model import (
@@ -176,7 +177,7 @@ def percentile(samples: Sequence[float], pct: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict[str, object]:
+def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict[str, Any]:
     """Time one size; the keys the issue fixes come first, comparisons after."""
     state = synthetic_state(pending, gpus, reservations)
     plan(state, bench_policy(), NOW)  # warm caches and allocator
@@ -233,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{'cpu s':>8} {'fifo s':>8} {'ms/1k jobs':>10}"
         )
         for row in rows:
-            per_k = 1000 * float(row["pass_median_s"]) / (int(row["pending"]) / 1000)  # type: ignore[arg-type]
+            per_k = 1000 * float(row["pass_median_s"]) / (int(row["pending"]) / 1000)
             print(
                 f"{row['pending']:>8} {row['gpus']:>6} {row['reservations']:>5} "
                 f"{row['pass_median_s']:>9} {row['pass_p95_s']:>8} {row['pass_cpu_median_s']:>8} "
@@ -241,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         target = next(r for r in rows if r["pending"] == args.pending)
         for label in ("pass_median_s", "pass_cpu_median_s"):
-            value = float(target[label])  # type: ignore[arg-type]
+            value = float(target[label])
             verdict = "meets" if value <= 0.25 else "misses"
             print(
                 f"target {args.pending} pending / {args.gpus} GPUs <= 0.250 s ({label}): "
@@ -265,13 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 (
                     "mean wait <= half of FIFO's",
                     float(lab["wait_mean_s"]) <= 0.5 * float(fifo["wait_mean_s"]),
-                ),  # type: ignore[arg-type]
-                ("allocation >= FIFO's", float(lab["allocation"]) >= float(fifo["allocation"])),  # type: ignore[arg-type]
-                ("Jain >= 0.9", float(lab["jain"]) >= 0.9),  # type: ignore[arg-type]
+                ),
+                ("allocation >= FIFO's", float(lab["allocation"]) >= float(fifo["allocation"])),
+                ("Jain >= 0.9", float(lab["jain"]) >= 0.9),
                 (
                     "debug p95 wait < 600 s",
                     float(lab["wait_p95_s_by_queue"].get("debug", 0.0)) < 600,
-                ),  # type: ignore[union-attr]
+                ),
             ]
             for label, ok in checks:
                 print(f"  {'ok  ' if ok else 'MISS'} {label}")

@@ -472,26 +472,28 @@ class _Pass:
                 ):
                     continue
                 usable.append(u)
-                victims[holder] = victims.get(holder, 0) + 1
+                victims[running.id] = victims.get(running.id, 0) + 1
             if len(usable) < k:
                 continue
             # Free units first, then units of the smallest victims.
             usable.sort(
                 key=lambda u: (
                     0 if not self.busy[u] else 1,
-                    victims.get(self.holder[u] or -1, 0),
+                    victims.get(h, 0) if (h := self.holder[u]) is not None else 0,
                     u,
                 )
             )
             chosen = usable[:k]
-            chosen_victims = sorted({self.holder[u] for u in chosen if self.busy[u]})
+            chosen_victims = sorted(
+                {h for u in chosen if self.busy[u] and (h := self.holder[u]) is not None}
+            )
             cost = (
                 len(chosen_victims),
                 sum(len(self.running_by_id[v].gpu_ids) for v in chosen_victims),
                 node,
             )
             if best is None or cost < best[0]:
-                best = (cost, chosen, [v for v in chosen_victims if v is not None])
+                best = (cost, chosen, chosen_victims)
         if best is None or not best[2]:
             return None
         return best[1], best[2]

@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from scheduler.engine import plan
 from scheduler.model import (
@@ -194,7 +195,7 @@ def load_workload(
 
 def build_cluster(
     gpus: int, per_node: int, slot_gpus: int, slots_per_gpu: int
-) -> tuple[Node, ...] | tuple:
+) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
     """Nodes of ``per_node`` GPUs; the last ``slot_gpus`` GPUs of the first node are
     exposed as ``slots_per_gpu`` shared slots each."""
     nodes = tuple(Node(f"node{n:02d}") for n in range(math.ceil(gpus / per_node)))
@@ -307,7 +308,7 @@ class Simulation:
         self.waiting_time = 0.0
 
     # ------------------------------------------------------------------ loop
-    def run(self) -> dict[str, object]:
+    def run(self) -> dict[str, Any]:
         began = time.perf_counter()
         if self.policy_name == "timeslots":
             self._run_timeslots()
@@ -487,23 +488,20 @@ class Simulation:
         return fits[:need] if len(fits) >= need else None
 
     # --------------------------------------------------------------- metrics
-    def _metrics(self) -> dict[str, object]:
+    def _metrics(self) -> dict[str, Any]:
         done = [j for j in self.jobs if j.start is not None and j.end is not None]
-        waits = [j.start - j.submit for j in done]  # type: ignore[operator]
+        waits = [_start(j) - j.submit for j in done]
         by_queue: dict[str, list[float]] = {}
         for j in done:
-            by_queue.setdefault(j.queue, []).append(j.start - j.submit)  # type: ignore[operator]
-        jct = [j.end - j.submit for j in done]  # type: ignore[operator]
-        slowdown = [
-            max(1.0, (j.end - j.submit) / max(j.duration, 10.0))
-            for j in done  # type: ignore[operator]
-        ]
+            by_queue.setdefault(j.queue, []).append(_start(j) - j.submit)
+        jct = [_end(j) - j.submit for j in done]
+        slowdown = [max(1.0, (_end(j) - j.submit) / max(j.duration, 10.0)) for j in done]
         # Only jobs that waited: one started in the pass that saw it arrive is exact by
         # construction and would flatter the median.
         eta_errors = [
-            abs(j.eta - j.start)  # type: ignore[operator]
+            abs((j.eta or 0.0) - _start(j))
             for j in done
-            if j.eta is not None and j.start > j.submit  # type: ignore[operator]
+            if j.eta is not None and _start(j) > j.submit
         ]
         capacity = float(self.gpus)
         return {
@@ -537,14 +535,14 @@ class Simulation:
         if not done:
             return None
         t0 = min(j.submit for j in done)
-        t1 = max(j.end for j in done)  # type: ignore[type-var]
+        t1 = max(_end(j) for j in done)
         windows = max(1, math.ceil((t1 - t0) / FAIRNESS_WINDOW_S))
         demand = [dict[str, float]() for _ in range(windows)]
         received = [dict[str, float]() for _ in range(windows)]
         for j in done:
             g = _unit_gpus(j, self.slots_per_gpu)
-            _spread(demand, j.user, j.submit, j.end, g, t0)  # type: ignore[arg-type]
-            _spread(received, j.user, j.start, j.end, g, t0)  # type: ignore[arg-type]
+            _spread(demand, j.user, j.submit, _end(j), g, t0)
+            _spread(received, j.user, _start(j), _end(j), g, t0)
         capacity = self.gpus * FAIRNESS_WINDOW_S
         indices: list[float] = []
         for want, got in zip(demand, received, strict=True):
@@ -553,6 +551,16 @@ class Simulation:
             if len(xs) >= 2 and sum(x * x for x in xs) > 0:
                 indices.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
         return statistics.fmean(indices) if indices else None
+
+
+def _start(job: SimJob) -> float:
+    assert job.start is not None
+    return job.start
+
+
+def _end(job: SimJob) -> float:
+    assert job.end is not None
+    return job.end
 
 
 def _spread(
@@ -612,7 +620,7 @@ def simulate(
     slot_gpus: int = 1,
     slots_per_gpu: int = 4,
     timeslot_s: float = 4 * 3600.0,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object)."""
     workload = load_workload(
         trace, users=users, seed=seed, load=load, window=window, max_jobs=max_jobs
@@ -628,20 +636,21 @@ def simulate(
     ).run()
 
 
-def format_table(results: Iterable[dict[str, object]]) -> str:
+def format_table(results: Iterable[dict[str, Any]]) -> str:
     """Metrics side by side, one column per policy."""
     results = list(results)
     keys = [k for k in results[0] if k != "policy"]
     width = max(len(k) for k in keys) + 2
-    lines = ["".ljust(width) + "".join(str(r["policy"]).rjust(16) for r in results)]
+
+    def cell(value: object) -> str:
+        if isinstance(value, dict):
+            return " ".join(f"{q}={v}" for q, v in value.items())
+        return str(value)
+
+    column = max(16, *(len(cell(r[k])) + 2 for r in results for k in keys))
+    lines = ["".ljust(width) + "".join(str(r["policy"]).rjust(column) for r in results)]
     for key in keys:
-        cells = []
-        for r in results:
-            value = r[key]
-            if isinstance(value, dict):
-                value = " ".join(f"{q}={v}" for q, v in value.items())
-            cells.append(str(value).rjust(16))
-        lines.append(key.ljust(width) + "".join(cells))
+        lines.append(key.ljust(width) + "".join(cell(r[key]).rjust(column) for r in results))
     return "\n".join(lines)
 
 
