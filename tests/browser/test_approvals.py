@@ -9,7 +9,7 @@ import pytest
 from django.urls import include, path
 from django.utils import timezone
 
-from jobqueue.models import PriorityGrant
+from jobqueue.models import PriorityGrant, Queue
 from labportal.urls import urlpatterns as portal_urlpatterns
 from tests.browser.conftest import log_in
 from tests.conftest import PASSWORD
@@ -27,6 +27,10 @@ def log_out(page: Any) -> None:
 def test_alice_applies_for_a_grant_the_admin_approves_it_and_alice_sees_it_approved(
     page: Any, live_server: Any, alice: Any, admin_user: Any
 ) -> None:
+    # A transactional test before this one may have flushed the migration-made queues.
+    Queue.objects.get_or_create(
+        name="high", defaults={"title": "High priority", "tier": 0, "requires_grant": True}
+    )
     log_in(page, live_server, "alice", PASSWORD)
     page.wait_for_selector("[data-testid=username]")
     page.goto(f"{live_server.url}/jobs/grants/apply/")
