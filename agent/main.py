@@ -50,9 +50,14 @@ def broker_transport_options(broker_url: str) -> dict[str, object]:
     if parts.scheme == "filesystem" and parts.path not in ("", "/"):
         folder = parts.path
         os.makedirs(folder, exist_ok=True)
+        # Fanout exchanges (worker remote control) live beside the queue folder, as
+        # the portal's settings place them, instead of in the working directory.
+        control = os.path.join(os.path.dirname(folder.rstrip("/")), "control")
+        os.makedirs(control, exist_ok=True)
         return {
             "data_folder_in": folder,
             "data_folder_out": folder,
+            "control_folder": control,
             "store_processed": False,
             "visibility_timeout": 3600,
         }
@@ -99,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             node_name=cfg.name,
             state_dir=cfg.state_dir,
             allow_local=cfg.allow_local_runtime,
+            gpu_device_requests=backend.name != "simulated",
         )
     except RuntimeUnavailable as exc:
         return _fail(f"LABPORTAL_RUNTIME (--runtime) is {cfg.runtime}, but {exc}")

@@ -36,6 +36,7 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
     ]
     return {
         "job_id": job.pk,
+        "attempt": job.dispatch_count,
         "image": job.image.reference,
         "command": list(job.command),
         "env": {**job.env, "LABPORTAL_JOB_ID": str(job.pk)},

@@ -205,6 +205,8 @@ class Job(models.Model):
     node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
     submitted_at = models.DateTimeField(_("submitted"), default=timezone.now, db_index=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Each dispatch is an attempt; a requeued job runs again under a higher number.
+    dispatch_count = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     exit_code = models.IntegerField(_("exit code"), null=True, blank=True)

@@ -301,9 +301,10 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
         job.state = Job.State.DISPATCHED
         job.node = node
         job.dispatched_at = now
+        job.dispatch_count += 1
         job.queue_position = None
         job.pending_reason = ""
-        job.save(update_fields=["state", "node", "dispatched_at", "queue_position", "pending_reason"])
+        job.save(update_fields=["state", "node", "dispatched_at", "dispatch_count", "queue_position", "pending_reason"])
         allocations.extend(Allocation(job=job, gpu=g, allocated_at=now) for g in gpus)
         record_event(
             job, "dispatched",

@@ -32,13 +32,22 @@ __all__ = [
 
 
 def build_runtime(
-    choice: str, *, node_name: str, state_dir: Path, allow_local: bool = False
+    choice: str,
+    *,
+    node_name: str,
+    state_dir: Path,
+    allow_local: bool = False,
+    gpu_device_requests: bool = True,
 ) -> ContainerRuntime:
-    """Build the runtime named by ``choice``; raise ``RuntimeUnavailable`` saying why not."""
+    """Build the runtime named by ``choice``; raise ``RuntimeUnavailable`` saying why not.
+
+    ``gpu_device_requests=False`` is for simulated GPUs: their UUIDs name no device, so
+    containers get the assignment in their environment and labels only.
+    """
     if choice == "docker":
         from agent.runtime.docker_runtime import DockerRuntime
 
-        return DockerRuntime(node_name)
+        return DockerRuntime(node_name, gpu_device_requests=gpu_device_requests)
     if choice == "local":
         from agent.runtime.local import LocalProcessRuntime
 

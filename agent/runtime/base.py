@@ -21,6 +21,7 @@ LABEL_MANAGED = "labportal.managed"
 # Not part of the portal protocol: lets a restarted agent tell the simulated
 # backend which GPUs a re-attached job holds.
 LABEL_GPU_UUIDS = "labportal.gpu_uuids"
+LABEL_ATTEMPT = "labportal.attempt"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -62,6 +63,9 @@ class JobSpec:
     pids_limit: int
     mounts: list[MountSpec] = field(default_factory=list)
     time_limit_s: int = 0
+    # Counts the portal's dispatches of this job: a requeued job comes back with a
+    # higher attempt, and its ended container from before must not pass for it.
+    attempt: int = 0
 
     @classmethod
     def from_wire(
@@ -126,12 +130,16 @@ class JobSpec:
         time_limit_s = data.get("time_limit_s") or 0
         if not isinstance(time_limit_s, int) or isinstance(time_limit_s, bool):
             raise SpecRejected("'time_limit_s' must be an integer")
+        attempt = data.get("attempt") or 0
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+            raise SpecRejected("'attempt' must be a non-negative integer")
         mounts_raw = data.get("mounts") or []
         if not isinstance(mounts_raw, list):
             raise SpecRejected("'mounts' must be a list")
         mounts = [_check_mount(m, allowed_mount_roots) for m in mounts_raw]
         return cls(
             job_id=job_id,
+            attempt=attempt,
             image=image,
             command=list(command),
             env=dict(env),

@@ -21,6 +21,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
 from agent.runtime.base import (
+    LABEL_ATTEMPT,
     LABEL_GPU_UUIDS,
     LABEL_JOB_ID,
     LABEL_MANAGED,
@@ -76,6 +77,7 @@ class DockerRuntime(ContainerRuntime):
         *,
         client: docker.DockerClient | None = None,
         use_init: bool = True,
+        gpu_device_requests: bool = True,
     ) -> None:
         """Connect to the engine (``DOCKER_HOST`` or the local socket) unless ``client`` is given.
 
@@ -96,6 +98,7 @@ class DockerRuntime(ContainerRuntime):
         self._client = client
         self._node = node_name
         self._use_init = use_init
+        self._gpu_device_requests = gpu_device_requests
         # Serialises start() within this agent; the container name (unique per
         # engine) guards against a second agent process racing this one.
         self._start_lock = threading.Lock()
@@ -140,6 +143,7 @@ class DockerRuntime(ContainerRuntime):
                 LABEL_USER: spec.username,
                 LABEL_MANAGED: "true",
                 LABEL_GPU_UUIDS: ",".join(spec.gpu_uuids),
+                LABEL_ATTEMPT: str(spec.attempt),
             },
             "environment": env,
             "user": f"{spec.uid}:{spec.gid}",
@@ -161,7 +165,7 @@ class DockerRuntime(ContainerRuntime):
             "init": self._use_init,
             "stop_signal": "SIGTERM",
         }
-        requests = device_requests_for(spec.gpu_uuids)
+        requests = device_requests_for(spec.gpu_uuids) if self._gpu_device_requests else []
         if requests:
             kwargs["device_requests"] = requests
         return kwargs
@@ -191,6 +195,9 @@ class DockerRuntime(ContainerRuntime):
     def start(self, spec: JobSpec) -> StartOutcome:
         with self._start_lock:
             existing = self._find(spec.job_id)
+            if existing is not None and self._is_earlier_attempt(existing, spec):
+                existing.remove(force=True)  # a requeued job's ended container from before
+                existing = None
             if existing is not None:
                 return self._existing(existing)
             kwargs = self.create_kwargs(spec)
@@ -213,6 +220,11 @@ class DockerRuntime(ContainerRuntime):
                 raise RuntimeStartError(_explain(exc)) from exc
             container.reload()
             return StartOutcome(container.id, True, self._status(container))
+
+    def _is_earlier_attempt(self, container: Any, spec: JobSpec) -> bool:
+        labels = (container.attrs.get("Config") or {}).get("Labels") or {}
+        attempt = int(labels.get(LABEL_ATTEMPT, "0") or 0)
+        return attempt < spec.attempt and self._status(container).state == "exited"
 
     def _existing(self, container: Any) -> StartOutcome:
         return StartOutcome(container.id, False, self._status(container))

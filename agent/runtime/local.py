@@ -160,6 +160,15 @@ class LocalProcessRuntime(ContainerRuntime):
 
     # -- the interface -------------------------------------------------------
 
+    @staticmethod
+    def _is_earlier_attempt(job_dir: Path, status: JobStatus, spec: JobSpec) -> bool:
+        """A requeued job's process from before, which has ended and must not pass for it."""
+        try:
+            meta = json.loads((job_dir / "meta.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return int(meta.get("attempt", 0)) < spec.attempt and status.state == "exited"
+
     def start(self, spec: JobSpec) -> StartOutcome:
         if not spec.command:
             raise RuntimeStartError("the local runtime needs a command; it has no image default")
@@ -170,7 +179,7 @@ class LocalProcessRuntime(ContainerRuntime):
                 job_dir.mkdir()
             except FileExistsError:
                 status = self._status(spec.job_id)
-                if status is not None:
+                if status is not None and not self._is_earlier_attempt(job_dir, status, spec):
                     return StartOutcome(status.container_id, False, status)
                 shutil.rmtree(job_dir)  # a claim left by a crash mid-start
                 job_dir.mkdir()
@@ -187,6 +196,7 @@ class LocalProcessRuntime(ContainerRuntime):
                 "container_id": f"local-{spec.job_id}-{proc.pid}",
                 "gpu_uuids": spec.gpu_uuids,
                 "username": spec.username,
+                "attempt": spec.attempt,
             }
             (job_dir / "meta.json").write_text(json.dumps(meta))
             self._procs[spec.job_id] = proc

@@ -71,6 +71,7 @@ def test_a_job_container_is_hardened_as_docker_inspect_shows(
         "labportal.user": "alice",
         "labportal.managed": "true",
         "labportal.gpu_uuids": "",
+        "labportal.attempt": "0",
     }
     # Only the spec's mount, read-only, and no other way in from the host.
     assert not host["Binds"]
@@ -178,6 +179,24 @@ def test_logs_tail_and_a_second_start_starts_nothing(
         == 1
     )
     assert wait_until(lambda: docker_runtime.logs(106, 2) == "line3\nline4\n")
+
+
+def test_a_requeued_job_starts_again_under_its_next_attempt(
+    docker_runtime: DockerRuntime, docker_client: Any, node_name: str
+) -> None:
+    first = docker_runtime.start(JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"])))
+    assert wait_until(lambda: any(j.job_id == 107 and not j.running for j in docker_runtime.list_jobs()))
+    again = docker_runtime.start(JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"])))
+    assert not again.created  # the same attempt delivered twice starts nothing
+
+    second = docker_runtime.start(
+        JobSpec.from_wire(job_spec(107, attempt=1, command=["sh", "-c", "echo second; sleep 30"]))
+    )
+
+    assert second.created and second.container_id != first.container_id
+    containers = docker_client.containers.list(all=True, filters={"label": "labportal.job_id=107"})
+    assert [c.labels["labportal.attempt"] for c in containers] == ["1"]
+    assert wait_until(lambda: docker_runtime.logs(107, 5) == "second\n")
 
 
 def test_a_restarted_agent_reattaches_to_running_jobs_and_reports_ended_ones(

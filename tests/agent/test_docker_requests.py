@@ -66,10 +66,13 @@ def offline_client() -> docker.DockerClient:
     return docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
 
 
-def start(client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, **spec: Any) -> dict:
+def start(
+    client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, *, device_requests: bool = True, **spec: Any
+) -> dict:
     capture = CapturingApi(client.api)
     capture.install(monkeypatch)
-    outcome = DockerRuntime("gpu01", client=client).start(JobSpec.from_wire(job_spec(3, **spec)))
+    runtime = DockerRuntime("gpu01", client=client, gpu_device_requests=device_requests)
+    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec)))
     assert outcome.created and outcome.status.running
     (created,) = capture.created
     return created
@@ -92,6 +95,17 @@ def test_the_device_request_names_exactly_the_assigned_gpu_uuids(
     env = dict(item.split("=", 1) for item in created["Env"])
     assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(UUIDS)
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(UUIDS)
+
+
+def test_simulated_gpus_are_named_in_the_environment_but_requested_from_no_driver(
+    offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = start(offline_client, monkeypatch, device_requests=False, gpu_uuids=UUIDS, gpu_indices=[2, 3])
+
+    assert "DeviceRequests" not in created["HostConfig"]
+    env = dict(item.split("=", 1) for item in created["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(UUIDS)
+    assert created["Labels"]["labportal.gpu_uuids"] == ",".join(UUIDS)
 
 
 def test_a_job_without_gpus_gets_no_device_request_and_sees_none(
@@ -130,6 +144,7 @@ def test_the_create_call_carries_the_whole_hardening(
         "labportal.user": "alice",
         "labportal.managed": "true",
         "labportal.gpu_uuids": UUIDS[0],
+        "labportal.attempt": "0",
     }
     # The SDK leaves "Privileged" out when false; the engine's default is false.
     assert host.get("Privileged", False) is False

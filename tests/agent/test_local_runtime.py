@@ -63,6 +63,18 @@ def test_a_second_start_of_the_same_job_starts_nothing(runtime: LocalProcessRunt
     runtime.stop(2, 0)
 
 
+def test_a_requeued_job_runs_again_under_its_next_attempt(runtime: LocalProcessRuntime) -> None:
+    first = runtime.start(spec(3, "echo first"))
+    wait_until(lambda: exited(runtime, 3))
+    assert not runtime.start(spec(3, "echo first")).created
+
+    second = runtime.start(spec(3, "echo second", attempt=1))
+
+    assert second.created and second.container_id != first.container_id
+    wait_until(lambda: exited(runtime, 3))
+    assert runtime.logs(3, 5) == "second\n"
+
+
 def test_stop_sends_sigterm_and_a_job_that_handles_it_exits_cleanly(
     runtime: LocalProcessRuntime,
 ) -> None:

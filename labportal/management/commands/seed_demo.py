@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from accounts.models import Category, User
+from agent.gpu.simulated import simulated_gpu_uuid
 from cluster.models import Gpu, Node, NodeToken
 
 DEMO_PASSWORD = "labportal-demo"
@@ -18,11 +19,6 @@ DEMO_NODES = ("sim-node-1", "sim-node-2")
 DEMO_GPUS_PER_NODE = 4
 DEMO_GPU_MODEL = "Simulated A100 80GB"
 DEMO_GPU_MEMORY_MB = 81920
-
-
-def simulated_gpu_uuid(node_name: str, index: int) -> str:
-    """The UUID the simulated GPU backend reports for this node and index."""
-    return f"GPU-sim-{node_name}-{index}"
 
 
 class Command(BaseCommand):
