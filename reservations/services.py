@@ -10,13 +10,15 @@ and the owner is told. Maintenance bookings cost nothing.
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
-from django.utils import formats, timezone
+from django.utils import formats, timezone, translation
 from django.utils.translation import gettext as _
 
 from reservations.errors import (
@@ -34,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RESERVATION_RATE = Decimal("1")
 DEFAULT_NO_SHOW_MINUTES = 15
+# The ledger keeps credits to three decimals; charges and refunds are rounded alike.
+CREDIT_QUANTUM = Decimal("0.001")
 # A GPU counts as used when a sample of it shows at least this utilisation.
 NO_SHOW_UTIL_PCT = 5.0
 
@@ -54,7 +58,9 @@ def credit_policy_no_show_minutes() -> int:
     try:
         from accounts.models import CreditPolicy  # type: ignore[attr-defined]
 
-        return int(CreditPolicy.current().no_show_minutes)
+        policy = CreditPolicy.current()
+        minutes = getattr(policy, "no_show_window_minutes", None)
+        return int(minutes if minutes is not None else policy.no_show_minutes)
     except (ImportError, AttributeError):
         return DEFAULT_NO_SHOW_MINUTES
 
@@ -75,6 +81,12 @@ def _notify(**kwargs: Any) -> None:
         logger.info("accounts.services.notify is missing; not sent: %s", kwargs.get("title"))
         return
     notify(**kwargs)
+
+
+def _language_of(user: Any) -> AbstractContextManager[None]:
+    """Messages to a member are written in their language, not the worker's."""
+    language = getattr(user, "preferred_language", "") or settings.LANGUAGE_CODE
+    return translation.override(language)
 
 
 def _job_request_stop(**kwargs: Any) -> None:
@@ -346,7 +358,7 @@ def reservation_create(
     )
     reservation.gpus.set(gpu_ids)
     _insert_slots(reservation, gpu_ids)
-    cost = (gpu_hours(len(gpu_ids), end - start) * rate).quantize(Decimal("0.0001"))
+    cost = (gpu_hours(len(gpu_ids), end - start) * rate).quantize(CREDIT_QUANTUM)
     if cost > 0:
         _ledger_post(
             user=user,
@@ -422,9 +434,7 @@ def reservation_release_early(*, reservation_id: int, actor: Any) -> Reservation
     unused = (
         gpu_hours(gpu_count, reservation.end - new_end) if new_end < reservation.end else Decimal(0)
     )
-    refund = min(
-        (unused * reservation.credit_rate).quantize(Decimal("0.0001")), reservation.charged
-    )
+    refund = min((unused * reservation.credit_rate).quantize(CREDIT_QUANTUM), reservation.charged)
     reservation.booked_end = reservation.end
     if new_end > reservation.start:
         reservation.end = new_end
@@ -500,7 +510,7 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
             _("Someone booked these GPUs right after your slot a moment ago.")
         ) from None
     extra = (gpu_hours(len(gpu_ids), new_end - old_end) * reservation.credit_rate).quantize(
-        Decimal("0.0001")
+        CREDIT_QUANTUM
     )
     if extra > 0:
         _ledger_post(
@@ -552,17 +562,18 @@ def reservations_start_due(*, now: datetime) -> int:
                 continue
             reservation = Reservation.objects.select_related("user").get(pk=reservation_id)
             labels = ", ".join(g.label for g in reservation.gpus.select_related("node"))
-            _notify(
-                user=reservation.user,
-                kind="reservation_started",
-                title=_("Your reservation has started: %(gpus)s") % {"gpus": labels},
-                body=_(
-                    "The GPUs are yours until %(end)s. Submit jobs with this reservation so they run on them ahead of everything else."
+            with _language_of(reservation.user):
+                _notify(
+                    user=reservation.user,
+                    kind="reservation_started",
+                    title=_("Your reservation has started: %(gpus)s") % {"gpus": labels},
+                    body=_(
+                        "The GPUs are yours until %(end)s. Submit jobs with this reservation so they run on them ahead of everything else."
+                    )
+                    % {"end": _when(reservation.end)},
+                    url=_reservation_url(reservation),
+                    email=False,
                 )
-                % {"end": _when(reservation.end)},
-                url=_reservation_url(reservation),
-                email=False,
-            )
             started += 1
     return started
 
@@ -591,24 +602,25 @@ def reservations_warn_ending(*, now: datetime) -> int:
             jobs = list(jobs_running_in_reservation(reservation))
             if not jobs:
                 continue
-            if rules.end_policy == BookingRule.EndPolicy.STOP:
-                consequence = _(
-                    "They will be stopped at the end of the slot (SIGTERM, then SIGKILL after a grace period)."
+            with _language_of(reservation.user):
+                if rules.end_policy == BookingRule.EndPolicy.STOP:
+                    consequence = _(
+                        "They will be stopped at the end of the slot (SIGTERM, then SIGKILL after a grace period)."
+                    )
+                else:
+                    consequence = _(
+                        "They may keep running, but other bookings and jobs may need the GPUs."
+                    )
+                _notify(
+                    user=reservation.user,
+                    kind="reservation_ending",
+                    title=_("Your reservation ends at %(end)s; %(count)d jobs still run in it")
+                    % {"end": _when(reservation.end), "count": len(jobs)},
+                    body=_("Jobs: %(jobs)s.") % {"jobs": ", ".join(f"#{j.pk}" for j in jobs)}
+                    + " "
+                    + consequence,
+                    url=_reservation_url(reservation),
                 )
-            else:
-                consequence = _(
-                    "They may keep running, but other bookings and jobs may need the GPUs."
-                )
-            _notify(
-                user=reservation.user,
-                kind="reservation_ending",
-                title=_("Your reservation ends at %(end)s; %(count)d jobs still run in it")
-                % {"end": _when(reservation.end), "count": len(jobs)},
-                body=_("Jobs: %(jobs)s.") % {"jobs": ", ".join(f"#{j.pk}" for j in jobs)}
-                + " "
-                + consequence,
-                url=_reservation_url(reservation),
-            )
             warned += 1
     return warned
 
@@ -639,18 +651,19 @@ def reservations_end_due(*, now: datetime) -> int:
                         % {"end": _when(reservation.end)},
                     )
             if jobs:
-                title = (
-                    _("Your reservation ended; %(count)d jobs in it are being stopped")
-                    if stopping
-                    else _("Your reservation ended; %(count)d jobs in it keep running")
-                ) % {"count": len(jobs)}
-                _notify(
-                    user=reservation.user,
-                    kind="reservation_ended",
-                    title=title,
-                    body=_("Jobs: %(jobs)s.") % {"jobs": ", ".join(f"#{j.pk}" for j in jobs)},
-                    url=_reservation_url(reservation),
-                )
+                with _language_of(reservation.user):
+                    title = (
+                        _("Your reservation ended; %(count)d jobs in it are being stopped")
+                        if stopping
+                        else _("Your reservation ended; %(count)d jobs in it keep running")
+                    ) % {"count": len(jobs)}
+                    _notify(
+                        user=reservation.user,
+                        kind="reservation_ended",
+                        title=title,
+                        body=_("Jobs: %(jobs)s.") % {"jobs": ", ".join(f"#{j.pk}" for j in jobs)},
+                        url=_reservation_url(reservation),
+                    )
             ended += 1
     return ended
 
@@ -702,18 +715,22 @@ def reservations_check_no_show(*, now: datetime) -> int:
             ):
                 continue
             Reservation.objects.filter(pk=reservation_id).update(no_show=True)
-            _notify(
-                user=reservation.user,
-                kind="reservation_no_show",
-                title=_("Your reserved GPUs are unused"),
-                body=_(
-                    "Nothing ran on the GPUs you booked from %(start)s in the first %(minutes)d minutes. "
-                    "The booking stays charged; release it early to get the rest of the time refunded "
-                    "and let others use the GPUs."
+            with _language_of(reservation.user):
+                _notify(
+                    user=reservation.user,
+                    kind="reservation_no_show",
+                    title=_("Your reserved GPUs are unused"),
+                    body=_(
+                        "Nothing ran on the GPUs you booked from %(start)s in the first %(minutes)d minutes. "
+                        "The booking stays charged; release it early to get the rest of the time refunded "
+                        "and let others use the GPUs."
+                    )
+                    % {
+                        "start": _when(reservation.start),
+                        "minutes": int(grace.total_seconds() // 60),
+                    },
+                    url=_reservation_url(reservation),
                 )
-                % {"start": _when(reservation.start), "minutes": int(grace.total_seconds() // 60)},
-                url=_reservation_url(reservation),
-            )
             flagged += 1
     return flagged
 

@@ -333,3 +333,55 @@ class TestPermissions:
 
 def test_the_clock_fixture_is_a_monday() -> None:
     assert T0.weekday() == 0
+
+
+class TestWithTheRealLedger:
+    """The same flows against accounts' real ledger_post and notify (no recording)."""
+
+    @pytest.fixture(autouse=True)
+    def _real_contracts(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import accounts.services
+        from accounts.models import CreditPolicy
+
+        monkeypatch.undo()  # drop the recording fakes of the module-level fixture
+        policy = CreditPolicy.current()
+        policy.reservation_rate = Decimal("1.5")
+        policy.save()
+        assert callable(accounts.services.ledger_post)
+
+    def test_booking_cancelling_and_releasing_move_the_balance(
+        self, alice: Any, gpus: list[Any], clock: Any
+    ) -> None:
+        from accounts.models import LedgerEntry
+        from accounts.services import credit_account_for
+
+        first = book(alice, gpus[:2], 1, 3)  # 4 GPU-hours x 1.5
+        assert credit_account_for(alice).balance == Decimal("-6")
+        reservation_cancel(reservation_id=first.pk, actor=alice)
+        assert credit_account_for(alice).balance == 0
+        second = book(alice, gpus[:1], 1, 5)
+        clock.move_to(at(1) + timedelta(minutes=20))
+        reservation_release_early(reservation_id=second.pk, actor=alice)
+        # charged 4 x 1.5; used until 10:30 (the next grid step), so 3.5 hours x 1.5 come back
+        assert credit_account_for(alice).balance == Decimal("-0.75")
+        assert LedgerEntry.objects.filter(reservation=second).count() == 2
+
+    def test_the_start_and_a_no_show_reach_the_bell(
+        self, alice: Any, gpus: list[Any], clock: Any
+    ) -> None:
+        from accounts.models import CreditPolicy, Notification
+        from reservations.services import reservations_tick
+
+        CreditPolicy.objects.filter(pk=1).update(no_show_window_minutes=20)
+        booking = book(alice, gpus[:1], 1, 3)
+        clock.move_to(at(1))
+        reservations_tick()
+        clock.move_to(at(1) + timedelta(minutes=20))
+        reservations_tick()
+        reservations_tick()
+        kinds = list(
+            Notification.objects.filter(user=alice).values_list("kind", flat=True).order_by("pk")
+        )
+        assert kinds.count("reservation_started") == 1 and kinds.count("reservation_no_show") == 1
+        booking.refresh_from_db()
+        assert booking.no_show
