@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test install assets lint typecheck bench messages clean
+.PHONY: demo test install assets lint typecheck bench bench-json messages clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
@@ -38,9 +38,17 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy .
 
+# The engine's speed and quality against its baselines, then the portal's submit
+# throughput and time to start (these need PostgreSQL: BENCH_DATABASE_URL).
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/labportal
+BENCH_BROKER_URL ?= redis://127.0.0.1:6379/0
 bench: install
-	$(PY) -m scheduler.bench
-	$(PY) -m scheduler.simulate --trace ../shared/traces/alibaba2023_openb_gpu.csv --gpus 32 --gpus-per-node 8 --policy all --users 30 --seed 1
+	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
+
+bench-json: install
+	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

@@ -7,7 +7,7 @@ from labportal import views as portal_views
 
 urlpatterns = [
     path("", cluster_views.dashboard, name="dashboard"),
-    path("gpus/table/", cluster_views.gpu_table, name="gpu_table"),
+    path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),
