@@ -1,24 +1,21 @@
 """Run the demo lab: web (gunicorn), a control worker with beat, and one agent per node.
 
 Everything runs on the embedded defaults: SQLite, kombu's filesystem broker, the
-simulated GPU backend and the local-process runtime. The simulation is named as
-such in the UI. Ctrl-C stops every process.
+simulated GPU backend and the local-process runtime. The portal names all of this
+as simulation. Ctrl-C stops every process.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from labportal.devstack import Stack, wait_for_port
 from labportal.management.commands.seed_demo import DEMO_PASSWORD
 
 
@@ -26,7 +23,7 @@ class Command(BaseCommand):
     help = "Serve the demo lab on 127.0.0.1:8000 with its worker and simulated agents."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--bind", default="127.0.0.1:8000")
+        parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-agents", action="store_true", help="Start web and worker only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -35,43 +32,20 @@ class Command(BaseCommand):
         agents_file = settings.VAR_DIR / "demo-agents.json"
         if not agents_file.exists():
             raise CommandError("No demo lab yet: run `python manage.py seed_demo` first.")
-        bin_dir = os.path.dirname(sys.executable)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        commands: list[tuple[str, list[str], dict[str, str]]] = [
-            ("web", [os.path.join(bin_dir, "gunicorn"), "labportal.wsgi:application",
-                     "--bind", options["bind"], "--workers", "2", "--threads", "4",
-                     "--access-logfile", "-"], env),
-            ("control", [os.path.join(bin_dir, "celery"), "-A", "labportal", "worker",
-                         "--beat", "--queues", "control", "--concurrency", "2",
-                         "--loglevel", "INFO", "--hostname", "control@%h",
-                         "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")], env),
-        ]
-        if not options["no_agents"] and importlib.util.find_spec("agent.main") is not None:
-            for agent in json.loads(agents_file.read_text()):
-                agent_env = {
-                    **env,
-                    "LABPORTAL_NODE_NAME": agent["name"],
-                    "LABPORTAL_NODE_TOKEN": agent["token"],
-                    "LABPORTAL_BROKER_URL": settings.CELERY_BROKER_URL,
-                    "LABPORTAL_BROKER_DIR": str(settings.BROKER_DIR),
-                    "LABPORTAL_GPU_BACKEND": "simulated",
-                    "LABPORTAL_SIM_GPUS": str(agent["gpus"]),
-                    "LABPORTAL_RUNTIME": "local",
-                    "LABPORTAL_ALLOW_LOCAL_RUNTIME": "1",
-                    "LABPORTAL_AGENT_STATE_DIR": str(settings.VAR_DIR / "agents" / agent["name"]),
-                }
-                commands.append((agent["name"], [os.path.join(bin_dir, "labportal-agent")], agent_env))
+        import os
 
-        procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        for name, argv, proc_env in commands:
-            self.stdout.write(f"starting {name}: {' '.join(argv[:3])} …")
-            procs.append((name, subprocess.Popen(argv, env=proc_env, start_new_session=True)))
-        host = options["bind"]
-        self.stdout.write(self.style.SUCCESS(
-            f"\nLabPortal demo (simulated GPUs, local-process runtime) on http://{host}/\n"
-            f"Log in as admin, alice, bob or charlie with the password {DEMO_PASSWORD!r}.\n"
-            "Press Ctrl-C to stop.\n"
-        ))
+        log_dir = settings.VAR_DIR / "logs"
+        stack = Stack(env={**os.environ, "PYTHONUNBUFFERED": "1"}, log_dir=log_dir)
+        stack.web(options["port"])
+        stack.control_worker(settings.VAR_DIR / "celerybeat-schedule")
+        broker = settings.CELERY_BROKER_URL
+        if broker.startswith("filesystem://"):
+            # The agents share the portal's message folder.
+            broker = f"filesystem://{settings.BROKER_DIR / 'out'}"
+        if not options["no_agents"]:
+            for agent in json.loads(agents_file.read_text()):
+                stack.agent(name=agent["name"], token=agent["token"], broker=broker, runtime="local",
+                            gpus=agent["gpus"], state_dir=settings.VAR_DIR / "agents" / agent["name"])
         stopping = False
 
         def stop(*_: Any) -> None:
@@ -81,19 +55,19 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         try:
+            wait_for_port(options["port"], timeout_s=60)
+            self.stdout.write(self.style.SUCCESS(
+                f"\nLabPortal demo on http://127.0.0.1:{options['port']}/  "
+                "(SIMULATED GPUs, jobs run as local processes)\n"
+                f"Log in as admin, alice, bob or charlie with the password {DEMO_PASSWORD!r}.\n"
+                f"Process logs: {log_dir}/  ·  Press Ctrl-C to stop.\n"
+            ))
             while not stopping:
-                for name, proc in procs:
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with {proc.returncode}; stopping the demo.")
-                        stopping = True
+                stack.check_alive()
                 time.sleep(0.5)
+        except (RuntimeError, TimeoutError) as exc:
+            self.stderr.write(f"{exc}; stopping the demo.")
+            for name in stack.procs:
+                self.stderr.write(f"--- {name}\n{stack.tail(name, 15)}")
         finally:
-            for _name, proc in procs:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            for _name, proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stack.stop()

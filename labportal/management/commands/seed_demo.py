@@ -46,6 +46,12 @@ class Command(BaseCommand):
                 )
                 user.ensure_unix_ids()
 
+        from jobqueue.models import ContainerImage
+
+        ContainerImage.objects.get_or_create(
+            reference="labportal/demo-local",
+            defaults={"description": "Demo only: the local-process runtime runs the command on the host."},
+        )
         agents = []
         for name in DEMO_NODES:
             node, _ = Node.objects.get_or_create(name=name, defaults={"address": "127.0.0.1"})
