@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -34,13 +34,15 @@ class BookingForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["gpus"].queryset = (
+        gpus = cast(forms.ModelMultipleChoiceField, self.fields["gpus"])  # type: ignore[type-arg]
+        gpus.queryset = (
             Gpu.objects.filter(kind=Gpu.Kind.WHOLE)
             .select_related("node")
             .order_by("node__name", "index")
         )
-        self.fields["gpus"].label_from_instance = lambda gpu: f"{gpu.label} · {gpu.model}"
-        self.fields["node"].queryset = Node.objects.order_by("name")
+        gpus.label_from_instance = lambda gpu: f"{gpu.label} · {gpu.model}"  # type: ignore[method-assign,assignment]
+        node = cast(forms.ModelChoiceField, self.fields["node"])  # type: ignore[type-arg]
+        node.queryset = Node.objects.order_by("name")
         if not user.is_staff:
             del self.fields["maintenance"]
 
@@ -74,7 +76,8 @@ class SuggestForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["node"].queryset = Node.objects.filter(state=Node.State.UP).order_by("name")
+        node = cast(forms.ModelChoiceField, self.fields["node"])  # type: ignore[type-arg]
+        node.queryset = Node.objects.filter(state=Node.State.UP).order_by("name")
 
 
 class ExtendForm(forms.Form):

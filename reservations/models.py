@@ -212,10 +212,10 @@ class BookingRule(models.Model):
     def for_user(cls, user: Any) -> BookingRules:
         """The rules that apply to `user`, with defaults where the category has none."""
         category = getattr(user, "category", None)
-        rule = None
-        if category is not None:
-            rule = cls.objects.filter(category=category).first()
-        rule = rule or cls()
+        found = (
+            BookingRule.objects.filter(category=category).first() if category is not None else None
+        )
+        rule: BookingRule = found or BookingRule()
         return BookingRules(
             max_gpus_per_booking=rule.max_gpus_per_booking,
             min_length=timedelta(minutes=rule.min_length_minutes),

@@ -58,9 +58,7 @@ def credit_policy_no_show_minutes() -> int:
     try:
         from accounts.models import CreditPolicy  # type: ignore[attr-defined]
 
-        policy = CreditPolicy.current()
-        minutes = getattr(policy, "no_show_window_minutes", None)
-        return int(minutes if minutes is not None else policy.no_show_minutes)
+        return int(CreditPolicy.current().no_show_window_minutes)
     except (ImportError, AttributeError):
         return DEFAULT_NO_SHOW_MINUTES
 
@@ -141,21 +139,26 @@ def _suggest(
 ) -> FreeSlot | None:
     """The nearest bookable alternative for a refusal: the same GPUs first, then any on the node."""
     horizon_end = now + timedelta(days=max(rules.max_days_ahead, 1))
-    common = {
-        "length": length,
-        "after": max(after, now),
-        "granularity": rules.granularity,
-        "horizon_end": horizon_end,
-        "now": now,
-        "exclude_reservation_id": exclude_reservation_id,
-        # A booking may overlap a running job's time limit; suggestions need not avoid it.
-        "include_running_jobs": False,
-    }
+
+    def earliest(count: int, **where: Any) -> FreeSlot | None:
+        return free_slot_earliest(
+            gpu_count=count,
+            length=length,
+            after=max(after, now),
+            granularity=rules.granularity,
+            horizon_end=horizon_end,
+            now=now,
+            exclude_reservation_id=exclude_reservation_id,
+            # A booking may overlap a running job's time limit; suggestions need not avoid it.
+            include_running_jobs=False,
+            **where,
+        )
+
     if gpu_ids:
-        found = free_slot_earliest(gpu_count=len(gpu_ids), gpu_ids=gpu_ids, **common)
+        found = earliest(len(gpu_ids), gpu_ids=gpu_ids)
         if found is not None:
             return found
-    return free_slot_earliest(gpu_count=gpu_count, node_id=node_id, **common)
+    return earliest(gpu_count, node_id=node_id)
 
 
 def _check_rules(

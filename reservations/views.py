@@ -83,9 +83,9 @@ def reservation_calendar(request: HttpRequest) -> HttpResponse:
     )
     template = (
         "reservations/_calendar_grid.html"
-        if request.htmx and request.GET.get("partial")
+        if request.htmx and request.GET.get("partial")  # type: ignore[attr-defined]
         else "reservations/calendar.html"
-    )  # type: ignore[attr-defined]
+    )
     return render(request, template, context)
 
 
