@@ -59,6 +59,8 @@ def broker_transport_options(broker_url: str) -> dict[str, object]:
             "data_folder_out": folder,
             "control_folder": control,
             "store_processed": False,
+            # One message per poll: the default 1 s poll lets job events queue up.
+            "polling_interval": 0.05,
             "visibility_timeout": 3600,
         }
     return {"visibility_timeout": 3600}
