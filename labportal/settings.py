@@ -259,6 +259,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "scheduling-pass": {"task": "control.scheduling_pass", "schedule": timedelta(seconds=10)},
     "time-limits": {"task": "control.jobs_enforce_time_limits", "schedule": timedelta(seconds=30)},
 }
+# Each app keeps its periodic work next to its tasks; these modules import only Celery.
+from accounts.beat import CREDITS_BEAT_SCHEDULE  # noqa: E402
+from reservations.beat import RESERVATIONS_BEAT_SCHEDULE  # noqa: E402
+
+CELERY_BEAT_SCHEDULE.update(CREDITS_BEAT_SCHEDULE)
+CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
 
 # --- LabPortal policy -------------------------------------------------------
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)

@@ -27,3 +27,10 @@ def test_control_tasks_route_to_the_control_queue_and_nodes_have_their_own() -> 
     route = app.amqp.router.route({}, "control.node_heartbeat", args=(), kwargs={})
     assert route["queue"].name == "control"
     assert node_queue("gpu01") == "node.gpu01"
+
+
+def test_every_beat_entry_names_a_registered_control_task() -> None:
+    app.loader.import_default_modules()
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        assert entry["task"] in app.tasks, name
+        assert entry["task"].startswith("control."), name
