@@ -251,8 +251,12 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ACKS_LATE = True
+_FILESYSTEM_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
+# Late acks make a crash redeliver the task (every task is safe to run twice). kombu's
+# filesystem transport only acks between 2-second polls, which would cap the demo
+# at one message per poll, so the demo acks on receipt and prefetches more.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 8 if _FILESYSTEM_BROKER else 1
+CELERY_TASK_ACKS_LATE = not _FILESYSTEM_BROKER
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "node-liveness": {"task": "control.nodes_check_liveness", "schedule": timedelta(seconds=15)},
