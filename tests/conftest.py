@@ -82,11 +82,13 @@ class SentTasks(list):  # type: ignore[type-arg]
 
 
 @pytest.fixture(autouse=True)
-def sent_tasks(monkeypatch: pytest.MonkeyPatch) -> SentTasks:
+def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> SentTasks:
     """Record messages instead of sending them; end-to-end tests use real processes instead."""
     from labportal.celery import app
 
     sent = SentTasks()
+    if request.node.get_closest_marker("e2e"):
+        return sent
 
     def send_task(name: str, args: Any = None, kwargs: Any = None, queue: str | None = None, **options: Any) -> None:
         sent.append((name, list(args or []), queue or ""))
