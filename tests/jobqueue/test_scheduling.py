@@ -138,3 +138,46 @@ def test_the_predicted_run_time_learns_from_the_owners_finished_jobs(alice: Any,
     Job.objects.filter(pk=first.pk).update(state=Job.State.COMPLETED, started_at=now - timedelta(minutes=50), ended_at=now)
     second = submit(alice, time_limit_s=4 * 3600, command="python train.py --seed 2")
     assert second.predicted_runtime_s == 50 * 60
+
+
+def book(user: Any, node_name: str, start: Any, end: Any) -> Any:
+    from reservations.services import reservation_create
+
+    node = Node.objects.get(name=node_name)
+    return reservation_create(user=user, start=start, end=end, node=node, gpu_count=4)
+
+
+def test_nothing_is_backfilled_into_someone_elses_reservation_window(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    with time_machine.travel(start - timedelta(minutes=30), tick=False):
+        Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
+        book(bob, "gpu01", start, start + timedelta(hours=2))
+        too_long = submit(alice, gpus=1, time_limit_s=3600)
+        fits = submit(alice, gpus=1, time_limit_s=20 * 60)
+        run_pass(django_capture_on_commit_callbacks)
+    too_long.refresh_from_db()
+    fits.refresh_from_db()
+    assert too_long.state == Job.State.PENDING
+    assert too_long.pending_reason == "reservation"
+    assert too_long.estimated_start is not None and too_long.estimated_start >= start + timedelta(hours=2)
+    assert fits.state == Job.State.DISPATCHED
+
+
+def test_the_owners_job_runs_in_the_reservation_ahead_of_everyone(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    with time_machine.travel(start - timedelta(minutes=30), tick=False):
+        Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
+        reservation = book(bob, "gpu01", start, start + timedelta(hours=2))
+    with time_machine.travel(start + timedelta(minutes=1), tick=False):
+        earlier = submit(alice, gpus=4, time_limit_s=600)
+        mine = submit(bob, gpus=4, time_limit_s=3600, reservation_id=reservation.pk)
+        run_pass(django_capture_on_commit_callbacks)
+    mine.refresh_from_db()
+    earlier.refresh_from_db()
+    assert mine.state == Job.State.DISPATCHED
+    assert {a.gpu_id for a in mine.allocations.all()} == set(reservation.gpus.values_list("id", flat=True))
+    assert earlier.state == Job.State.PENDING
