@@ -1,0 +1,5 @@
+import sys
+
+from labctl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""Parsing what people type: durations (2h, 90m, 1h30m, 3600), sizes (16G, 512M) and times."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import date, datetime, timedelta
+
+_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|hr|h|min|m|sec|s)")
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$", re.IGNORECASE)
+_SIZE_TO_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds from '3600', '90m', '2h', '1h30m', '1.5h', '2d', '45s' (a bare number is seconds)."""
+    value = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+", value):
+        seconds = int(value)
+    else:
+        parts = _DURATION_PART.findall(value)
+        if not value or "".join(n + u for n, u in parts) != value:
+            raise ValueError(
+                f"“{text}” is not a duration; use e.g. 3600 (seconds), 90m, 2h, 1h30m or 1d."
+            )
+        seconds = round(sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
+    if seconds <= 0:
+        raise ValueError(f"“{text}” is not a positive duration.")
+    return seconds
+
+
+def parse_size_mb(text: str) -> int:
+    """MiB from '16G', '16GiB', '512M', '1.5g', '2T', '65536K'; a bare number is MiB. G means GiB (1024 MiB)."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise ValueError(f"“{text}” is not a size; use e.g. 16G, 512M or 40GiB (a bare number is MiB).")
+    number, unit, _suffix = match.groups()
+    mib = float(number) * _SIZE_TO_MIB[unit.lower()]
+    if mib <= 0:
+        raise ValueError(f"“{text}” is not a positive size.")
+    return max(1, round(mib))
+
+
+def parse_env(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"“{text}” is not KEY=VALUE (e.g. --env EPOCHS=10).")
+    return key, value
+
+
+def parse_when(text: str, *, now: datetime | None = None) -> datetime:
+    """An aware datetime from '2026-12-01 14:00', ISO 8601, 'today 14:00' or 'tomorrow 9:30'.
+
+    Times without an offset are in this computer's local time zone.
+    """
+    now = now or datetime.now().astimezone()
+    value = text.strip()
+    relative = re.fullmatch(r"(today|tomorrow)\s+(\d{1,2}):(\d{2})", value, re.IGNORECASE)
+    if relative:
+        day: date = now.date() + timedelta(days=1 if relative.group(1).lower() == "tomorrow" else 0)
+        hour, minute = int(relative.group(2)), int(relative.group(3))
+        if hour > 23 or minute > 59:
+            raise ValueError(f"“{text}” is not a time of day.")
+        moment = datetime(day.year, day.month, day.day, hour, minute)
+    else:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"“{text}” is not a date and time; use e.g. \"2026-12-01 14:00\" or \"tomorrow 9:30\"."
+            ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time of this computer
+    return moment
+
+
+def parse_hours(text: str) -> float:
+    """Hours as a number ('2', '1.5') or a duration ('90m', '1h30m')."""
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = parse_duration(text) / 3600
+    if hours <= 0:
+        raise ValueError(f"“{text}” is not a positive number of hours.")
+    return hours
+
+
+def argtype(parser_fn):  # type: ignore[no-untyped-def]
+    """Wrap a parser so argparse reports its message as a usage error (exit 2, no traceback)."""
+
+    def convert(text: str):  # type: ignore[no-untyped-def]
+        try:
+            return parser_fn(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parser_fn.__name__.removeprefix("parse_")
+    return convert
