@@ -68,8 +68,10 @@ def queue_overview(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
     context = {"job": job, "events": job.events.all(), "allocations": job.allocations.select_related("gpu")}
-    template = "jobqueue/_job_live.html" if request.headers.get("HX-Request") else "jobqueue/job_detail.html"
-    return render(request, template, context)
+    if request.headers.get("HX-Request"):
+        # 286 tells htmx to stop polling once the job has ended.
+        return render(request, "jobqueue/_job_live.html", context, status=286 if job.is_final else 200)
+    return render(request, "jobqueue/job_detail.html", context)
 
 
 @login_required
