@@ -166,7 +166,7 @@ def _fail(error: LabctlError) -> None:
             print("Nearest free slot: " + _slot_line(suggestion), file=sys.stderr)
             print("  book it: " + _book_command(suggestion), file=sys.stderr)
         if error.status == 401:
-            print("Create a new token under Account → API tokens (/account/tokens/) and run `labctl login`.",
+            print("Then store the new token with `labctl login --token lp_...` (tokens: /account/tokens/).",
                   file=sys.stderr)
 
 
@@ -439,8 +439,15 @@ def _book_command(slot: dict[str, Any]) -> str:
 def _print_booking(r: dict[str, Any], verb: str) -> None:
     labels = ", ".join(r.get("gpu_labels") or [])
     print(f"{verb} booking {r['id']}: {labels}, {when(r.get('start'))} – {when(r.get('end'))} ({r.get('state')}).")
-    if r.get("charged") not in (None, "", "0", "0.000"):
+    if _number(r.get("charged")):
         print(f"  charged: {r['charged']} credits")
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def cmd_book(args: argparse.Namespace, client: Client) -> int:
@@ -555,7 +562,8 @@ def cmd_credits(args: argparse.Namespace, client: Client) -> int:
     print(f"Credits of {summary.get('username')}")
     print(f"  balance:        {summary.get('balance')}")
     print(f"  burn rate:      {summary.get('burn_per_day')} per day (last 7 days)")
-    print(f"  runs out:       {when(summary.get('runs_out_at'), relative=True, empty='not at this rate')}")
+    empty = "already used up" if _number(summary.get("balance")) <= 0 else "not at this rate"
+    print(f"  runs out:       {when(summary.get('runs_out_at'), relative=True, empty=empty)}")
     print(f"  next grant on:  {summary.get('next_grant_on') or '-'}")
     print()
     if entries:

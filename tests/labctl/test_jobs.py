@@ -1,0 +1,119 @@
+"""Submitting, watching and cancelling jobs with labctl against a live portal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.labctl.conftest import Run, token_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit(labctl: Run, *extra: str) -> dict[str, Any]:
+    result = labctl("--json", "submit", "--image", "labportal/busybox:test", *extra, "--", "sleep", "60")
+    assert result.code == 0, result.err
+    return result.json()  # type: ignore[no-any-return]
+
+
+def test_alice_submits_sees_and_cancels_a_job(labctl: Run, as_alice: str) -> None:
+    result = labctl("submit", "--image", "labportal/busybox:test", "--gpus", "2", "--time", "90m",
+                    "--memory", "8G", "--env", "EPOCHS=3", "--name", "resnet", "--",
+                    "python", "train.py", "--lr", "3e-4")
+    assert result.code == 0, result.err
+    assert "Submitted job" in result.out
+    assert "queue position" in result.out and "estimated start" in result.out
+    job_id = int(result.out.split("Submitted job ")[1].split()[0])
+
+    listing = labctl("status")
+    assert listing.code == 0
+    assert "resnet" in listing.out and "pending" in listing.out
+
+    details = labctl("--json", "status", str(job_id)).json()
+    assert details["command"] == ["python", "train.py", "--lr", "3e-4"]
+    assert details["gpus"] == 2 and details["time_limit_s"] == 5400 and details["memory_mb"] == 8192
+    assert details["env"] == {"EPOCHS": "3"}
+    assert isinstance(details["events"], list)
+    assert "Events" in labctl("status", str(job_id)).out or "No events" in labctl("status", str(job_id)).out
+
+    cancelled = labctl("cancel", str(job_id))
+    assert cancelled.code == 0, cancelled.err
+    assert "cancelled" in cancelled.out
+    assert labctl("--json", "status", str(job_id)).json()["state"] == "cancelled"
+    assert "resnet" not in labctl("status").out
+    assert "resnet" in labctl("status", "--all").out
+
+
+def test_an_image_off_the_allowlist_exits_1_with_the_portals_message(labctl: Run, as_alice: str) -> None:
+    result = labctl("submit", "--image", "evil/miner:latest", "--", "mine")
+    assert result.code == 1
+    assert "not on the lab's allowlist" in result.err
+    assert "labportal/busybox:test" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_a_field_error_is_printed_with_its_field(labctl: Run, as_alice: str) -> None:
+    result = labctl("submit", "--image", "labportal/busybox:test", "--gpus", "0", "--", "true")
+    assert result.code == 1
+    assert result.err.startswith("error: gpus:")
+
+
+def test_submit_without_a_command_is_a_usage_error(labctl: Run, as_alice: str) -> None:
+    result = labctl("submit", "--image", "labportal/busybox:test")
+    assert result.code == 2
+    assert "after --" in result.err
+
+
+def test_charlie_cannot_cancel_alices_job(labctl: Run, as_alice: str, charlie: Any) -> None:
+    job = submit(labctl)
+    result = labctl("--token", token_for(charlie), "cancel", str(job["id"]))
+    assert result.code == 1
+    assert "not found" in result.err.lower()
+    assert labctl("--json", "status", str(job["id"])).json()["state"] == "pending"
+
+
+def test_cancelling_several_jobs_reports_each_and_fails_if_one_fails(labctl: Run, as_alice: str) -> None:
+    first, second = submit(labctl), submit(labctl)
+    result = labctl("cancel", str(first["id"]), "999999", str(second["id"]))
+    assert result.code == 1
+    assert f"Job {first['id']}: cancelled" in result.out
+    assert f"Job {second['id']}: cancelled" in result.out
+    assert "999999" in result.err
+
+
+def test_json_output_parses_for_scripts(labctl: Run, as_alice: str) -> None:
+    job = submit(labctl, "--name", "scripted")
+    assert job["name"] == "scripted" and job["owner"] == "alice"
+    jobs = labctl("status", "--json").json()
+    assert [j["id"] for j in jobs] == [job["id"]]
+    overview = labctl("--json", "queue").json()
+    assert set(overview) == {"waiting", "running"}
+    logs = labctl("--json", "logs", str(job["id"])).json()
+    assert logs["job"] == job["id"] and logs["state"] == "pending"
+
+
+def test_the_queue_overview_lists_waiting_jobs(labctl: Run, as_alice: str) -> None:
+    job = submit(labctl)
+    result = labctl("queue")
+    assert result.code == 0
+    assert "Waiting (1)" in result.out and "alice" in result.out and str(job["id"]) in result.out
+
+
+def test_logs_follow_stops_when_the_job_is_final(labctl: Run, as_alice: str, monkeypatch: Any) -> None:
+    from jobqueue.models import Job
+
+    job = submit(labctl)
+    Job.objects.filter(pk=job["id"]).update(log_tail="epoch 1\n")
+    polls = []
+
+    def finish_on_first_poll(_seconds: float) -> None:
+        polls.append(_seconds)
+        Job.objects.filter(pk=job["id"]).update(log_tail="epoch 1\nepoch 2\ndone\n", state="completed")
+
+    monkeypatch.setattr("labctl.cli.time.sleep", finish_on_first_poll)
+    result = labctl("logs", str(job["id"]), "--follow")
+    assert result.code == 0, result.err
+    assert result.out == "epoch 1\nepoch 2\ndone\n"
+    assert polls == [2.0]
+    assert "completed" in result.err
