@@ -35,14 +35,24 @@ Handler = Callable[[argparse.Namespace, Client], Any]
 
 # --- argument parser ---------------------------------------------------------------------------
 
+
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """--json/--url/--token work before or after the subcommand."""
     default: Any = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
-                        help="print the raw JSON the portal returned (for scripts)")
-    parser.add_argument("--url", default=default, help="portal URL (overrides LABPORTAL_URL and the config file)")
-    parser.add_argument("--token", default=default,
-                        help="API token lp_... (overrides LABPORTAL_TOKEN and the config file)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="print the raw JSON the portal returned (for scripts)",
+    )
+    parser.add_argument(
+        "--url", default=default, help="portal URL (overrides LABPORTAL_URL and the config file)"
+    )
+    parser.add_argument(
+        "--token",
+        default=default,
+        help="API token lp_... (overrides LABPORTAL_TOKEN and the config file)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="labctl",
         description="The LabPortal command line: jobs, queues, GPU bookings and credits.",
         epilog="Exit codes: 0 ok, 1 refused by the portal, 2 usage/config error, 3 portal unreachable. "
-               "Docs: docs/labctl.md",
+        "Docs: docs/labctl.md",
     )
     parser.add_argument("--version", action="version", version=f"labctl {__version__}")
     _global_options(parser, suppress=False)
@@ -64,27 +74,55 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("login", cmd_login, "store the portal URL and your API token")
-    p.add_argument("--no-verify", action="store_true", help="store without checking the token with the portal")
+    p.add_argument(
+        "--no-verify", action="store_true", help="store without checking the token with the portal"
+    )
 
-    p = add("submit", cmd_submit, "submit a job: labctl submit --image IMG [options] -- command args...")
+    p = add(
+        "submit", cmd_submit, "submit a job: labctl submit --image IMG [options] -- command args..."
+    )
     p.add_argument("--image", required=True, help="container image from the lab's allowlist")
     p.add_argument("--queue", help="queue name (default: normal)")
     p.add_argument("--gpus", type=int, help="number of whole GPUs (default 1)")
     p.add_argument("--shared-slot", action="store_true", help="one shared GPU slot (debug queue)")
-    p.add_argument("--time", type=argtype(parse_duration), dest="time_limit_s", metavar="DURATION",
-                   help="time limit: 3600, 90m, 2h, 1h30m, 1d (default: the queue's)")
-    p.add_argument("--env", action="append", type=argtype(parse_env), default=[], metavar="KEY=VALUE",
-                   help="environment variable (repeatable)")
-    p.add_argument("--mount", action="append", default=[], metavar="NAME",
-                   help="an allowlisted volume by name (repeatable)")
+    p.add_argument(
+        "--time",
+        type=argtype(parse_duration),
+        dest="time_limit_s",
+        metavar="DURATION",
+        help="time limit: 3600, 90m, 2h, 1h30m, 1d (default: the queue's)",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        type=argtype(parse_env),
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable (repeatable)",
+    )
+    p.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an allowlisted volume by name (repeatable)",
+    )
     p.add_argument("--gpu-model", help="GPU model, e.g. A100")
-    p.add_argument("--min-gpu-memory", type=argtype(parse_size_mb), metavar="SIZE",
-                   help="minimum memory per GPU: 40G, 24GiB, 16384M")
+    p.add_argument(
+        "--min-gpu-memory",
+        type=argtype(parse_size_mb),
+        metavar="SIZE",
+        help="minimum memory per GPU: 40G, 24GiB, 16384M",
+    )
     p.add_argument("--cpus", type=float, help="CPU cores (default 4)")
-    p.add_argument("--memory", type=argtype(parse_size_mb), metavar="SIZE", help="RAM: 16G, 512M (default 16G)")
+    p.add_argument(
+        "--memory", type=argtype(parse_size_mb), metavar="SIZE", help="RAM: 16G, 512M (default 16G)"
+    )
     p.add_argument("--name", help="a name for the job")
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
-    p.add_argument("--preemptible", action="store_true", help="may be preempted for cheaper credits")
+    p.add_argument(
+        "--preemptible", action="store_true", help="may be preempted for cheaper credits"
+    )
     p.add_argument("argv", nargs="*", metavar="-- COMMAND", help="the command to run, after --")
 
     p = add("status", cmd_status, "your jobs, or one job's details and events")
@@ -94,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", help="only this queue")
     p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
 
-    add("queue", cmd_queue, "the queue: every waiting job with position and estimated start, every running job")
+    add(
+        "queue",
+        cmd_queue,
+        "the queue: every waiting job with position and estimated start, every running job",
+    )
 
     p = add("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("job_ids", nargs="+", type=int, metavar="JOB_ID")
@@ -102,23 +144,52 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("logs", cmd_logs, "a job's latest log output")
     p.add_argument("job_id", type=int, metavar="JOB_ID")
     p.add_argument("--refresh", action="store_true", help="ask the node for a fresh tail first")
-    p.add_argument("--follow", "-f", action="store_true",
-                   help=f"poll every {FOLLOW_INTERVAL_S:g} s and print new output until the job ends (Ctrl-C stops)")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help=f"poll every {FOLLOW_INTERVAL_S:g} s and print new output until the job ends (Ctrl-C stops)",
+    )
 
-    p = add("book", cmd_book,
-            "book GPUs: labctl book --gpus N --start TIME --hours H; or labctl book cancel|release|extend ID")
-    p.add_argument("action", nargs="?", choices=["cancel", "release", "extend"],
-                   help="cancel a future booking, release an active one early, or extend one")
-    p.add_argument("reservation_id", nargs="?", type=int, metavar="ID", help="the booking, for cancel|release|extend")
+    p = add(
+        "book",
+        cmd_book,
+        "book GPUs: labctl book --gpus N --start TIME --hours H; or labctl book cancel|release|extend ID",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["cancel", "release", "extend"],
+        help="cancel a future booking, release an active one early, or extend one",
+    )
+    p.add_argument(
+        "reservation_id",
+        nargs="?",
+        type=int,
+        metavar="ID",
+        help="the booking, for cancel|release|extend",
+    )
     p.add_argument("--gpus", type=int, help="number of whole GPUs")
-    p.add_argument("--node", help="node name; without it labctl books the first node free at that time")
-    p.add_argument("--start", type=argtype(parse_when), help='"2026-12-01 14:00", ISO 8601, "tomorrow 9:30" (local time)')
-    p.add_argument("--hours", type=argtype(parse_hours), help="length (book) or extra hours (extend): 2, 1.5, 90m")
+    p.add_argument(
+        "--node", help="node name; without it labctl books the first node free at that time"
+    )
+    p.add_argument(
+        "--start",
+        type=argtype(parse_when),
+        help='"2026-12-01 14:00", ISO 8601, "tomorrow 9:30" (local time)',
+    )
+    p.add_argument(
+        "--hours",
+        type=argtype(parse_hours),
+        help="length (book) or extra hours (extend): 2, 1.5, 90m",
+    )
     p.add_argument("--until", type=argtype(parse_when), help="extend: the new end time")
     p.add_argument("--note", default="", help="a note shown on the calendar")
 
     p = add("bookings", cmd_bookings, "your GPU bookings")
-    p.add_argument("--all", action="store_true", help="include past, cancelled and released bookings")
+    p.add_argument(
+        "--all", action="store_true", help="include past, cancelled and released bookings"
+    )
     p.add_argument("--state", choices=["booked", "active", "completed", "released", "cancelled"])
 
     p = add("suggest", cmd_suggest, "the earliest free slot for N GPUs for H hours")
@@ -133,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- entry point -------------------------------------------------------------------------------
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
@@ -166,17 +238,22 @@ def _fail(error: LabctlError) -> None:
             print("Nearest free slot: " + _slot_line(suggestion), file=sys.stderr)
             print("  book it: " + _book_command(suggestion), file=sys.stderr)
         if error.status == 401:
-            print("Then store the new token with `labctl login --token lp_...` (tokens: /account/tokens/).",
-                  file=sys.stderr)
+            print(
+                "Then store the new token with `labctl login --token lp_...` (tokens: /account/tokens/).",
+                file=sys.stderr,
+            )
 
 
 # --- login ---------------------------------------------------------------------------------------
+
 
 def cmd_login(args: argparse.Namespace, _client: Client | None) -> int:
     stored = config.read_file()
     url = args.url or stored.get("url")
     if not url:
-        raise UsageError("Give the portal URL: labctl login --url http://portal:8000 --token lp_...")
+        raise UsageError(
+            "Give the portal URL: labctl login --url http://portal:8000 --token lp_..."
+        )
     url = config.normalise_url(url)
     token = args.token
     if not token:
@@ -185,7 +262,9 @@ def cmd_login(args: argparse.Namespace, _client: Client | None) -> int:
         else:
             token = getpass.getpass(f"API token (create one at {url}{config.TOKEN_PAGE}): ").strip()
     if not token:
-        raise UsageError(f"Give the token with --token lp_...; create one at {url}{config.TOKEN_PAGE}.")
+        raise UsageError(
+            f"Give the token with --token lp_...; create one at {url}{config.TOKEN_PAGE}."
+        )
     who = None
     if not args.no_verify:
         who = Client(url, token).get("/api/credits/").get("username")
@@ -199,14 +278,23 @@ def cmd_login(args: argparse.Namespace, _client: Client | None) -> int:
 
 # --- jobs ----------------------------------------------------------------------------------------
 
+
 def cmd_submit(args: argparse.Namespace, client: Client) -> int:
     if not args.argv:
-        raise UsageError("Give the command to run after --, e.g. labctl submit --image IMG -- python train.py")
+        raise UsageError(
+            "Give the command to run after --, e.g. labctl submit --image IMG -- python train.py"
+        )
     payload: dict[str, Any] = {"image": args.image, "command": list(args.argv)}
     optional = {
-        "queue": args.queue, "gpus": args.gpus, "time_limit_s": args.time_limit_s,
-        "gpu_model": args.gpu_model, "min_gpu_memory_mb": args.min_gpu_memory, "cpus": args.cpus,
-        "memory_mb": args.memory, "name": args.name, "reservation": args.reservation,
+        "queue": args.queue,
+        "gpus": args.gpus,
+        "time_limit_s": args.time_limit_s,
+        "gpu_model": args.gpu_model,
+        "min_gpu_memory_mb": args.min_gpu_memory,
+        "cpus": args.cpus,
+        "memory_mb": args.memory,
+        "name": args.name,
+        "reservation": args.reservation,
     }
     payload.update({k: v for k, v in optional.items() if v is not None})
     if args.shared_slot:
@@ -227,12 +315,18 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
     print(f"  state:            {job['state']}")
     if job["state"] in ("pending", "held"):
         position = job.get("queue_position")
-        print(f"  queue position:   {position if position is not None else 'not placed yet (the scheduler runs within seconds)'}")
-        print(f"  estimated start:  {when(job.get('estimated_start'), relative=True, empty='not estimated yet')}")
+        print(
+            f"  queue position:   {position if position is not None else 'not placed yet (the scheduler runs within seconds)'}"
+        )
+        print(
+            f"  estimated start:  {when(job.get('estimated_start'), relative=True, empty='not estimated yet')}"
+        )
         if job.get("pending_reason_text"):
             print(f"  waiting because:  {job['pending_reason_text']}")
     elif job.get("started_at"):
-        print(f"  started:          {when(job['started_at'], relative=True)} on {job.get('node') or '-'}")
+        print(
+            f"  started:          {when(job['started_at'], relative=True)} on {job.get('node') or '-'}"
+        )
     print(f"Follow it with: labctl status {job['id']}   ·   labctl logs {job['id']} --follow")
     return EXIT_OK
 
@@ -249,12 +343,18 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
     if args.job_id is not None:
         return _job_details(args, client)
     active = None if (args.all or args.state) else "true"
-    jobs = client.get_list("/api/jobs/", limit=args.limit, active=active, state=args.state, queue=args.queue)
+    jobs = client.get_list(
+        "/api/jobs/", limit=args.limit, active=active, state=args.state, queue=args.queue
+    )
     if args.json:
         dump_json(jobs)
         return EXIT_OK
     if not jobs:
-        print("No jobs." if args.all or args.state else "No waiting or running jobs (labctl status --all shows finished ones).")
+        print(
+            "No jobs."
+            if args.all or args.state
+            else "No waiting or running jobs (labctl status --all shows finished ones)."
+        )
         return EXIT_OK
     owners = {j.get("owner") for j in jobs}
     headers = ["ID", "NAME", "QUEUE", "GPUS", "STATE", "POS", "START", "NODE"]
@@ -263,8 +363,16 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
     rows = []
     for j in jobs:
         gpus = "shared" if j.get("shared_slot") else j.get("gpus")
-        row = [j["id"], j.get("name"), j.get("queue"), gpus, j.get("state"),
-               j.get("queue_position"), _start_column(j), j.get("node")]
+        row = [
+            j["id"],
+            j.get("name"),
+            j.get("queue"),
+            gpus,
+            j.get("state"),
+            j.get("queue_position"),
+            _start_column(j),
+            j.get("node"),
+        ]
         if len(owners) > 1:
             row.insert(1, j.get("owner"))
         rows.append(row)
@@ -287,8 +395,12 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
         ("queue", job.get("queue")),
         ("image", job.get("image")),
         ("command", " ".join(str(p) for p in job.get("command") or [])),
-        ("gpus", gpus + (f", model {job['gpu_model']}" if job.get("gpu_model") else "")
-         + (f", ≥{job['min_gpu_memory_mb']} MiB each" if job.get("min_gpu_memory_mb") else "")),
+        (
+            "gpus",
+            gpus
+            + (f", model {job['gpu_model']}" if job.get("gpu_model") else "")
+            + (f", ≥{job['min_gpu_memory_mb']} MiB each" if job.get("min_gpu_memory_mb") else ""),
+        ),
         ("cpus / memory", f"{job.get('cpus')} / {job.get('memory_mb')} MiB"),
         ("time limit", span(limit) if limit else "-"),
         ("preemptible", "yes" if job.get("preemptible") else "no"),
@@ -299,14 +411,24 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
         fields.append(("mounts", ", ".join(job["mounts"])))
     fields.append(("submitted", when(job.get("submitted_at"), relative=True)))
     if job.get("state") in ("pending", "held"):
-        fields.append(("queue position", job.get("queue_position") if job.get("queue_position") is not None else "-"))
+        fields.append(
+            (
+                "queue position",
+                job.get("queue_position") if job.get("queue_position") is not None else "-",
+            )
+        )
         fields.append(("estimated start", when(job.get("estimated_start"), relative=True)))
         if job.get("pending_reason_text"):
             fields.append(("waiting because", job["pending_reason_text"]))
     if job.get("started_at"):
         fields.append(("started", when(job["started_at"], relative=True)))
     if job.get("node"):
-        fields.append(("node", job["node"] + (f" ({', '.join(job['gpu_uuids'])})" if job.get("gpu_uuids") else "")))
+        fields.append(
+            (
+                "node",
+                job["node"] + (f" ({', '.join(job['gpu_uuids'])})" if job.get("gpu_uuids") else ""),
+            )
+        )
     if job.get("ended_at"):
         fields.append(("ended", when(job["ended_at"], relative=True)))
     if job.get("exit_code") is not None:
@@ -319,8 +441,12 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
     print()
     if events:
         print("Events:")
-        print(table(["WHEN", "KIND", "MESSAGE"], [[when(e.get("created_at")), e.get("kind"), e.get("message")]
-                                                   for e in events]))
+        print(
+            table(
+                ["WHEN", "KIND", "MESSAGE"],
+                [[when(e.get("created_at")), e.get("kind"), e.get("message")] for e in events],
+            )
+        )
     else:
         print("No events yet.")
     return EXIT_OK
@@ -334,17 +460,42 @@ def cmd_queue(args: argparse.Namespace, client: Client) -> int:
     waiting, running = overview.get("waiting", []), overview.get("running", [])
     print(f"Waiting ({len(waiting)}):")
     if waiting:
-        print(table(["POS", "ID", "OWNER", "QUEUE", "GPUS", "EST. START", "REASON"], [
-            [j.get("queue_position"), j["id"], j.get("owner"), j.get("queue"),
-             "shared" if j.get("shared_slot") else j.get("gpus"), when(j.get("estimated_start")),
-             j.get("pending_reason_text") or j.get("pending_reason")]
-            for j in waiting]))
+        print(
+            table(
+                ["POS", "ID", "OWNER", "QUEUE", "GPUS", "EST. START", "REASON"],
+                [
+                    [
+                        j.get("queue_position"),
+                        j["id"],
+                        j.get("owner"),
+                        j.get("queue"),
+                        "shared" if j.get("shared_slot") else j.get("gpus"),
+                        when(j.get("estimated_start")),
+                        j.get("pending_reason_text") or j.get("pending_reason"),
+                    ]
+                    for j in waiting
+                ],
+            )
+        )
     print(f"\nRunning ({len(running)}):")
     if running:
-        print(table(["ID", "OWNER", "QUEUE", "GPUS", "STATE", "STARTED", "EXPECTED END"], [
-            [j["id"], j.get("owner"), j.get("queue"), "shared" if j.get("shared_slot") else j.get("gpus"),
-             j.get("state"), when(j.get("started_at")), when(j.get("expected_end"))]
-            for j in running]))
+        print(
+            table(
+                ["ID", "OWNER", "QUEUE", "GPUS", "STATE", "STARTED", "EXPECTED END"],
+                [
+                    [
+                        j["id"],
+                        j.get("owner"),
+                        j.get("queue"),
+                        "shared" if j.get("shared_slot") else j.get("gpus"),
+                        j.get("state"),
+                        when(j.get("started_at")),
+                        when(j.get("expected_end")),
+                    ]
+                    for j in running
+                ],
+            )
+        )
     return EXIT_OK
 
 
@@ -357,9 +508,13 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
         except ApiRefusal as error:
             message = error.message
             if error.status == 404:
-                message = f"Job {job_id} not found: it does not exist or is not yours. ({error.message})"
-            print(f"error: job {job_id}: {message}" if error.status != 404 else f"error: {message}",
-                  file=sys.stderr)
+                message = (
+                    f"Job {job_id} not found: it does not exist or is not yours. ({error.message})"
+                )
+            print(
+                f"error: job {job_id}: {message}" if error.status != 404 else f"error: {message}",
+                file=sys.stderr,
+            )
             worst = EXIT_REFUSED
             continue
         done.append(job)
@@ -375,7 +530,7 @@ def new_output(previous: str, current: str) -> str:
     if not previous:
         return current
     if current.startswith(previous):
-        return current[len(previous):]
+        return current[len(previous) :]
     old, new = previous.splitlines(keepends=True), current.splitlines(keepends=True)
     for size in range(min(len(old), len(new)), 0, -1):
         if old[-size:] == new[:size]:
@@ -424,6 +579,7 @@ def _write(text: str) -> None:
 
 # --- bookings ------------------------------------------------------------------------------------
 
+
 def _slot_line(slot: dict[str, Any]) -> str:
     labels = ", ".join(slot.get("gpu_labels") or []) or f"{len(slot.get('gpus') or [])} GPUs"
     return f"{slot.get('node', '?')} [{labels}] {when(slot.get('start'))} – {when(slot.get('end'))}"
@@ -432,13 +588,17 @@ def _slot_line(slot: dict[str, Any]) -> str:
 def _book_command(slot: dict[str, Any]) -> str:
     start, end = parse_iso(slot.get("start")), parse_iso(slot.get("end"))
     hours = f"{(end - start).total_seconds() / 3600:g}" if start and end else "H"
-    return (f"labctl book --gpus {len(slot.get('gpus') or [])} --node {slot.get('node')} "
-            f"--start \"{when(slot.get('start'))}\" --hours {hours}")
+    return (
+        f"labctl book --gpus {len(slot.get('gpus') or [])} --node {slot.get('node')} "
+        f'--start "{when(slot.get("start"))}" --hours {hours}'
+    )
 
 
 def _print_booking(r: dict[str, Any], verb: str) -> None:
     labels = ", ".join(r.get("gpu_labels") or [])
-    print(f"{verb} booking {r['id']}: {labels}, {when(r.get('start'))} – {when(r.get('end'))} ({r.get('state')}).")
+    print(
+        f"{verb} booking {r['id']}: {labels}, {when(r.get('start'))} – {when(r.get('end'))} ({r.get('state')})."
+    )
     if _number(r.get("charged")):
         print(f"  charged: {r['charged']} credits")
 
@@ -455,30 +615,47 @@ def cmd_book(args: argparse.Namespace, client: Client) -> int:
         return _book_action(args, client)
     if args.reservation_id is not None:
         raise UsageError("To act on a booking say what to do: labctl book cancel|release|extend ID")
-    missing = [flag for flag, value in (("--gpus", args.gpus), ("--start", args.start), ("--hours", args.hours))
-               if value is None]
+    missing = [
+        flag
+        for flag, value in (("--gpus", args.gpus), ("--start", args.start), ("--hours", args.hours))
+        if value is None
+    ]
     if missing:
-        raise UsageError(f"labctl book needs {', '.join(missing)}, e.g. "
-                         "labctl book --gpus 2 --start \"2026-12-01 14:00\" --hours 3")
+        raise UsageError(
+            f"labctl book needs {', '.join(missing)}, e.g. "
+            'labctl book --gpus 2 --start "2026-12-01 14:00" --hours 3'
+        )
     if args.gpus < 1:
         raise UsageError("Book at least one GPU (--gpus 1 or more).")
     start = args.start
     end = start + timedelta(hours=args.hours)
-    payload: dict[str, Any] = {"start": start.isoformat(), "end": end.isoformat(), "note": args.note}
+    payload: dict[str, Any] = {
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "note": args.note,
+    }
     if args.node:
         payload.update(node=args.node, gpu_count=args.gpus)
     else:
         # The API books by node or GPU ids; find a node with N GPUs free at exactly that time.
         try:
-            slot = client.get("/api/reservations/suggest/", gpu_count=args.gpus,
-                              hours=f"{args.hours:.2f}", after=start.isoformat())
+            slot = client.get(
+                "/api/reservations/suggest/",
+                gpu_count=args.gpus,
+                hours=f"{args.hours:.2f}",
+                after=start.isoformat(),
+            )
         except ApiRefusal as error:
-            raise ApiRefusal(error.message, status=error.status, code=error.code, body=error.body) from None
+            raise ApiRefusal(
+                error.message, status=error.status, code=error.code, body=error.body
+            ) from None
         slot_start = parse_iso(slot.get("start"))
         if slot_start is None or slot_start != start:
             raise ApiRefusal(
                 f"No node has {args.gpus} GPU(s) free at {when(start.isoformat())} for {args.hours:g} h.",
-                status=409, code="conflict", body={"suggestion": slot},
+                status=409,
+                code="conflict",
+                body={"suggestion": slot},
             )
         payload.update(gpus=slot["gpus"])
     reservation = client.post("/api/reservations/", payload)
@@ -523,7 +700,11 @@ def cmd_bookings(args: argparse.Namespace, client: Client) -> int:
         dump_json(bookings)
         return EXIT_OK
     if not bookings:
-        print("No bookings." if args.all or args.state else "No upcoming bookings (labctl bookings --all shows past ones).")
+        print(
+            "No bookings."
+            if args.all or args.state
+            else "No upcoming bookings (labctl bookings --all shows past ones)."
+        )
         return EXIT_OK
     owners = {b.get("user") for b in bookings}
     headers = ["ID", "GPUS", "START", "END", "STATE", "CHARGED", "NOTE"]
@@ -531,8 +712,15 @@ def cmd_bookings(args: argparse.Namespace, client: Client) -> int:
         headers.insert(1, "USER")
     rows = []
     for b in bookings:
-        row = [b["id"], ", ".join(b.get("gpu_labels") or []), when(b.get("start")), when(b.get("end")),
-               b.get("state") + (" (maintenance)" if b.get("is_maintenance") else ""), b.get("charged"), b.get("note")]
+        row = [
+            b["id"],
+            ", ".join(b.get("gpu_labels") or []),
+            when(b.get("start")),
+            when(b.get("end")),
+            b.get("state") + (" (maintenance)" if b.get("is_maintenance") else ""),
+            b.get("charged"),
+            b.get("note"),
+        ]
         if len(owners) > 1:
             row.insert(1, b.get("user"))
         rows.append(row)
@@ -541,8 +729,13 @@ def cmd_bookings(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_suggest(args: argparse.Namespace, client: Client) -> int:
-    slot = client.get("/api/reservations/suggest/", gpu_count=args.gpus, hours=f"{args.hours:.2f}",
-                      node=args.node, after=args.after.isoformat() if args.after else None)
+    slot = client.get(
+        "/api/reservations/suggest/",
+        gpu_count=args.gpus,
+        hours=f"{args.hours:.2f}",
+        node=args.node,
+        after=args.after.isoformat() if args.after else None,
+    )
     if args.json:
         dump_json(slot)
         return EXIT_OK
@@ -553,9 +746,12 @@ def cmd_suggest(args: argparse.Namespace, client: Client) -> int:
 
 # --- credits -------------------------------------------------------------------------------------
 
+
 def cmd_credits(args: argparse.Namespace, client: Client) -> int:
     summary = client.get("/api/credits/")
-    entries = client.get_list("/api/ledger/", limit=max(args.entries, 1)) if args.entries > 0 else []
+    entries = (
+        client.get_list("/api/ledger/", limit=max(args.entries, 1)) if args.entries > 0 else []
+    )
     if args.json:
         dump_json({"credits": summary, "ledger": entries})
         return EXIT_OK
@@ -568,12 +764,24 @@ def cmd_credits(args: argparse.Namespace, client: Client) -> int:
     print()
     if entries:
         print(f"Latest {len(entries)} ledger entries:")
-        print(table(["WHEN", "KIND", "AMOUNT", "BALANCE", "FOR", "NOTE"], [
-            [when(e.get("created_at")), e.get("kind_display") or e.get("kind"), e.get("amount"),
-             e.get("balance_after"),
-             f"job {e['job']}" if e.get("job") else (f"booking {e['reservation']}" if e.get("reservation") else ""),
-             e.get("note")]
-            for e in entries]))
+        print(
+            table(
+                ["WHEN", "KIND", "AMOUNT", "BALANCE", "FOR", "NOTE"],
+                [
+                    [
+                        when(e.get("created_at")),
+                        e.get("kind_display") or e.get("kind"),
+                        e.get("amount"),
+                        e.get("balance_after"),
+                        f"job {e['job']}"
+                        if e.get("job")
+                        else (f"booking {e['reservation']}" if e.get("reservation") else ""),
+                        e.get("note"),
+                    ]
+                    for e in entries
+                ],
+            )
+        )
     else:
         print("No ledger entries yet.")
     return EXIT_OK

@@ -43,19 +43,25 @@ class Client:
     def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/")
         self.session = requests.Session()
-        self.session.headers.update({
-            "Authorization": f"Bearer {token}",
-            "Accept": "application/json",
-            "User-Agent": f"labctl/{__version__}",
-        })
+        self.session.headers.update(
+            {
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json",
+                "User-Agent": f"labctl/{__version__}",
+            }
+        )
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                json: Any = None) -> Any:
+    def request(
+        self, method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None
+    ) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.url}{path}"
         try:
             response = self.session.request(method, url, params=params, json=json, timeout=TIMEOUT)
-        except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-                requests.exceptions.InvalidSchema) as error:
+        except (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema,
+        ) as error:
             raise UsageError(f"The portal URL {self.url} is not a valid URL ({error}).") from None
         except requests.exceptions.Timeout:
             raise Unreachable(
@@ -88,17 +94,23 @@ class Client:
         message, code = explain(body)
         if not message:
             if response.status_code == 404 and not is_json:
-                message = (f"{response.url} does not exist (HTTP 404). "
-                           "Is the URL the portal's address, and is the portal up to date?")
+                message = (
+                    f"{response.url} does not exist (HTTP 404). "
+                    "Is the URL the portal's address, and is the portal up to date?"
+                )
             elif response.status_code >= 500:
-                message = (f"The portal had an internal error (HTTP {response.status_code}). "
-                           "Try again later or tell the lab admins.")
+                message = (
+                    f"The portal had an internal error (HTTP {response.status_code}). "
+                    "Try again later or tell the lab admins."
+                )
             else:
                 message = f"The portal refused the request (HTTP {response.status_code} {response.reason})."
         raise ApiRefusal(message, status=response.status_code, code=code, body=body)
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None} or None)
+        return self.request(
+            "GET", path, params={k: v for k, v in params.items() if v is not None} or None
+        )
 
     def post(self, path: str, json: Any = None) -> Any:
         return self.request("POST", path, json=json)
@@ -120,9 +132,17 @@ class Client:
 
 def _short_reason(error: Exception) -> str:
     text = str(error)
-    for marker in ("Connection refused", "Name or service not known", "No route to host",
-                   "Temporary failure in name resolution", "Network is unreachable", "timed out",
-                   "nodename nor servname", "getaddrinfo failed", "Connection reset"):
+    for marker in (
+        "Connection refused",
+        "Name or service not known",
+        "No route to host",
+        "Temporary failure in name resolution",
+        "Network is unreachable",
+        "timed out",
+        "nodename nor servname",
+        "getaddrinfo failed",
+        "Connection reset",
+    ):
         if marker.lower() in text.lower():
             return marker.lower()
     return type(error).__name__

@@ -35,7 +35,9 @@ def read_file(path: Path | None = None) -> dict[str, str]:
             f"The config file {path} is not valid JSON; delete it and run `labctl login` again."
         ) from None
     if not isinstance(data, dict):
-        raise UsageError(f"The config file {path} should hold a JSON object; run `labctl login` again.")
+        raise UsageError(
+            f"The config file {path} should hold a JSON object; run `labctl login` again."
+        )
     return {k: v for k, v in data.items() if isinstance(v, str)}
 
 
@@ -59,7 +61,9 @@ def write_file(url: str, token: str, path: Path | None = None) -> Path:
 def normalise_url(url: str) -> str:
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
-        raise UsageError(f"The portal URL “{url}” should start with http:// or https://, e.g. http://portal:8000.")
+        raise UsageError(
+            f"The portal URL “{url}” should start with http:// or https://, e.g. http://portal:8000."
+        )
     return url
 
 

@@ -35,7 +35,9 @@ class ApiRefusal(LabctlError):
 
     exit_code = EXIT_REFUSED
 
-    def __init__(self, message: str, *, status: int, code: str | None = None, body: Any = None) -> None:
+    def __init__(
+        self, message: str, *, status: int, code: str | None = None, body: Any = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code

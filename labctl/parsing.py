@@ -34,7 +34,9 @@ def parse_size_mb(text: str) -> int:
     """MiB from '16G', '16GiB', '512M', '1.5g', '2T', '65536K'; a bare number is MiB. G means GiB (1024 MiB)."""
     match = _SIZE.match(text.strip())
     if not match:
-        raise ValueError(f"“{text}” is not a size; use e.g. 16G, 512M or 40GiB (a bare number is MiB).")
+        raise ValueError(
+            f"“{text}” is not a size; use e.g. 16G, 512M or 40GiB (a bare number is MiB)."
+        )
     number, unit, _suffix = match.groups()
     mib = float(number) * _SIZE_TO_MIB[unit.lower()]
     if mib <= 0:
@@ -68,7 +70,7 @@ def parse_when(text: str, *, now: datetime | None = None) -> datetime:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(
-                f"“{text}” is not a date and time; use e.g. \"2026-12-01 14:00\" or \"tomorrow 9:30\"."
+                f'“{text}” is not a date and time; use e.g. "2026-12-01 14:00" or "tomorrow 9:30".'
             ) from None
     if moment.tzinfo is None:
         moment = moment.astimezone()  # local time of this computer

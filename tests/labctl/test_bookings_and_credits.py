@@ -18,13 +18,26 @@ def tomorrow_at(hour: int) -> str:
 
 
 def test_alice_books_lists_and_cancels_gpus_on_a_node(labctl: Run, as_alice: str) -> None:
-    booked = labctl("book", "--gpus", "2", "--node", "gpu02", "--start", tomorrow_at(10), "--hours", "2",
-                    "--note", "ablation")
+    booked = labctl(
+        "book",
+        "--gpus",
+        "2",
+        "--node",
+        "gpu02",
+        "--start",
+        tomorrow_at(10),
+        "--hours",
+        "2",
+        "--note",
+        "ablation",
+    )
     assert booked.code == 0, booked.err
     assert "Booked booking" in booked.out and "gpu02" in booked.out
 
     listing = labctl("--json", "bookings").json()
-    assert len(listing) == 1 and listing[0]["note"] == "ablation" and listing[0]["state"] == "booked"
+    assert (
+        len(listing) == 1 and listing[0]["note"] == "ablation" and listing[0]["state"] == "booked"
+    )
     assert "ablation" in labctl("bookings").out
 
     cancelled = labctl("book", "cancel", str(listing[0]["id"]))
@@ -35,16 +48,29 @@ def test_alice_books_lists_and_cancels_gpus_on_a_node(labctl: Run, as_alice: str
 
 
 def test_without_a_node_labctl_books_the_first_node_free_then(labctl: Run, as_alice: str) -> None:
-    booking = labctl("--json", "book", "--gpus", "1", "--start", tomorrow_at(12), "--hours", "1").json()
+    booking = labctl(
+        "--json", "book", "--gpus", "1", "--start", tomorrow_at(12), "--hours", "1"
+    ).json()
     assert len(booking["gpus"]) == 1
     extended = labctl("--json", "book", "extend", str(booking["id"]), "--hours", "1").json()
     ends = [datetime.fromisoformat(b["end"].replace("Z", "+00:00")) for b in (booking, extended)]
     assert ends[1] - ends[0] == timedelta(hours=1)
 
 
-def test_a_booking_off_the_grid_is_refused_with_the_portals_rule(labctl: Run, as_alice: str) -> None:
-    result = labctl("book", "--gpus", "1", "--node", "gpu01", "--start", tomorrow_at(10)[:-2] + "10",
-                    "--hours", "1")
+def test_a_booking_off_the_grid_is_refused_with_the_portals_rule(
+    labctl: Run, as_alice: str
+) -> None:
+    result = labctl(
+        "book",
+        "--gpus",
+        "1",
+        "--node",
+        "gpu01",
+        "--start",
+        tomorrow_at(10)[:-2] + "10",
+        "--hours",
+        "1",
+    )
     assert result.code == 1
     assert "grid" in result.err
 
@@ -59,7 +85,9 @@ def test_suggest_prints_a_slot_and_the_command_that_books_it(labctl: Run, as_ali
     result = labctl("suggest", "--gpus", "2", "--hours", "3")
     assert result.code == 0, result.err
     assert "Earliest free slot" in result.out and "labctl book --gpus 2 --node gpu0" in result.out
-    assert labctl("--json", "suggest", "--gpus", "2", "--hours", "3").json()["node"].startswith("gpu0")
+    assert (
+        labctl("--json", "suggest", "--gpus", "2", "--hours", "3").json()["node"].startswith("gpu0")
+    )
 
 
 def test_credits_prints_the_balance_and_the_ledger(labctl: Run, as_alice: str) -> None:

@@ -12,7 +12,9 @@ import pytest
 from tests.labctl.conftest import Run, token_for
 
 
-def test_without_a_token_labctl_exits_2_and_says_to_log_in_and_where_to_make_one(labctl: Run) -> None:
+def test_without_a_token_labctl_exits_2_and_says_to_log_in_and_where_to_make_one(
+    labctl: Run,
+) -> None:
     result = labctl("--url", "http://portal.invalid:8000", "status")
     assert result.code == 2
     assert "labctl login" in result.err

@@ -12,15 +12,34 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def submit(labctl: Run, *extra: str) -> dict[str, Any]:
-    result = labctl("--json", "submit", "--image", "labportal/busybox:test", *extra, "--", "sleep", "60")
+    result = labctl(
+        "--json", "submit", "--image", "labportal/busybox:test", *extra, "--", "sleep", "60"
+    )
     assert result.code == 0, result.err
     return result.json()  # type: ignore[no-any-return]
 
 
 def test_alice_submits_sees_and_cancels_a_job(labctl: Run, as_alice: str) -> None:
-    result = labctl("submit", "--image", "labportal/busybox:test", "--gpus", "2", "--time", "90m",
-                    "--memory", "8G", "--env", "EPOCHS=3", "--name", "resnet", "--",
-                    "python", "train.py", "--lr", "3e-4")
+    result = labctl(
+        "submit",
+        "--image",
+        "labportal/busybox:test",
+        "--gpus",
+        "2",
+        "--time",
+        "90m",
+        "--memory",
+        "8G",
+        "--env",
+        "EPOCHS=3",
+        "--name",
+        "resnet",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
+    )
     assert result.code == 0, result.err
     assert "Submitted job" in result.out
     assert "queue position" in result.out and "estimated start" in result.out
@@ -35,7 +54,10 @@ def test_alice_submits_sees_and_cancels_a_job(labctl: Run, as_alice: str) -> Non
     assert details["gpus"] == 2 and details["time_limit_s"] == 5400 and details["memory_mb"] == 8192
     assert details["env"] == {"EPOCHS": "3"}
     assert isinstance(details["events"], list)
-    assert "Events" in labctl("status", str(job_id)).out or "No events" in labctl("status", str(job_id)).out
+    assert (
+        "Events" in labctl("status", str(job_id)).out
+        or "No events" in labctl("status", str(job_id)).out
+    )
 
     cancelled = labctl("cancel", str(job_id))
     assert cancelled.code == 0, cancelled.err
@@ -45,7 +67,9 @@ def test_alice_submits_sees_and_cancels_a_job(labctl: Run, as_alice: str) -> Non
     assert "resnet" in labctl("status", "--all").out
 
 
-def test_an_image_off_the_allowlist_exits_1_with_the_portals_message(labctl: Run, as_alice: str) -> None:
+def test_an_image_off_the_allowlist_exits_1_with_the_portals_message(
+    labctl: Run, as_alice: str
+) -> None:
     result = labctl("submit", "--image", "evil/miner:latest", "--", "mine")
     assert result.code == 1
     assert "not on the lab's allowlist" in result.err
@@ -73,7 +97,9 @@ def test_charlie_cannot_cancel_alices_job(labctl: Run, as_alice: str, charlie: A
     assert labctl("--json", "status", str(job["id"])).json()["state"] == "pending"
 
 
-def test_cancelling_several_jobs_reports_each_and_fails_if_one_fails(labctl: Run, as_alice: str) -> None:
+def test_cancelling_several_jobs_reports_each_and_fails_if_one_fails(
+    labctl: Run, as_alice: str
+) -> None:
     first, second = submit(labctl), submit(labctl)
     result = labctl("cancel", str(first["id"]), "999999", str(second["id"]))
     assert result.code == 1
@@ -100,7 +126,9 @@ def test_the_queue_overview_lists_waiting_jobs(labctl: Run, as_alice: str) -> No
     assert "Waiting (1)" in result.out and "alice" in result.out and str(job["id"]) in result.out
 
 
-def test_logs_follow_stops_when_the_job_is_final(labctl: Run, as_alice: str, monkeypatch: Any) -> None:
+def test_logs_follow_stops_when_the_job_is_final(
+    labctl: Run, as_alice: str, monkeypatch: Any
+) -> None:
     from jobqueue.models import Job
 
     job = submit(labctl)
@@ -109,7 +137,9 @@ def test_logs_follow_stops_when_the_job_is_final(labctl: Run, as_alice: str, mon
 
     def finish_on_first_poll(_seconds: float) -> None:
         polls.append(_seconds)
-        Job.objects.filter(pk=job["id"]).update(log_tail="epoch 1\nepoch 2\ndone\n", state="completed")
+        Job.objects.filter(pk=job["id"]).update(
+            log_tail="epoch 1\nepoch 2\ndone\n", state="completed"
+        )
 
     monkeypatch.setattr("labctl.cli.time.sleep", finish_on_first_poll)
     result = labctl("logs", str(job["id"]), "--follow")

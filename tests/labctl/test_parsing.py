@@ -10,10 +10,21 @@ from labctl.output import span
 from labctl.parsing import parse_duration, parse_env, parse_hours, parse_size_mb, parse_when
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("3600", 3600), ("90m", 5400), ("2h", 7200), ("1h30m", 5400), ("1.5h", 5400),
-    ("45s", 45), ("1d", 86400), ("2H", 7200), ("1h 30m", 5400), ("10min", 600),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("3600", 3600),
+        ("90m", 5400),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("45s", 45),
+        ("1d", 86400),
+        ("2H", 7200),
+        ("1h 30m", 5400),
+        ("10min", 600),
+    ],
+)
 def test_durations_accept_seconds_minutes_hours_and_days(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
@@ -24,10 +35,19 @@ def test_a_duration_that_is_not_one_is_refused_with_examples(text: str) -> None:
         parse_duration(text)
 
 
-@pytest.mark.parametrize(("text", "mib"), [
-    ("16G", 16384), ("40GiB", 40960), ("512M", 512), ("512MB", 512), ("1.5g", 1536),
-    ("2T", 2097152), ("65536K", 64), ("2048", 2048),
-])
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [
+        ("16G", 16384),
+        ("40GiB", 40960),
+        ("512M", 512),
+        ("512MB", 512),
+        ("1.5g", 1536),
+        ("2T", 2097152),
+        ("65536K", 64),
+        ("2048", 2048),
+    ],
+)
 def test_sizes_are_converted_to_mib_with_g_meaning_gib(text: str, mib: int) -> None:
     assert parse_size_mb(text) == mib
 
