@@ -43,7 +43,10 @@ class UserAdmin(DjangoUserAdmin):
     list_filter = ("approval", "category", "is_staff", "is_active")
     fieldsets = (
         *DjangoUserAdmin.fieldsets,
-        (_("Lab"), {"fields": ("category", "approval", "unix_uid", "unix_gid", "preferred_language")}),
+        (
+            _("Lab"),
+            {"fields": ("category", "approval", "unix_uid", "unix_gid", "preferred_language")},
+        ),
     )
     add_fieldsets = (
         *DjangoUserAdmin.add_fieldsets,
@@ -95,7 +98,15 @@ class UserAdmin(DjangoUserAdmin):
 
 @admin.register(PersonalAccessToken)
 class PersonalAccessTokenAdmin(admin.ModelAdmin[PersonalAccessToken]):
-    list_display = ("name", "user", "token_prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
+    list_display = (
+        "name",
+        "user",
+        "token_prefix",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
     list_filter = ("revoked_at",)
     readonly_fields = ("token_prefix", "token_hash", "created_at", "last_used_at")
     actions = ("revoke_tokens",)
@@ -115,9 +126,28 @@ class CreditPolicyAdmin(admin.ModelAdmin[CreditPolicy]):
     fieldsets = (
         (_("Monthly grant"), {"fields": ("base_grant", "carry_over", "carry_over_cap")}),
         (_("Charging"), {"fields": ("charge_interval_minutes", "low_credit_threshold")}),
-        (_("Efficiency reward"), {"fields": ("efficiency_threshold_pct", "efficiency_reward_share", "idle_threshold_pct")}),
+        (
+            _("Efficiency reward"),
+            {
+                "fields": (
+                    "efficiency_threshold_pct",
+                    "efficiency_reward_share",
+                    "idle_threshold_pct",
+                )
+            },
+        ),
         (_("Reservations"), {"fields": ("reservation_rate", "no_show_window_minutes")}),
-        (_("Emergencies"), {"fields": ("emergency_max_uses", "emergency_period_days", "emergency_default_hours", "emergency_max_hours")}),
+        (
+            _("Emergencies"),
+            {
+                "fields": (
+                    "emergency_max_uses",
+                    "emergency_period_days",
+                    "emergency_default_hours",
+                    "emergency_max_hours",
+                )
+            },
+        ),
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -157,7 +187,9 @@ class LedgerEntryAdmin(admin.ModelAdmin[LedgerEntry]):
     search_fields = ("account__user__username", "note", "idempotency_key")
     date_hierarchy = "created_at"
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
         if obj is None:
             kwargs["form"] = AdjustmentForm
             kwargs["fields"] = ("amount", "note")
@@ -198,7 +230,17 @@ class NotificationAdmin(admin.ModelAdmin[Notification]):
     list_display = ("created_at", "user", "kind", "title", "read_at", "emailed_at")
     list_filter = ("kind",)
     search_fields = ("user__username", "title")
-    readonly_fields = ("user", "kind", "title", "body", "url", "dedupe_key", "created_at", "read_at", "emailed_at")
+    readonly_fields = (
+        "user",
+        "kind",
+        "title",
+        "body",
+        "url",
+        "dedupe_key",
+        "created_at",
+        "read_at",
+        "emailed_at",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -34,7 +34,9 @@ def _subject(request: Request) -> User:
     if not username or username == request.user.username:
         return request.user  # type: ignore[return-value]
     if not request.user.is_staff:
-        raise ValidationError({"user": _("Only staff can see another member's credits; leave out ?user=.")})
+        raise ValidationError(
+            {"user": _("Only staff can see another member's credits; leave out ?user=.")}
+        )
     return get_object_or_404(User, username=username)
 
 
@@ -47,7 +49,9 @@ class CreditViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     def list(self, request: Request) -> Response:
         user = _subject(request)
         summary = selectors.credit_summary(user)
-        return Response(CreditSummarySerializer({"username": user.username, **summary.__dict__}).data)
+        return Response(
+            CreditSummarySerializer({"username": user.username, **summary.__dict__}).data
+        )
 
 
 class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
@@ -55,11 +59,13 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
 
     serializer_class = LedgerEntrySerializer
 
-    @extend_schema(parameters=[
-        USER_PARAM,
-        OpenApiParameter("kind", str, enum=LedgerEntry.Kind.values),
-        OpenApiParameter("month", str, description="YYYY-MM"),
-    ])
+    @extend_schema(
+        parameters=[
+            USER_PARAM,
+            OpenApiParameter("kind", str, enum=LedgerEntry.Kind.values),
+            OpenApiParameter("month", str, description="YYYY-MM"),
+        ]
+    )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
@@ -72,8 +78,12 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
         kind = params.get("kind")
         if kind:
             if kind not in LedgerEntry.Kind.values:
-                raise ValidationError({"kind": _("Unknown kind “%(kind)s”; use one of: %(kinds)s.") % {
-                    "kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}})
+                raise ValidationError(
+                    {
+                        "kind": _("Unknown kind “%(kind)s”; use one of: %(kinds)s.")
+                        % {"kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
+                    }
+                )
             qs = qs.filter(kind=kind)
         month = params.get("month")
         if month:
@@ -84,7 +94,9 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
         return qs
 
 
-class NotificationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Notification]):
+class NotificationViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Notification]
+):
     """Your notifications, newest first (?unread=true for the unread ones). Staff too see only their own."""
 
     serializer_class = NotificationSerializer

@@ -28,7 +28,9 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
         token = PersonalAccessToken.authenticate(parts[1])
         if token is None:
             raise exceptions.AuthenticationFailed(
-                _("This token is unknown, expired or revoked. Create a new one under Account → API tokens.")
+                _(
+                    "This token is unknown, expired or revoked. Create a new one under Account → API tokens."
+                )
             )
         PersonalAccessToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
         return token.user, token

@@ -207,10 +207,15 @@ class CreditPolicy(models.Model):
         decimal_places=3,
         default=Decimal("1000.000"),
         validators=[MinValueValidator(Decimal("0"))],
-        help_text=_("Credits every member gets on the 1st of the month, times their category's multiplier."),
+        help_text=_(
+            "Credits every member gets on the 1st of the month, times their category's multiplier."
+        ),
     )
     carry_over = models.CharField(
-        _("carry-over of unused credit"), max_length=8, choices=CarryOver.choices, default=CarryOver.CAPPED
+        _("carry-over of unused credit"),
+        max_length=8,
+        choices=CarryOver.choices,
+        default=CarryOver.CAPPED,
     )
     carry_over_cap = models.DecimalField(
         _("carry-over cap"),
@@ -218,7 +223,9 @@ class CreditPolicy(models.Model):
         decimal_places=3,
         default=Decimal("500.000"),
         validators=[MinValueValidator(Decimal("0"))],
-        help_text=_("With capped carry-over, the most unused credit a member keeps into the next month."),
+        help_text=_(
+            "With capped carry-over, the most unused credit a member keeps into the next month."
+        ),
     )
     efficiency_threshold_pct = models.FloatField(
         _("efficiency threshold (%)"),
@@ -264,7 +271,9 @@ class CreditPolicy(models.Model):
     no_show_window_minutes = models.PositiveSmallIntegerField(
         _("no-show window (minutes)"),
         default=30,
-        help_text=_("A booking with no job started within this many minutes of its start is a no-show."),
+        help_text=_(
+            "A booking with no job started within this many minutes of its start is a no-show."
+        ),
     )
     emergency_max_uses = models.PositiveSmallIntegerField(
         _("emergency uses per period"),
@@ -288,7 +297,8 @@ class CreditPolicy(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(id=1), name="credit_policy_singleton"),
             models.CheckConstraint(
-                condition=models.Q(efficiency_reward_share__gte=0) & models.Q(efficiency_reward_share__lte=1),
+                condition=models.Q(efficiency_reward_share__gte=0)
+                & models.Q(efficiency_reward_share__lte=1),
                 name="credit_policy_reward_share_0_1",
             ),
         ]
@@ -343,7 +353,9 @@ class CreditAccount(models.Model):
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_account"
     )
-    balance = models.DecimalField(_("balance"), max_digits=14, decimal_places=3, default=Decimal("0"))
+    balance = models.DecimalField(
+        _("balance"), max_digits=14, decimal_places=3, default=Decimal("0")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = CreditAccountQuerySet.as_manager()
@@ -380,7 +392,11 @@ class LedgerEntry(models.Model):
     balance_after = models.DecimalField(_("balance after"), max_digits=14, decimal_places=3)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, unique=True)
     job = models.ForeignKey(
-        "jobqueue.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="ledger_entries"
+        "jobqueue.Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="ledger_entries",
     )
     reservation = models.ForeignKey(
         "reservations.Reservation",
@@ -399,7 +415,10 @@ class LedgerEntry(models.Model):
         verbose_name = _("ledger entry")
         verbose_name_plural = _("ledger entries")
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["account", "created_at"]), models.Index(fields=["job", "kind"])]
+        indexes = [
+            models.Index(fields=["account", "created_at"]),
+            models.Index(fields=["job", "kind"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.amount:+}"

@@ -37,10 +37,9 @@ def users_without_credit() -> frozenset[str]:
 
 
 def balance_of(user: User) -> Decimal:
-    return (
-        CreditAccount.objects.filter(user=user).values_list("balance", flat=True).first()
-        or Decimal("0")
-    )
+    return CreditAccount.objects.filter(user=user).values_list(
+        "balance", flat=True
+    ).first() or Decimal("0")
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,9 @@ def ledger_months(user: User) -> list[date]:
     """The months in which the member has entries, newest first (for the filter)."""
     return [
         d.date() if isinstance(d, datetime) else d
-        for d in LedgerEntry.objects.filter(account__user=user).dates("created_at", "month", order="DESC")
+        for d in LedgerEntry.objects.filter(account__user=user).dates(
+            "created_at", "month", order="DESC"
+        )
     ]
 
 
@@ -103,4 +104,3 @@ def unread_notification_count(user: User) -> int:
 def notifications_for(user: User, *, unread_only: bool = False) -> QuerySet[Notification]:
     qs = Notification.objects.for_user(user)
     return qs.unread() if unread_only else qs
-

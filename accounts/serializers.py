@@ -19,8 +19,18 @@ class LedgerEntrySerializer(serializers.ModelSerializer[LedgerEntry]):
 
     class Meta:
         model = LedgerEntry
-        fields = ["id", "username", "kind", "kind_display", "amount", "balance_after", "job", "reservation",
-                  "note", "created_at"]
+        fields = [
+            "id",
+            "username",
+            "kind",
+            "kind_display",
+            "amount",
+            "balance_after",
+            "job",
+            "reservation",
+            "note",
+            "created_at",
+        ]
         read_only_fields = fields
 
 

@@ -195,7 +195,9 @@ def _post(
             % {"kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
         )
     if isinstance(amount, float) or not isinstance(amount, Decimal | int):
-        raise InvalidAmount(_("Amounts of credit must be given as a Decimal, e.g. Decimal('12.5')."))
+        raise InvalidAmount(
+            _("Amounts of credit must be given as a Decimal, e.g. Decimal('12.5').")
+        )
     if not idempotency_key:
         raise InvalidAmount(_("Every ledger entry needs an idempotency key."))
     amount = _quantize(Decimal(amount))
@@ -400,7 +402,9 @@ def _judge_efficiency(job: Job, ended: datetime) -> None:
     policy = CreditPolicy.current()
     mean, samples = _mean_utilisation(job, ended)
     charged = -(
-        LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.CHARGE).aggregate(s=Sum("amount"))["s"]
+        LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.CHARGE).aggregate(
+            s=Sum("amount")
+        )["s"]
         or ZERO
     )
     if mean is None:
@@ -455,10 +459,13 @@ def credits_refund_job(*, job_id: int, reason: str) -> None:
         log.warning("credits_refund_job: job %s does not exist", job_id)
         return
     _account_locked(job.owner)
-    net = LedgerEntry.objects.filter(
-        job=job,
-        kind__in=[LedgerEntry.Kind.CHARGE, LedgerEntry.Kind.REWARD, LedgerEntry.Kind.REFUND],
-    ).aggregate(s=Sum("amount"))["s"] or ZERO
+    net = (
+        LedgerEntry.objects.filter(
+            job=job,
+            kind__in=[LedgerEntry.Kind.CHARGE, LedgerEntry.Kind.REWARD, LedgerEntry.Kind.REFUND],
+        ).aggregate(s=Sum("amount"))["s"]
+        or ZERO
+    )
     if net >= 0:
         return
     _post(
@@ -488,7 +495,9 @@ def credits_monthly_grant(*, month: date | None = None) -> int:
     members = User.objects.filter(is_active=True, approval=User.Approval.APPROVED).select_related(
         "category"
     )
-    return sum(1 for user in members.iterator() if _grant_month(user=user, first=first, policy=policy))
+    return sum(
+        1 for user in members.iterator() if _grant_month(user=user, first=first, policy=policy)
+    )
 
 
 @transaction.atomic
@@ -523,7 +532,9 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
             user=user,
             kind="credits_grant",
             title=_("Your monthly credits have arrived"),
-            body=_("You received %(amount)s credits for %(month)s. Your balance is now %(balance)s.")
+            body=_(
+                "You received %(amount)s credits for %(month)s. Your balance is now %(balance)s."
+            )
             % {"amount": amount, "month": f"{first:%Y-%m}", "balance": kept + amount},
             url=_url("credits"),
             dedupe_key=key,

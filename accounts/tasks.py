@@ -12,12 +12,19 @@ from accounts.models import CreditAccount
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="control.credits_charge_running_jobs", time_limit=240, soft_time_limit=200, ignore_result=True)
+@shared_task(
+    name="control.credits_charge_running_jobs",
+    time_limit=240,
+    soft_time_limit=200,
+    ignore_result=True,
+)
 def credits_charge_running_jobs_task() -> int:
     return services.credits_charge_running_jobs()
 
 
-@shared_task(name="control.credits_monthly_grant", time_limit=600, soft_time_limit=540, ignore_result=True)
+@shared_task(
+    name="control.credits_monthly_grant", time_limit=600, soft_time_limit=540, ignore_result=True
+)
 def credits_monthly_grant_task() -> int:
     # Beat runs this hourly: the first run of a month grants, later runs find nothing to do.
     return services.credits_monthly_grant()
@@ -36,9 +43,13 @@ def credits_refund_job_task(job_id: int, reason: str) -> None:
 @shared_task(name="control.credits_check_ledger", time_limit=300, ignore_result=True)
 def credits_check_ledger_task() -> int:
     """Log every account whose cached balance is not the sum of its entries (should never happen)."""
-    broken = list(CreditAccount.objects.inconsistent().values_list("user__username", "balance", "ledger_sum"))
+    broken = list(
+        CreditAccount.objects.inconsistent().values_list("user__username", "balance", "ledger_sum")
+    )
     for username, balance, ledger_sum in broken:
-        log.error("credit account of %s: balance %s but entries sum to %s", username, balance, ledger_sum)
+        log.error(
+            "credit account of %s: balance %s but entries sum to %s", username, balance, ledger_sum
+        )
     return len(broken)
 
 

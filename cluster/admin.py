@@ -20,15 +20,28 @@ class GpuInline(admin.TabularInline[Gpu, Node]):
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin[Node]):
     list_display = (
-        "name", "state", "drain_requested", "gpu_backend", "runtime", "agent_version",
-        "last_heartbeat", "registered_at",
+        "name",
+        "state",
+        "drain_requested",
+        "gpu_backend",
+        "runtime",
+        "agent_version",
+        "last_heartbeat",
+        "registered_at",
     )
     list_filter = ("state", "drain_requested", "gpu_backend", "runtime")
     search_fields = ("name", "address", "hostname")
     # The agent reports these; the admin sets name, address, labels and drain.
     readonly_fields = (
-        "state", "last_heartbeat", "down_since", "jobs_lost_at", "registered_at",
-        "gpu_backend", "runtime", "agent_version", "hostname",
+        "state",
+        "last_heartbeat",
+        "down_since",
+        "jobs_lost_at",
+        "registered_at",
+        "gpu_backend",
+        "runtime",
+        "agent_version",
+        "hostname",
     )
     inlines = (GpuInline,)
     actions = ("drain", "undrain")
@@ -52,7 +65,17 @@ class NodeAdmin(admin.ModelAdmin[Node]):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin[Gpu]):
-    list_display = ("uuid", "node", "index", "model", "memory_mb", "kind", "state", "util_pct", "sampled_at")
+    list_display = (
+        "uuid",
+        "node",
+        "index",
+        "model",
+        "memory_mb",
+        "kind",
+        "state",
+        "util_pct",
+        "sampled_at",
+    )
     list_filter = ("state", "kind", "model", "node")
     search_fields = ("uuid", "model", "node__name")
 
@@ -70,11 +93,17 @@ class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
             return
         token, secret = NodeToken.issue(node_name=obj.node_name, name=obj.name)
         obj.pk = token.pk
-        obj.token_hash, obj.token_prefix, obj.created_at = token.token_hash, token.token_prefix, token.created_at
+        obj.token_hash, obj.token_prefix, obj.created_at = (
+            token.token_hash,
+            token.token_prefix,
+            token.created_at,
+        )
         self.message_user(
             request,
-            _("Node token for %(node)s: %(secret)s — copy it now, it is not shown again. "
-              "Start the agent with: labportal-agent --name %(node)s --token %(secret)s --broker <broker URL>")
+            _(
+                "Node token for %(node)s: %(secret)s — copy it now, it is not shown again. "
+                "Start the agent with: labportal-agent --name %(node)s --token %(secret)s --broker <broker URL>"
+            )
             % {"node": obj.node_name, "secret": secret},
             messages.WARNING,
         )
@@ -99,7 +128,15 @@ class RejectedMessageAdmin(admin.ModelAdmin[RejectedMessage]):
     list_display = ("node_name", "message", "reason", "count", "last_at", "first_at")
     list_filter = ("reason", "message", "node_name")
     search_fields = ("node_name", "last_detail")
-    readonly_fields = ("node_name", "message", "reason", "count", "first_at", "last_at", "last_detail")
+    readonly_fields = (
+        "node_name",
+        "message",
+        "reason",
+        "count",
+        "first_at",
+        "last_at",
+        "last_detail",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

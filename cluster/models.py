@@ -22,9 +22,7 @@ class NodeQuerySet(models.QuerySet["Node"]):
 
     def down_with_jobs_not_yet_lost(self, cutoff: datetime) -> NodeQuerySet:
         """Down since before `cutoff`, and their running jobs not yet declared lost."""
-        return self.filter(
-            state=Node.State.DOWN, down_since__lt=cutoff, jobs_lost_at__isnull=True
-        )
+        return self.filter(state=Node.State.DOWN, down_since__lt=cutoff, jobs_lost_at__isnull=True)
 
 
 class Node(models.Model):
@@ -60,7 +58,9 @@ class Node(models.Model):
         _("jobs lost at"),
         null=True,
         blank=True,
-        help_text=_("When this node's running jobs were declared lost; cleared when it comes back."),
+        help_text=_(
+            "When this node's running jobs were declared lost; cleared when it comes back."
+        ),
     )
 
     objects = NodeQuerySet.as_manager()

@@ -38,11 +38,7 @@ def is_int(value: Any) -> TypeGuard[int]:
 
 
 def is_number(value: Any) -> TypeGuard[int | float]:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def text_field(data: dict[str, Any], key: str, *, max_length: int, required: bool = True) -> str:
@@ -88,7 +84,9 @@ def register_info_parse(info: Any) -> RegisterInfo:
     backend = info.get("gpu_backend")
     runtime = info.get("runtime")
     if backend not in GPU_BACKENDS:
-        raise malformed(f"gpu_backend must be one of {', '.join(GPU_BACKENDS)}, got {backend!r:.40}")
+        raise malformed(
+            f"gpu_backend must be one of {', '.join(GPU_BACKENDS)}, got {backend!r:.40}"
+        )
     if runtime not in RUNTIMES:
         raise malformed(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r:.40}")
     raw_gpus = info.get("gpus")

@@ -77,14 +77,19 @@ def nodes_for_live_page() -> list[LiveNode]:
     gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
     for gpu in Gpu.objects.order_by("index", "kind", "uuid"):
         gpus_by_node[gpu.node_id].append(gpu)
-    allocations = active_allocations_by_gpu(gpu.pk for gpus in gpus_by_node.values() for gpu in gpus)
+    allocations = active_allocations_by_gpu(
+        gpu.pk for gpus in gpus_by_node.values() for gpu in gpus
+    )
     live_nodes = []
     for node in nodes:
         node_gpus = gpus_by_node[node.pk]
         for gpu in node_gpus:
             gpu.node = node  # the row's label names its node; no query per GPU
-        rows = {gpu.pk: LiveGpu(gpu, list(allocations.get(gpu.pk, [])))
-                for gpu in node_gpus if gpu.kind != Gpu.Kind.SLOT}
+        rows = {
+            gpu.pk: LiveGpu(gpu, list(allocations.get(gpu.pk, [])))
+            for gpu in node_gpus
+            if gpu.kind != Gpu.Kind.SLOT
+        }
         for slot in node_gpus:
             if slot.kind == Gpu.Kind.SLOT and slot.parent_id in rows:
                 row = rows[slot.parent_id]

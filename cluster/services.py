@@ -57,7 +57,11 @@ def message_reject(
     try:
         with transaction.atomic():
             RejectedMessage.objects.create(
-                node_name=name, message=message, reason=reason, first_at=now, last_at=now,
+                node_name=name,
+                message=message,
+                reason=reason,
+                first_at=now,
+                last_at=now,
                 last_detail=detail[:2000],
             )
     except IntegrityError:  # another worker created the row between our two statements
@@ -73,7 +77,9 @@ def node_registered(*, node_name: str) -> Node:
             "the agent must send node_register first (restart the agent)",
         )
     if node.is_simulated and not settings.LABPORTAL_ALLOW_SIMULATION:
-        raise MessageRefused(RejectedMessage.Reason.SIMULATION_REFUSED, "node registered as simulated")
+        raise MessageRefused(
+            RejectedMessage.Reason.SIMULATION_REFUSED, "node registered as simulated"
+        )
     return node
 
 
@@ -93,8 +99,10 @@ def node_register(*, node_name: str, info: RegisterInfo) -> Node:
         )
     for detail in info.bad_gpus:
         message_reject(
-            node_name=node_name, message="node_register",
-            reason=RejectedMessage.Reason.MALFORMED, detail=detail,
+            node_name=node_name,
+            message="node_register",
+            reason=RejectedMessage.Reason.MALFORMED,
+            detail=detail,
         )
     return _node_register(node_name=node_name, info=info)
 
@@ -125,8 +133,13 @@ def _node_register(*, node_name: str, info: RegisterInfo) -> Node:
 
     present = _gpus_upsert(node=node, reports=info)
     _gpus_mark_missing(node=node, present_ids=present)
-    log.info("node %s registered: %d device(s), %s/%s", node.name, len(present),
-             info.gpu_backend, info.runtime)
+    log.info(
+        "node %s registered: %d device(s), %s/%s",
+        node.name,
+        len(present),
+        info.gpu_backend,
+        info.runtime,
+    )
     return node
 
 
@@ -141,7 +154,8 @@ def _gpus_upsert(*, node: Node, reports: RegisterInfo) -> set[int]:
         if gpu is not None and gpu.node_id != node.pk and gpu.state != Gpu.State.MISSING:
             # A device still present on another node is not this node's to claim.
             message_reject(
-                node_name=node.name, message="node_register",
+                node_name=node.name,
+                message="node_register",
                 reason=RejectedMessage.Reason.GPU_ON_OTHER_NODE,
                 detail=f"{report.uuid} is registered on node {gpu.node_id}",
             )
@@ -151,7 +165,8 @@ def _gpus_upsert(*, node: Node, reports: RegisterInfo) -> set[int]:
             parent = here.get(report.parent_uuid or "")
             if parent is None:
                 message_reject(
-                    node_name=node.name, message="node_register",
+                    node_name=node.name,
+                    message="node_register",
                     reason=RejectedMessage.Reason.MALFORMED,
                     detail=f"MIG instance {report.uuid} names parent {report.parent_uuid}, "
                     "which this node did not report",
@@ -223,8 +238,10 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     report = LivenessReport()
     down_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
     for node_id, name in Node.objects.silent_since(down_cutoff).values_list("pk", "name"):
-        claimed = Node.objects.silent_since(down_cutoff).filter(pk=node_id).update(
-            state=Node.State.DOWN, down_since=now
+        claimed = (
+            Node.objects.silent_since(down_cutoff)
+            .filter(pk=node_id)
+            .update(state=Node.State.DOWN, down_since=now)
         )
         if claimed:
             log.warning("node %s sent no heartbeat since before %s: marked down", name, down_cutoff)
@@ -235,8 +252,11 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     for node_id, name, last_heartbeat in candidates.values_list("pk", "name", "last_heartbeat"):
         try:
             lost = _node_jobs_declare_lost(
-                node_id=node_id, name=name, last_heartbeat=last_heartbeat,
-                cutoff=lost_cutoff, now=now,
+                node_id=node_id,
+                name=name,
+                last_heartbeat=last_heartbeat,
+                cutoff=lost_cutoff,
+                now=now,
             )
         except Exception:  # one node's failure must not stop the others; the next beat retries
             log.exception("could not declare the jobs of node %s lost", name)
@@ -250,8 +270,8 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
 def _node_jobs_declare_lost(
     *, node_id: int, name: str, last_heartbeat: datetime | None, cutoff: datetime, now: datetime
 ) -> int | None:
-    claimed = Node.objects.down_with_jobs_not_yet_lost(cutoff).filter(pk=node_id).update(
-        jobs_lost_at=now
+    claimed = (
+        Node.objects.down_with_jobs_not_yet_lost(cutoff).filter(pk=node_id).update(jobs_lost_at=now)
     )
     if not claimed:
         return None
@@ -261,7 +281,8 @@ def _node_jobs_declare_lost(
         reason = gettext("Node %(node)s never sent a heartbeat.") % {"node": name}
     else:
         reason = gettext("Node %(node)s has sent no heartbeat since %(since)s.") % {
-            "node": name, "since": last_heartbeat.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "node": name,
+            "since": last_heartbeat.strftime("%Y-%m-%d %H:%M:%S %Z"),
         }
     lost = jobs_mark_lost_on_node(node_id=node_id, reason=reason)
     log.warning("node %s down past its grace period: %s job(s) marked lost", name, lost)

@@ -36,7 +36,9 @@ def _handle(message: str, node_name: object, token: object, action: Callable[[st
         and NodeToken.matches(node_name=node_name, secret=token)
     ):
         services.message_reject(
-            node_name=node_name, message=message, reason=RejectedMessage.Reason.BAD_TOKEN,
+            node_name=node_name,
+            message=message,
+            reason=RejectedMessage.Reason.BAD_TOKEN,
             detail=f"token {str(token)[:10]}… does not match an active token of this node",
         )
         return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
@@ -50,11 +52,14 @@ def _handle(message: str, node_name: object, token: object, action: Callable[[st
     return "ok"
 
 
-@shared_task(name="control.node_register", time_limit=60, soft_time_limit=50,
-             **RETRY_ON_DATABASE_ERRORS)
+@shared_task(
+    name="control.node_register", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+)
 def node_register(node_name: str, token: str, info: dict[str, Any]) -> str:
     return _handle(
-        "node_register", node_name, token,
+        "node_register",
+        node_name,
+        token,
         lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
     )
 
@@ -63,36 +68,47 @@ def node_register(node_name: str, token: str, info: dict[str, Any]) -> str:
 def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
     # No retry: the next heartbeat, seconds later, says the same thing.
     return _handle(
-        "node_heartbeat", node_name, token,
+        "node_heartbeat",
+        node_name,
+        token,
         lambda name: services.node_heartbeat_record(node_name=name, info=info),
     )
 
 
-@shared_task(name="control.job_event", time_limit=60, soft_time_limit=50,
-             **RETRY_ON_DATABASE_ERRORS)
+@shared_task(
+    name="control.job_event", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+)
 def job_event(node_name: str, token: str, event: dict[str, Any]) -> str:
     return _handle(
-        "job_event", node_name, token,
+        "job_event",
+        node_name,
+        token,
         lambda name: services.job_event_accept(node_name=name, event=event),
     )
 
 
-@shared_task(name="control.samples_ingest", time_limit=120, soft_time_limit=100,
-             **RETRY_ON_DATABASE_ERRORS)
+@shared_task(
+    name="control.samples_ingest", time_limit=120, soft_time_limit=100, **RETRY_ON_DATABASE_ERRORS
+)
 def samples_ingest(node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
     from telemetry.services import samples_ingest as ingest
 
     return _handle(
-        "samples_ingest", node_name, token,
+        "samples_ingest",
+        node_name,
+        token,
         lambda name: ingest(node_name=name, samples=samples),
     )
 
 
-@shared_task(name="control.job_logs_report", time_limit=60, soft_time_limit=50,
-             **RETRY_ON_DATABASE_ERRORS)
+@shared_task(
+    name="control.job_logs_report", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+)
 def job_logs_report(node_name: str, token: str, job_id: int, text: str) -> str:
     return _handle(
-        "job_logs_report", node_name, token,
+        "job_logs_report",
+        node_name,
+        token,
         lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
     )
 

@@ -45,12 +45,18 @@ def node_drain(request: HttpRequest, name: str) -> HttpResponse:
     node = get_object_or_404(Node, name=name)
     choice = request.POST.get("drain")
     if choice not in ("0", "1"):
-        return HttpResponseBadRequest(_("Say drain=1 to drain the node or drain=0 to return it to service."))
+        return HttpResponseBadRequest(
+            _("Say drain=1 to drain the node or drain=0 to return it to service.")
+        )
     node = node_set_drain(node_id=node.pk, drain=choice == "1")
     if request.htmx:  # type: ignore[attr-defined]
         return gpu_table(request)
     if node.drain_requested:
-        messages.success(request, _("Node %(node)s is draining: its running jobs finish, nothing new starts there.") % {"node": node.name})
+        messages.success(
+            request,
+            _("Node %(node)s is draining: its running jobs finish, nothing new starts there.")
+            % {"node": node.name},
+        )
     else:
         messages.success(request, _("Node %(node)s is back in service.") % {"node": node.name})
     return redirect("gpu_live")

@@ -2,18 +2,32 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from jobqueue.models import Allocation, ContainerImage, Job, JobEvent, Queue, SchedulingPolicy, VolumeMount
-
-try:  # approvals (grants, emergencies) register themselves
-    from jobqueue import admin_approvals  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
+# Priority grants and emergency requests register their own admins with approval actions.
+from jobqueue import admin_approvals  # noqa: E402, F401
+from jobqueue.models import (
+    Allocation,
+    ContainerImage,
+    Job,
+    JobEvent,
+    Queue,
+    SchedulingPolicy,
+    VolumeMount,
+)
 
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin[Queue]):
-    list_display = ("name", "tier", "priority_factor", "credit_rate", "max_gpus_per_job", "max_time_limit_s",
-                    "requires_grant", "allows_shared_slots", "is_active")
+    list_display = (
+        "name",
+        "tier",
+        "priority_factor",
+        "credit_rate",
+        "max_gpus_per_job",
+        "max_time_limit_s",
+        "requires_grant",
+        "allows_shared_slots",
+        "is_active",
+    )
     list_editable = ("is_active",)
 
 
@@ -47,11 +61,31 @@ class AllocationInline(admin.TabularInline[Allocation, Job]):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin[Job]):
-    list_display = ("id", "owner", "queue", "gpus", "state", "node", "submitted_at", "started_at", "ended_at")
+    list_display = (
+        "id",
+        "owner",
+        "queue",
+        "gpus",
+        "state",
+        "node",
+        "submitted_at",
+        "started_at",
+        "ended_at",
+    )
     list_filter = ("state", "queue", "node")
     search_fields = ("id", "owner__username", "name")
-    readonly_fields = ("submitted_at", "dispatched_at", "started_at", "ended_at", "exit_code", "log_tail",
-                       "queue_position", "estimated_start", "pending_reason", "priority")
+    readonly_fields = (
+        "submitted_at",
+        "dispatched_at",
+        "started_at",
+        "ended_at",
+        "exit_code",
+        "log_tail",
+        "queue_position",
+        "estimated_start",
+        "pending_reason",
+        "priority",
+    )
     inlines = (AllocationInline, JobEventInline)
 
 

@@ -21,7 +21,9 @@ from labportal.errors import DomainError
 
 
 def _decide_each(
-    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any],
+    modeladmin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
     decide: Callable[[int], Any],
 ) -> None:
     done = 0
@@ -33,7 +35,9 @@ def _decide_each(
         else:
             done += 1
     modeladmin.message_user(
-        request, ngettext("%d request decided.", "%d requests decided.", done) % done, messages.SUCCESS
+        request,
+        ngettext("%d request decided.", "%d requests decided.", done) % done,
+        messages.SUCCESS,
     )
 
 
@@ -50,7 +54,15 @@ class AuditOnly(admin.ModelAdmin[Any]):
 
 @admin.register(PriorityGrant)
 class PriorityGrantAdmin(AuditOnly):
-    list_display = ("user", "queue", "deadline", "gpus_expected", "state", "decided_by", "decided_at")
+    list_display = (
+        "user",
+        "queue",
+        "deadline",
+        "gpus_expected",
+        "state",
+        "decided_by",
+        "decided_at",
+    )
     list_filter = ("state", "queue")
     search_fields = ("user__username", "reason")
     readonly_fields = (*AuditOnly.readonly_fields, "queue", "reason", "deadline", "gpus_expected")
@@ -58,15 +70,31 @@ class PriorityGrantAdmin(AuditOnly):
 
     @admin.action(description=_("Approve the selected requests"))
     def approve(self, request: HttpRequest, queryset: QuerySet[PriorityGrant]) -> None:
-        _decide_each(self, request, queryset, lambda pk: approvals.grant_decide(
-            grant_id=pk, decided_by=request.user, approve=True,  # type: ignore[arg-type]
-            comment=str(_("Approved in the admin."))))
+        _decide_each(
+            self,
+            request,
+            queryset,
+            lambda pk: approvals.grant_decide(
+                grant_id=pk,
+                decided_by=request.user,
+                approve=True,  # type: ignore[arg-type]
+                comment=str(_("Approved in the admin.")),
+            ),
+        )
 
     @admin.action(description=_("Reject the selected requests"))
     def reject(self, request: HttpRequest, queryset: QuerySet[PriorityGrant]) -> None:
-        _decide_each(self, request, queryset, lambda pk: approvals.grant_decide(
-            grant_id=pk, decided_by=request.user, approve=False,  # type: ignore[arg-type]
-            comment=str(_("Rejected in the admin."))))
+        _decide_each(
+            self,
+            request,
+            queryset,
+            lambda pk: approvals.grant_decide(
+                grant_id=pk,
+                decided_by=request.user,
+                approve=False,  # type: ignore[arg-type]
+                comment=str(_("Rejected in the admin.")),
+            ),
+        )
 
 
 @admin.register(EmergencyRequest)
@@ -79,12 +107,28 @@ class EmergencyRequestAdmin(AuditOnly):
 
     @admin.action(description=_("Approve the selected requests"))
     def approve(self, request: HttpRequest, queryset: QuerySet[EmergencyRequest]) -> None:
-        _decide_each(self, request, queryset, lambda pk: approvals.emergency_decide(
-            request_id=pk, decided_by=request.user, approve=True,  # type: ignore[arg-type]
-            comment=str(_("Approved in the admin."))))
+        _decide_each(
+            self,
+            request,
+            queryset,
+            lambda pk: approvals.emergency_decide(
+                request_id=pk,
+                decided_by=request.user,
+                approve=True,  # type: ignore[arg-type]
+                comment=str(_("Approved in the admin.")),
+            ),
+        )
 
     @admin.action(description=_("Reject the selected requests"))
     def reject(self, request: HttpRequest, queryset: QuerySet[EmergencyRequest]) -> None:
-        _decide_each(self, request, queryset, lambda pk: approvals.emergency_decide(
-            request_id=pk, decided_by=request.user, approve=False,  # type: ignore[arg-type]
-            comment=str(_("Rejected in the admin."))))
+        _decide_each(
+            self,
+            request,
+            queryset,
+            lambda pk: approvals.emergency_decide(
+                request_id=pk,
+                decided_by=request.user,
+                approve=False,  # type: ignore[arg-type]
+                comment=str(_("Rejected in the admin.")),
+            ),
+        )

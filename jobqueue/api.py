@@ -25,10 +25,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     serializer_class = JobSerializer
 
     def get_queryset(self) -> Any:
-        jobs = selectors.jobs_visible_to(self.request.user).prefetch_related("allocations__gpu", "mounts")
+        jobs = selectors.jobs_visible_to(self.request.user).prefetch_related(
+            "allocations__gpu", "mounts"
+        )
         params = self.request.query_params
         return selectors.jobs_filtered(
-            jobs, state=params.get("state"), queue=params.get("queue"),
+            jobs,
+            state=params.get("state"),
+            queue=params.get("queue"),
             active=True if params.get("active") in ("1", "true") else None,
         )
 
@@ -48,12 +52,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = services.job_cancel(job_id=job.pk, actor=request.user)  # type: ignore[arg-type]
         return Response(JobSerializer(job).data)
 
-    @extend_schema(responses={200: {"type": "object", "properties": {"log_tail": {"type": "string"}}}})
+    @extend_schema(
+        responses={200: {"type": "object", "properties": {"log_tail": {"type": "string"}}}}
+    )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         """The latest log tail the agent sent; ?refresh=1 asks the node for a fresh one."""
         job = self.get_object()
-        if request.query_params.get("refresh") in ("1", "true") and job.node and job.state in Job.ACTIVE_STATES:
+        if (
+            request.query_params.get("refresh") in ("1", "true")
+            and job.node
+            and job.state in Job.ACTIVE_STATES
+        ):
             dispatch.send_logs_request(node=job.node, job_id=job.pk)
         return Response({"job": job.pk, "state": job.state, "log_tail": job.log_tail})
 
@@ -70,14 +80,24 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet[Queue]):
     queryset = Queue.objects.filter(is_active=True)
     lookup_field = "name"
 
-    @extend_schema(responses={200: {"type": "object", "properties": {
-        "waiting": {"type": "array", "items": {"type": "object"}},
-        "running": {"type": "array", "items": {"type": "object"}}}}})
+    @extend_schema(
+        responses={
+            200: {
+                "type": "object",
+                "properties": {
+                    "waiting": {"type": "array", "items": {"type": "object"}},
+                    "running": {"type": "array", "items": {"type": "object"}},
+                },
+            }
+        }
+    )
     @action(detail=False, methods=["get"])
     def overview(self, request: Request) -> Response:
         """Every waiting job with its position, estimated start and reason; every running job."""
         data = selectors.queue_overview()
-        return Response({
-            "waiting": QueueEntrySerializer(data["waiting"], many=True).data,
-            "running": QueueEntrySerializer(data["running"], many=True).data,
-        })
+        return Response(
+            {
+                "waiting": QueueEntrySerializer(data["waiting"], many=True).data,
+                "running": QueueEntrySerializer(data["running"], many=True).data,
+            }
+        )

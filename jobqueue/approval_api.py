@@ -23,8 +23,20 @@ class PriorityGrantSerializer(serializers.ModelSerializer[PriorityGrant]):
 
     class Meta:
         model = PriorityGrant
-        fields = ["id", "username", "queue", "reason", "deadline", "gpus_expected", "state", "in_force",
-                  "decided_by", "decided_at", "comment", "created_at"]
+        fields = [
+            "id",
+            "username",
+            "queue",
+            "reason",
+            "deadline",
+            "gpus_expected",
+            "state",
+            "in_force",
+            "decided_by",
+            "decided_at",
+            "comment",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_in_force(self, grant: PriorityGrant) -> bool:
@@ -36,7 +48,9 @@ class GrantApplySerializer(serializers.Serializer):  # type: ignore[type-arg]
     deadline = serializers.DateTimeField()
     gpus_expected = serializers.IntegerField(min_value=1, max_value=512, default=1)
     queue = serializers.SlugRelatedField(
-        slug_field="name", queryset=Queue.objects.filter(requires_grant=True, is_active=True), required=False
+        slug_field="name",
+        queryset=Queue.objects.filter(requires_grant=True, is_active=True),
+        required=False,
     )
 
 
@@ -52,8 +66,20 @@ class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
 
     class Meta:
         model = EmergencyRequest
-        fields = ["id", "username", "jobs", "reason", "hours", "state", "in_force", "decided_by", "decided_at",
-                  "expires_at", "comment", "created_at"]
+        fields = [
+            "id",
+            "username",
+            "jobs",
+            "reason",
+            "hours",
+            "state",
+            "in_force",
+            "decided_by",
+            "decided_at",
+            "expires_at",
+            "comment",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_in_force(self, request: EmergencyRequest) -> bool:
@@ -61,12 +87,16 @@ class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
 
 
 class EmergencyCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    jobs = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=100)
+    jobs = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), min_length=1, max_length=100
+    )
     reason = serializers.CharField(max_length=2000)
     hours = serializers.IntegerField(min_value=1, required=False)
 
 
-class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[PriorityGrant]):
+class GrantViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[PriorityGrant]
+):
     """Priority grants for the `high` queue. ?state=pending filters; staff approve or reject."""
 
     serializer_class = PriorityGrantSerializer
@@ -88,7 +118,9 @@ class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         payload = DecisionSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         grant = approvals.grant_decide(
-            grant_id=grant.pk, decided_by=request.user, approve=approve,  # type: ignore[arg-type]
+            grant_id=grant.pk,
+            decided_by=request.user,
+            approve=approve,  # type: ignore[arg-type]
             comment=payload.validated_data["comment"],
         )
         return Response(PriorityGrantSerializer(grant).data)
@@ -110,7 +142,9 @@ class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Response(PriorityGrantSerializer(grant).data)
 
 
-class EmergencyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[EmergencyRequest]):
+class EmergencyViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[EmergencyRequest]
+):
     """Emergency requests: top priority for named waiting jobs, a limited number of times per period."""
 
     serializer_class = EmergencyRequestSerializer
@@ -126,29 +160,46 @@ class EmergencyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         emergency = approvals.emergency_request_create(
-            user=request.user, job_ids=data["jobs"], reason=data["reason"], hours=data.get("hours"),  # type: ignore[arg-type]
+            user=request.user,
+            job_ids=data["jobs"],
+            reason=data["reason"],
+            hours=data.get("hours"),  # type: ignore[arg-type]
         )
         return Response(EmergencyRequestSerializer(emergency).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={200: {"type": "object", "properties": {
-        "uses_left": {"type": "integer"}, "max_uses": {"type": "integer"}, "period_days": {"type": "integer"}}}})
+    @extend_schema(
+        responses={
+            200: {
+                "type": "object",
+                "properties": {
+                    "uses_left": {"type": "integer"},
+                    "max_uses": {"type": "integer"},
+                    "period_days": {"type": "integer"},
+                },
+            }
+        }
+    )
     @action(detail=False, methods=["get"], url_path="uses-left")
     def uses_left(self, request: Request) -> Response:
         from accounts.models import CreditPolicy
 
         policy = CreditPolicy.current()
-        return Response({
-            "uses_left": approvals.emergency_uses_left(request.user),  # type: ignore[arg-type]
-            "max_uses": policy.emergency_max_uses,
-            "period_days": policy.emergency_period_days,
-        })
+        return Response(
+            {
+                "uses_left": approvals.emergency_uses_left(request.user),  # type: ignore[arg-type]
+                "max_uses": policy.emergency_max_uses,
+                "period_days": policy.emergency_period_days,
+            }
+        )
 
     def _decide(self, request: Request, approve: bool) -> Response:
         emergency = self.get_object()
         payload = DecisionSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         emergency = approvals.emergency_decide(
-            request_id=emergency.pk, decided_by=request.user, approve=approve,  # type: ignore[arg-type]
+            request_id=emergency.pk,
+            decided_by=request.user,
+            approve=approve,  # type: ignore[arg-type]
             comment=payload.validated_data["comment"],
         )
         return Response(EmergencyRequestSerializer(emergency).data)

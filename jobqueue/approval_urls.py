@@ -10,5 +10,9 @@ urlpatterns = [
     path("emergencies/apply/", approval_views.emergency_apply, name="emergency_apply"),
     path("approvals/", approval_views.approvals_queue, name="approvals"),
     path("approvals/grants/<int:pk>/decide/", approval_views.grant_decide, name="grant_decide"),
-    path("approvals/emergencies/<int:pk>/decide/", approval_views.emergency_decide, name="emergency_decide"),
+    path(
+        "approvals/emergencies/<int:pk>/decide/",
+        approval_views.emergency_decide,
+        name="emergency_decide",
+    ),
 ]

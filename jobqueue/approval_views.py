@@ -31,14 +31,18 @@ class GrantApplyForm(forms.Form):
         label=gettext_lazy("Why you need the high-priority queue"),
         widget=forms.Textarea(attrs={"rows": 4}),
         max_length=2000,
-        help_text=gettext_lazy("E.g. the paper deadline or the thesis defence, and what you need to run."),
+        help_text=gettext_lazy(
+            "E.g. the paper deadline or the thesis defence, and what you need to run."
+        ),
     )
     deadline = forms.DateTimeField(
         label=gettext_lazy("Until"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
         help_text=gettext_lazy("The grant lapses by itself at this time."),
-        error_messages={"invalid": gettext_lazy("Give the deadline as a date and time, e.g. 2025-06-30 18:00.")},
+        error_messages={
+            "invalid": gettext_lazy("Give the deadline as a date and time, e.g. 2025-06-30 18:00.")
+        },
     )
     gpus_expected = forms.IntegerField(
         label=gettext_lazy("GPUs expected"), min_value=1, max_value=512, initial=1
@@ -53,14 +57,18 @@ class EmergencyForm(forms.Form):
         error_messages={"required": gettext_lazy("Tick at least one of your waiting jobs.")},
     )
     reason = forms.CharField(
-        label=gettext_lazy("What is the emergency?"), widget=forms.Textarea(attrs={"rows": 3}), max_length=2000
+        label=gettext_lazy("What is the emergency?"),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
     )
     hours = forms.IntegerField(label=gettext_lazy("Hours of top priority"), min_value=1)
 
     def __init__(self, *args: Any, user: Any, policy: CreditPolicy, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["jobs"].queryset = approvals.emergency_jobs_eligible(user)
-        self.fields["jobs"].label_from_instance = lambda job: f"#{job.pk} {job.name or job.command_display[:60]} ({job.queue.name}, {job.get_state_display()})"
+        self.fields["jobs"].label_from_instance = lambda job: (
+            f"#{job.pk} {job.name or job.command_display[:60]} ({job.queue.name}, {job.get_state_display()})"
+        )
         self.fields["hours"].max_value = policy.emergency_max_hours
         self.fields["hours"].widget.attrs["max"] = policy.emergency_max_hours
         self.fields["hours"].initial = policy.emergency_default_hours
@@ -90,7 +98,11 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 @login_required
 def grant_apply(request: HttpRequest) -> HttpResponse:
     queue = approvals.grant_queues().order_by("tier").first()
-    initial = {"deadline": (timezone.localtime() + timedelta(days=14)).replace(minute=0, second=0, microsecond=0)}
+    initial = {
+        "deadline": (timezone.localtime() + timedelta(days=14)).replace(
+            minute=0, second=0, microsecond=0
+        )
+    }
     form = GrantApplyForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
@@ -103,10 +115,17 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
         except DomainError as exc:
             form.add_error(None, str(exc.message))
         else:
-            messages.success(request, _("Your request is sent. An admin will approve or reject it; you will be notified."))
+            messages.success(
+                request,
+                _(
+                    "Your request is sent. An admin will approve or reject it; you will be notified."
+                ),
+            )
             return redirect("grant_apply")
     grants = approvals.grants_visible_to(request.user).filter(user=request.user)  # type: ignore[arg-type]
-    return render(request, "approvals/grant_apply.html", {"form": form, "queue": queue, "grants": grants})
+    return render(
+        request, "approvals/grant_apply.html", {"form": form, "queue": queue, "grants": grants}
+    )
 
 
 @login_required
@@ -164,7 +183,9 @@ def approvals_queue(request: HttpRequest) -> HttpResponse:
         "approvals/approvals.html",
         {
             "pending_grants": grants.filter(state=PriorityGrant.State.PENDING).order_by("deadline"),
-            "pending_emergencies": emergencies.filter(state=EmergencyRequest.State.PENDING).order_by("created_at"),
+            "pending_emergencies": emergencies.filter(
+                state=EmergencyRequest.State.PENDING
+            ).order_by("created_at"),
             "recent_grants": grants.exclude(state=PriorityGrant.State.PENDING)[:20],
             "recent_emergencies": emergencies.exclude(state=EmergencyRequest.State.PENDING)[:20],
         },
@@ -172,7 +193,11 @@ def approvals_queue(request: HttpRequest) -> HttpResponse:
 
 
 def _decide(
-    request: HttpRequest, decide: Callable[..., Any], row_template: str, context_name: str, **ids: int
+    request: HttpRequest,
+    decide: Callable[..., Any],
+    row_template: str,
+    context_name: str,
+    **ids: int,
 ) -> HttpResponse:
     form = DecisionForm(request.POST)
     if not form.is_valid():
@@ -180,7 +205,9 @@ def _decide(
         return redirect("approvals")
     approve = form.cleaned_data["decision"] == "approve"
     try:
-        obj = decide(decided_by=request.user, approve=approve, comment=form.cleaned_data["comment"], **ids)
+        obj = decide(
+            decided_by=request.user, approve=approve, comment=form.cleaned_data["comment"], **ids
+        )
     except DomainError as exc:
         messages.error(request, str(exc.message))
         return redirect("approvals")
@@ -194,7 +221,9 @@ def _decide(
 @require_POST
 def grant_decide(request: HttpRequest, pk: int) -> HttpResponse:
     get_object_or_404(PriorityGrant, pk=pk)
-    return _decide(request, approvals.grant_decide, "approvals/_grant_row.html", "grant", grant_id=pk)
+    return _decide(
+        request, approvals.grant_decide, "approvals/_grant_row.html", "grant", grant_id=pk
+    )
 
 
 @staff_required
@@ -202,5 +231,9 @@ def grant_decide(request: HttpRequest, pk: int) -> HttpResponse:
 def emergency_decide(request: HttpRequest, pk: int) -> HttpResponse:
     get_object_or_404(EmergencyRequest, pk=pk)
     return _decide(
-        request, approvals.emergency_decide, "approvals/_emergency_row.html", "request_obj", request_id=pk
+        request,
+        approvals.emergency_decide,
+        "approvals/_emergency_row.html",
+        "request_obj",
+        request_id=pk,
     )

@@ -78,7 +78,14 @@ def _require_staff(user: User) -> None:
 def _tell_staff(*, kind: str, title: Callable[[], str], body: str, dedupe_key: str) -> None:
     for admin in User.objects.filter(is_staff=True, is_active=True):
         with in_language_of(admin):
-            notify(user=admin, kind=kind, title=title(), body=body, url=_url("approvals"), dedupe_key=dedupe_key)
+            notify(
+                user=admin,
+                kind=kind,
+                title=title(),
+                body=body,
+                url=_url("approvals"),
+                dedupe_key=dedupe_key,
+            )
 
 
 # --- Reads -------------------------------------------------------------------------
@@ -103,7 +110,10 @@ def grant_in_force(user: User, queue: Queue, at: datetime | None = None) -> Prio
     """The member's approved grant for `queue` that is still before its deadline, if any."""
     return (
         PriorityGrant.objects.filter(
-            user=user, queue=queue, state=PriorityGrant.State.APPROVED, deadline__gt=at or timezone.now()
+            user=user,
+            queue=queue,
+            state=PriorityGrant.State.APPROVED,
+            deadline__gt=at or timezone.now(),
         )
         .order_by("-deadline")
         .first()
@@ -147,12 +157,16 @@ def grant_apply(
     queue = queue or grant_queues().order_by("tier").first()
     if queue is None or not queue.requires_grant:
         raise NoGrantQueue(
-            _("No queue needs a priority grant here, so there is nothing to apply for; submit to the normal queue.")
+            _(
+                "No queue needs a priority grant here, so there is nothing to apply for; submit to the normal queue."
+            )
         )
     reason = (reason or "").strip()
     if len(reason) < 10:
         raise InvalidGrantRequest(
-            _("Say in a sentence why you need the %(queue)s queue (a paper deadline, a defence, …).")
+            _(
+                "Say in a sentence why you need the %(queue)s queue (a paper deadline, a defence, …)."
+            )
             % {"queue": queue.name}
         )
     now = timezone.now()
@@ -160,14 +174,20 @@ def grant_apply(
         raise InvalidGrantRequest(_("The deadline must be in the future."))
     if deadline > now + timedelta(days=MAX_GRANT_DAYS_AHEAD):
         raise InvalidGrantRequest(
-            _("The deadline may be at most %(days)d days ahead; apply again later for a longer need.")
+            _(
+                "The deadline may be at most %(days)d days ahead; apply again later for a longer need."
+            )
             % {"days": MAX_GRANT_DAYS_AHEAD}
         )
     if gpus_expected < 1:
         raise InvalidGrantRequest(_("Say how many GPUs you expect to use: at least 1."))
-    if PriorityGrant.objects.filter(user=user, queue=queue, state=PriorityGrant.State.PENDING).exists():
+    if PriorityGrant.objects.filter(
+        user=user, queue=queue, state=PriorityGrant.State.PENDING
+    ).exists():
         raise DuplicateRequest(
-            _("You already have a request for the %(queue)s queue awaiting a decision; withdraw it to apply again.")
+            _(
+                "You already have a request for the %(queue)s queue awaiting a decision; withdraw it to apply again."
+            )
             % {"queue": queue.name}
         )
     grant = PriorityGrant.objects.create(
@@ -175,7 +195,10 @@ def grant_apply(
     )
     _tell_staff(
         kind="grant_requested",
-        title=lambda: _("%(user)s applies for the %(queue)s queue") % {"user": user.username, "queue": queue.name},
+        title=lambda: (
+            _("%(user)s applies for the %(queue)s queue")
+            % {"user": user.username, "queue": queue.name}
+        ),
         body=reason,
         dedupe_key=f"grant:{grant.pk}:requested",
     )
@@ -188,7 +211,9 @@ def grant_decide(
 ) -> PriorityGrant:
     """Staff approve or reject a pending grant, with an optional comment; the member is told."""
     _require_staff(decided_by)
-    grant = PriorityGrant.objects.select_for_update().select_related("user", "queue").get(pk=grant_id)
+    grant = (
+        PriorityGrant.objects.select_for_update().select_related("user", "queue").get(pk=grant_id)
+    )
     if grant.state != PriorityGrant.State.PENDING:
         raise AlreadyDecided(
             _("This request is already %(state)s; only pending requests can be decided.")
@@ -200,7 +225,10 @@ def grant_decide(
     grant.state = PriorityGrant.State.APPROVED if approve else PriorityGrant.State.REJECTED
     grant.decided_by, grant.decided_at, grant.comment = decided_by, now, comment.strip()
     grant.save(update_fields=["state", "decided_by", "decided_at", "comment"])
-    values = {"queue": grant.queue.name, "deadline": timezone.localtime(grant.deadline).strftime("%Y-%m-%d %H:%M")}
+    values = {
+        "queue": grant.queue.name,
+        "deadline": timezone.localtime(grant.deadline).strftime("%Y-%m-%d %H:%M"),
+    }
     with in_language_of(grant.user):
         _notify_grant_decision(grant, approve, values)
     return grant
@@ -264,7 +292,8 @@ def grants_expire(*, now: datetime | None = None) -> int:
                     notify(
                         user=grant.user,
                         kind="grant_rejected",
-                        title=_("Your request for %(queue)s ended undecided") % {"queue": grant.queue.name},
+                        title=_("Your request for %(queue)s ended undecided")
+                        % {"queue": grant.queue.name},
                         body=_("Its deadline passed before an admin decided on it."),
                         url=_url("grant_apply"),
                         dedupe_key=f"grant:{grant.pk}:decided",
@@ -282,8 +311,11 @@ def grants_expire(*, now: datetime | None = None) -> int:
             notify(
                 user=grant.user,
                 kind="grant_lapsed",
-                title=_("Your priority grant for %(queue)s has lapsed") % {"queue": grant.queue.name},
-                body=_("Its deadline has passed; new jobs go to the other queues. Apply again if you need more time."),
+                title=_("Your priority grant for %(queue)s has lapsed")
+                % {"queue": grant.queue.name},
+                body=_(
+                    "Its deadline has passed; new jobs go to the other queues. Apply again if you need more time."
+                ),
                 url=_url("grant_apply"),
                 dedupe_key=key,
             )
@@ -302,7 +334,8 @@ def emergency_request_create(
     hours = policy.emergency_default_hours if hours is None else hours
     if not 1 <= hours <= policy.emergency_max_hours:
         raise InvalidEmergencyRequest(
-            _("Ask for between 1 and %(max)d hours of top priority.") % {"max": policy.emergency_max_hours}
+            _("Ask for between 1 and %(max)d hours of top priority.")
+            % {"max": policy.emergency_max_hours}
         )
     reason = (reason or "").strip()
     if len(reason) < 10:
@@ -321,13 +354,13 @@ def emergency_request_create(
     User.objects.select_for_update().filter(pk=user.pk).first()
     if emergency_uses_left(user) <= 0:
         raise EmergencyLimitReached(
-            _("You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly.")
+            _(
+                "You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly."
+            )
             % {"max": policy.emergency_max_uses, "days": policy.emergency_period_days}
         )
     if EmergencyRequest.objects.filter(user=user, state=EmergencyRequest.State.PENDING).exists():
-        raise DuplicateRequest(
-            _("You already have an emergency request awaiting a decision.")
-        )
+        raise DuplicateRequest(_("You already have an emergency request awaiting a decision."))
     request = EmergencyRequest.objects.create(user=user, reason=reason, hours=hours)
     request.jobs.set(jobs)
     _tell_staff(
@@ -359,7 +392,9 @@ def emergency_decide(
     now = now or timezone.now()
     if approve and emergency_uses_left(request.user, now=now) <= 0:
         raise EmergencyLimitReached(
-            _("%(user)s has no emergencies left in this period; reject it, or raise the limit in the credit policy.")
+            _(
+                "%(user)s has no emergencies left in this period; reject it, or raise the limit in the credit policy."
+            )
             % {"user": request.user.username}
         )
     request.state = EmergencyRequest.State.APPROVED if approve else EmergencyRequest.State.REJECTED

@@ -13,43 +13,90 @@ from jobqueue.models import ContainerImage, Queue, VolumeMount
 
 class JobSubmitForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=120, required=False)
-    queue = forms.ModelChoiceField(label=_("Queue"), queryset=Queue.objects.filter(is_active=True), to_field_name="name", empty_label=None)
-    image = forms.ModelChoiceField(label=_("Image"), queryset=ContainerImage.objects.filter(enabled=True), to_field_name="reference", empty_label=None)
-    command = forms.CharField(label=_("Command"), max_length=8000, widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 10"}))
+    queue = forms.ModelChoiceField(
+        label=_("Queue"),
+        queryset=Queue.objects.filter(is_active=True),
+        to_field_name="name",
+        empty_label=None,
+    )
+    image = forms.ModelChoiceField(
+        label=_("Image"),
+        queryset=ContainerImage.objects.filter(enabled=True),
+        to_field_name="reference",
+        empty_label=None,
+    )
+    command = forms.CharField(
+        label=_("Command"),
+        max_length=8000,
+        widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 10"}),
+    )
     gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
-    shared_slot = forms.BooleanField(label=_("Use one shared GPU slot (debug queue)"), required=False)
+    shared_slot = forms.BooleanField(
+        label=_("Use one shared GPU slot (debug queue)"), required=False
+    )
     time_limit_hours = forms.DecimalField(
-        label=_("Time limit (hours)"), min_value=Decimal("0.05"), max_value=Decimal("2000"), decimal_places=2, required=False,
-        help_text=_("Leave empty for the queue's default. You are warned at the limit before anything happens."),
+        label=_("Time limit (hours)"),
+        min_value=Decimal("0.05"),
+        max_value=Decimal("2000"),
+        decimal_places=2,
+        required=False,
+        help_text=_(
+            "Leave empty for the queue's default. You are warned at the limit before anything happens."
+        ),
     )
     gpu_model = forms.ChoiceField(label=_("GPU model"), required=False)
-    min_gpu_memory_gb = forms.IntegerField(label=_("Minimum GPU memory (GiB)"), min_value=0, max_value=1024, required=False)
-    cpus = forms.DecimalField(label=_("CPUs"), min_value=Decimal("0.1"), max_value=Decimal("256"), decimal_places=2, initial=4)
+    min_gpu_memory_gb = forms.IntegerField(
+        label=_("Minimum GPU memory (GiB)"), min_value=0, max_value=1024, required=False
+    )
+    cpus = forms.DecimalField(
+        label=_("CPUs"),
+        min_value=Decimal("0.1"),
+        max_value=Decimal("256"),
+        decimal_places=2,
+        initial=4,
+    )
     memory_gb = forms.IntegerField(label=_("Memory (GiB)"), min_value=1, max_value=4096, initial=16)
     env = forms.CharField(
-        label=_("Environment"), required=False, widget=forms.Textarea(attrs={"rows": 3, "placeholder": "WANDB_MODE=offline"}),
+        label=_("Environment"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "WANDB_MODE=offline"}),
         help_text=_("One NAME=value per line."),
     )
     mounts = forms.ModelMultipleChoiceField(
-        label=_("Mounts"), queryset=VolumeMount.objects.filter(enabled=True), to_field_name="name",
-        required=False, widget=forms.CheckboxSelectMultiple,
+        label=_("Mounts"),
+        queryset=VolumeMount.objects.filter(enabled=True),
+        to_field_name="name",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
     )
-    reservation = forms.TypedChoiceField(label=_("Run in my reservation"), required=False, coerce=int, empty_value=None)
+    reservation = forms.TypedChoiceField(
+        label=_("Run in my reservation"), required=False, coerce=int, empty_value=None
+    )
     preemptible = forms.BooleanField(
-        label=_("Preemptible"), required=False,
-        help_text=_("May be requeued for an emergency or a reservation; fine for jobs that checkpoint."),
+        label=_("Preemptible"),
+        required=False,
+        help_text=_(
+            "May be requeued for an emergency or a reservation; fine for jobs that checkpoint."
+        ),
     )
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        models = sorted(set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True)))
+        models = sorted(
+            set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
+        )
         self.fields["gpu_model"].choices = [("", _("any"))] + [(m, m) for m in models]
         choices: list[tuple[Any, str]] = [("", _("none"))]
         if user is not None:
             from reservations.models import Reservation
 
             for r in Reservation.objects.live().filter(user=user, end__gt=timezone.now()):
-                choices.append((r.pk, f"#{r.pk} {timezone.localtime(r.start):%Y-%m-%d %H:%M}–{timezone.localtime(r.end):%H:%M}"))
+                choices.append(
+                    (
+                        r.pk,
+                        f"#{r.pk} {timezone.localtime(r.start):%Y-%m-%d %H:%M}–{timezone.localtime(r.end):%H:%M}",
+                    )
+                )
         self.fields["reservation"].choices = choices
 
     def clean_env(self) -> dict[str, str]:

@@ -35,16 +35,16 @@ class Queue(models.Model):
     )
     max_gpus_per_job = models.PositiveSmallIntegerField(_("max GPUs per job"), default=8)
     max_time_limit_s = models.PositiveIntegerField(_("max time limit (seconds)"), default=3 * 86400)
-    default_time_limit_s = models.PositiveIntegerField(_("default time limit (seconds)"), default=4 * 3600)
+    default_time_limit_s = models.PositiveIntegerField(
+        _("default time limit (seconds)"), default=4 * 3600
+    )
     max_running_jobs_per_user = models.PositiveSmallIntegerField(
         _("max running jobs per user"), null=True, blank=True
     )
     max_running_gpus_per_user = models.PositiveSmallIntegerField(
         _("max running GPUs per user"), null=True, blank=True
     )
-    requires_grant = models.BooleanField(
-        _("needs an approved priority grant"), default=False
-    )
+    requires_grant = models.BooleanField(_("needs an approved priority grant"), default=False)
     allows_shared_slots = models.BooleanField(_("may use shared slots"), default=False)
     is_active = models.BooleanField(_("open for submissions"), default=True)
 
@@ -101,8 +101,12 @@ class VolumeMount(models.Model):
         verbose_name_plural = _("volume mounts")
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(source_template__startswith="/"), name="volume_source_absolute"),
-            models.CheckConstraint(condition=models.Q(target__startswith="/"), name="volume_target_absolute"),
+            models.CheckConstraint(
+                condition=models.Q(source_template__startswith="/"), name="volume_source_absolute"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(target__startswith="/"), name="volume_target_absolute"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -130,7 +134,9 @@ class PriorityGrant(models.Model):
     reason = models.TextField(_("reason"))
     deadline = models.DateTimeField(_("deadline"))
     gpus_expected = models.PositiveSmallIntegerField(_("GPUs expected"), default=1)
-    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING)
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.PENDING
+    )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -180,7 +186,9 @@ class Job(models.Model):
     ACTIVE_STATES = (State.DISPATCHED, State.RUNNING)
     FINAL_STATES = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.LOST)
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(_("name"), max_length=120, blank=True)
     image = models.ForeignKey(ContainerImage, on_delete=models.PROTECT, related_name="jobs")
@@ -195,14 +203,24 @@ class Job(models.Model):
     memory_mb = models.PositiveIntegerField(_("memory (MiB)"), default=16384)
     time_limit_s = models.PositiveIntegerField(_("time limit (seconds)"))
     preemptible = models.BooleanField(
-        _("preemptible"), default=False, help_text=_("May be requeued for emergencies, at a lower rate.")
+        _("preemptible"),
+        default=False,
+        help_text=_("May be requeued for emergencies, at a lower rate."),
     )
     reservation = models.ForeignKey(
-        "reservations.Reservation", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        "reservations.Reservation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
     )
-    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.PENDING, db_index=True
+    )
     hold_reason = models.CharField(_("hold reason"), max_length=200, blank=True)
-    node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    node = models.ForeignKey(
+        "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
     submitted_at = models.DateTimeField(_("submitted"), default=timezone.now, db_index=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Each dispatch is an attempt; a requeued job runs again under a higher number.
@@ -231,9 +249,12 @@ class Job(models.Model):
         ordering = ["-submitted_at", "-id"]
         indexes = [models.Index(fields=["owner", "state"]), models.Index(fields=["state", "queue"])]
         constraints = [
-            models.CheckConstraint(condition=models.Q(time_limit_s__gt=0), name="job_time_limit_positive"),
             models.CheckConstraint(
-                condition=models.Q(shared_slot=False) | models.Q(gpus=1), name="job_shared_slot_is_one_unit"
+                condition=models.Q(time_limit_s__gt=0), name="job_time_limit_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(shared_slot=False) | models.Q(gpus=1),
+                name="job_shared_slot_is_one_unit",
             ),
         ]
 
@@ -295,7 +316,9 @@ class Allocation(models.Model):
         verbose_name_plural = _("allocations")
         constraints = [
             models.UniqueConstraint(
-                fields=["gpu"], condition=models.Q(active=True), name="allocation_one_active_job_per_gpu"
+                fields=["gpu"],
+                condition=models.Q(active=True),
+                name="allocation_one_active_job_per_gpu",
             ),
             models.UniqueConstraint(fields=["job", "gpu"], name="allocation_job_gpu_once"),
         ]
@@ -337,6 +360,9 @@ class SchedulerLock(models.Model):
     class Meta:
         verbose_name = _("scheduler lock")
 
+    def __str__(self) -> str:
+        return self.name
+
 
 class EmergencyRequest(models.Model):
     """A member's request for temporary top priority for named jobs; an admin approves it."""
@@ -353,7 +379,9 @@ class EmergencyRequest(models.Model):
     jobs = models.ManyToManyField(Job, related_name="emergency_requests")
     reason = models.TextField(_("reason"))
     hours = models.PositiveSmallIntegerField(_("hours of top priority"), default=24)
-    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.PENDING)
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.PENDING
+    )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -395,9 +423,7 @@ class SchedulingPolicy(models.Model):
         default=1800,
         help_text=_("Empty means warn only: jobs past their time limit are never stopped."),
     )
-    stop_grace_s = models.PositiveIntegerField(
-        _("seconds between SIGTERM and SIGKILL"), default=30
-    )
+    stop_grace_s = models.PositiveIntegerField(_("seconds between SIGTERM and SIGKILL"), default=30)
 
     class Meta:
         verbose_name = _("scheduling policy")

@@ -9,15 +9,24 @@ HISTORY = 200
 
 
 def features_of(job: Job) -> JobFeatures:
-    return JobFeatures(user=job.owner.username, image=job.image.reference, command=job.command_display, gpus=job.gpus)
+    return JobFeatures(
+        user=job.owner.username,
+        image=job.image.reference,
+        command=job.command_display,
+        gpus=job.gpus,
+    )
 
 
 def job_predict_runtime(job: Job) -> int:
     """Seconds the job will probably run, from the same user's recent completed jobs; at most its limit."""
     predictor = RuntimePredictor()
     finished = (
-        Job.objects.filter(owner_id=job.owner_id, state=Job.State.COMPLETED, started_at__isnull=False,
-                           ended_at__isnull=False)
+        Job.objects.filter(
+            owner_id=job.owner_id,
+            state=Job.State.COMPLETED,
+            started_at__isnull=False,
+            ended_at__isnull=False,
+        )
         .exclude(pk=job.pk)
         .select_related("owner", "image")
         .order_by("-ended_at")[:HISTORY]
@@ -25,5 +34,7 @@ def job_predict_runtime(job: Job) -> int:
     # Oldest first, so the predictor's window keeps the most recent runs.
     for past in reversed(list(finished)):
         assert past.started_at is not None and past.ended_at is not None
-        predictor.observe(features_of(past), (past.ended_at - past.started_at).total_seconds(), past.time_limit_s)
+        predictor.observe(
+            features_of(past), (past.ended_at - past.started_at).total_seconds(), past.time_limit_s
+        )
     return max(1, round(predictor.predict(features_of(job), float(job.time_limit_s))))

@@ -44,7 +44,11 @@ RESERVATION_HORIZON = timedelta(days=14)
 # Usage older than this many half-lives weighs < 1/256 and is not loaded.
 USAGE_HALF_LIVES = 8
 
-KIND_TO_ENGINE = {Gpu.Kind.WHOLE: sm.GpuKind.WHOLE, Gpu.Kind.MIG: sm.GpuKind.MIG, Gpu.Kind.SLOT: sm.GpuKind.SLOT}
+KIND_TO_ENGINE = {
+    Gpu.Kind.WHOLE: sm.GpuKind.WHOLE,
+    Gpu.Kind.MIG: sm.GpuKind.MIG,
+    Gpu.Kind.SLOT: sm.GpuKind.SLOT,
+}
 
 
 def epoch(value: datetime) -> float:
@@ -65,12 +69,15 @@ class PassResult:
 
 # --- Requests (coalesced) ------------------------------------------------------
 
+
 def scheduling_pass_request() -> None:
     """Enqueue one pass after commit; while one is already requested, further requests coalesce."""
 
     def enqueue() -> None:
         lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
-        if SchedulerLock.objects.filter(pk=lock.pk, pass_requested=False).update(pass_requested=True):
+        if SchedulerLock.objects.filter(pk=lock.pk, pass_requested=False).update(
+            pass_requested=True
+        ):
             from jobqueue.tasks import scheduling_pass_task
 
             try:
@@ -83,6 +90,7 @@ def scheduling_pass_request() -> None:
 
 
 # --- Loading the state -----------------------------------------------------------
+
 
 def _share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
     by_category: dict[str, list[str]] = defaultdict(list)
@@ -102,7 +110,8 @@ def _share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
     for name, members in sorted(by_category.items()):
         children.append(
             sm.ShareNode(
-                name=f"category:{name}", shares=10.0,
+                name=f"category:{name}",
+                shares=10.0,
                 children=tuple(sm.ShareNode(name=u, shares=1.0) for u in sorted(members)),
             )
         )
@@ -124,8 +133,14 @@ def _usage(now: datetime, half_life_s: float) -> dict[str, float]:
         seconds = max(0.0, (end - started).total_seconds())
         # Account at the midpoint, so a long job decays as the time it actually used.
         middle = started + (end - started) / 2
-        records.append(UsageRecord(user=username, time=epoch(middle), gpu_seconds=seconds * gpus,
-                                   usage_factor=usage_factor))
+        records.append(
+            UsageRecord(
+                user=username,
+                time=epoch(middle),
+                gpu_seconds=seconds * gpus,
+                usage_factor=usage_factor,
+            )
+        )
     return decayed_usage(records, epoch(now), half_life_s)
 
 
@@ -139,8 +154,9 @@ def _users_without_credit() -> frozenset[str]:
 
 def _emergency_job_ids(now: datetime) -> set[int]:
     return set(
-        EmergencyRequest.objects.filter(state=EmergencyRequest.State.APPROVED, expires_at__gt=now)
-        .values_list("jobs__id", flat=True)
+        EmergencyRequest.objects.filter(
+            state=EmergencyRequest.State.APPROVED, expires_at__gt=now
+        ).values_list("jobs__id", flat=True)
     ) - {None}
 
 
@@ -153,8 +169,10 @@ def _reservations(now: datetime) -> list[Any]:
         from reservations.models import Reservation
 
         return list(
-            Reservation.objects.live().filter(end__gt=now, start__lt=now + RESERVATION_HORIZON)
-            .select_related("user").prefetch_related("gpus")
+            Reservation.objects.live()
+            .filter(end__gt=now, start__lt=now + RESERVATION_HORIZON)
+            .select_related("user")
+            .prefetch_related("gpus")
         )
 
 
@@ -165,8 +183,10 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
     categories = list(Category.objects.all())
     nodes = list(Node.objects.all())
     node_state = {
-        n.name: sm.NodeState.DOWN if n.state == Node.State.DOWN
-        else sm.NodeState.DRAINING if (n.state == Node.State.DRAINING or n.drain_requested)
+        n.name: sm.NodeState.DOWN
+        if n.state == Node.State.DOWN
+        else sm.NodeState.DRAINING
+        if (n.state == Node.State.DRAINING or n.drain_requested)
         else sm.NodeState.UP
         for n in nodes
     }
@@ -175,8 +195,12 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
     gpu_by_uuid = {g.uuid: g for g in all_gpus}
     engine_gpus = tuple(
         sm.Gpu(
-            id=g.uuid, node=g.node.name, model=g.model, memory_mb=g.memory_mb,
-            kind=KIND_TO_ENGINE[g.kind], parent=g.parent.uuid if g.parent_id else None,
+            id=g.uuid,
+            node=g.node.name,
+            model=g.model,
+            memory_mb=g.memory_mb,
+            kind=KIND_TO_ENGINE[g.kind],
+            parent=g.parent.uuid if g.parent_id else None,
         )
         for g in all_gpus
         # A partitioned GPU is scheduled through its MIG instances or slots only.
@@ -194,33 +218,54 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         start = job.started_at or job.dispatched_at or now
         running.append(
             sm.RunningJob(
-                id=job.pk, user=job.owner.username, queue=job.queue.name, gpu_ids=gpu_ids,
-                start_time=epoch(start), time_limit_s=float(job.time_limit_s),
-                predicted_runtime_s=float(job.predicted_runtime_s) if job.predicted_runtime_s else None,
+                id=job.pk,
+                user=job.owner.username,
+                queue=job.queue.name,
+                gpu_ids=gpu_ids,
+                start_time=epoch(start),
+                time_limit_s=float(job.time_limit_s),
+                predicted_runtime_s=float(job.predicted_runtime_s)
+                if job.predicted_runtime_s
+                else None,
                 preemptible=job.preemptible,
                 category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
-                reservation_id=job.reservation_id, emergency=job.pk in emergency_ids,
+                reservation_id=job.reservation_id,
+                emergency=job.pk in emergency_ids,
             )
         )
     pending = []
-    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).select_related("owner__category", "queue")
+    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).select_related(
+        "owner__category", "queue"
+    )
     for job in waiting:
         pending.append(
             sm.PendingJob(
-                id=job.pk, user=job.owner.username, queue=job.queue.name,
-                submit_time=epoch(job.submitted_at), gpus=job.gpus, shared_slot=job.shared_slot,
-                min_memory_mb=job.min_gpu_memory_mb, gpu_model=job.gpu_model or None,
+                id=job.pk,
+                user=job.owner.username,
+                queue=job.queue.name,
+                submit_time=epoch(job.submitted_at),
+                gpus=job.gpus,
+                shared_slot=job.shared_slot,
+                min_memory_mb=job.min_gpu_memory_mb,
+                gpu_model=job.gpu_model or None,
                 time_limit_s=float(job.time_limit_s),
-                predicted_runtime_s=float(job.predicted_runtime_s) if job.predicted_runtime_s else None,
-                reservation_id=job.reservation_id, emergency=job.pk in emergency_ids,
-                preemptible=job.preemptible, held=job.state == Job.State.HELD,
+                predicted_runtime_s=float(job.predicted_runtime_s)
+                if job.predicted_runtime_s
+                else None,
+                reservation_id=job.reservation_id,
+                emergency=job.pk in emergency_ids,
+                preemptible=job.preemptible,
+                held=job.state == Job.State.HELD,
                 category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
             )
         )
     reservations = tuple(
         sm.Reservation(
-            id=r.pk, user=r.user.username, gpu_ids=tuple(g.uuid for g in r.gpus.all()),
-            start=epoch(r.start), end=epoch(r.end),
+            id=r.pk,
+            user=r.user.username,
+            gpu_ids=tuple(g.uuid for g in r.gpus.all()),
+            start=epoch(r.start),
+            end=epoch(r.end),
         )
         for r in _reservations(now)
     )
@@ -246,15 +291,21 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         half_life_s=half_life_s,
         queues={
             q.name: sm.QueuePolicy(
-                name=q.name, tier=q.tier, priority_factor=q.priority_factor, usage_factor=q.usage_factor,
-                max_gpus_per_job=q.max_gpus_per_job, max_wall_s=float(q.max_time_limit_s),
+                name=q.name,
+                tier=q.tier,
+                priority_factor=q.priority_factor,
+                usage_factor=q.usage_factor,
+                max_gpus_per_job=q.max_gpus_per_job,
+                max_wall_s=float(q.max_time_limit_s),
                 max_running_jobs_per_user=q.max_running_jobs_per_user,
                 max_running_gpus_per_user=q.max_running_gpus_per_user,
             )
             for q in queues
         },
         categories={
-            c.name: sm.CategoryPolicy(name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus)
+            c.name: sm.CategoryPolicy(
+                name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus
+            )
             for c in categories
         },
     )
@@ -262,6 +313,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
 
 
 # --- The pass ------------------------------------------------------------------------
+
 
 def scheduling_pass(*, now: datetime | None = None) -> PassResult:
     """Run one pass: decide starts and preemptions, store positions and estimates, dispatch on commit."""
@@ -278,7 +330,9 @@ def scheduling_pass(*, now: datetime | None = None) -> PassResult:
         _store_pending_info(result, now)
         duration_ms = (time.perf_counter() - began) * 1000
         SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=duration_ms)
-    return PassResult(started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms)
+    return PassResult(
+        started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms
+    )
 
 
 def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: datetime) -> list[int]:
@@ -304,11 +358,22 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
         job.dispatch_count += 1
         job.queue_position = None
         job.pending_reason = ""
-        job.save(update_fields=["state", "node", "dispatched_at", "dispatch_count", "queue_position", "pending_reason"])
+        job.save(
+            update_fields=[
+                "state",
+                "node",
+                "dispatched_at",
+                "dispatch_count",
+                "queue_position",
+                "pending_reason",
+            ]
+        )
         allocations.extend(Allocation(job=job, gpu=g, allocated_at=now) for g in gpus)
         record_event(
-            job, "dispatched",
-            _("Sent to %(node)s on %(gpus)s.") % {"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
+            job,
+            "dispatched",
+            _("Sent to %(node)s on %(gpus)s.")
+            % {"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
             data={"gpu_uuids": list(start.gpu_ids)},
         )
         dispatch.send_start(node=node, spec=dispatch.start_spec(job, gpus))
@@ -323,14 +388,17 @@ def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
 
     done = []
     for preemption in preemptions:
-        job = Job.objects.filter(pk=preemption.job_id, preemptible=True, state__in=Job.ACTIVE_STATES).first()
+        job = Job.objects.filter(
+            pk=preemption.job_id, preemptible=True, state__in=Job.ACTIVE_STATES
+        ).first()
         if job is None or job.stop_requested_at is not None:
             continue
         job_request_stop(job_id=job.pk, reason="preempted")
         record_event(
-            job, "preempting",
-            _("Preempted for an %(why)s; it will be requeued with its original place.") % {
-                "why": _("emergency") if preemption.reason == "emergency" else _("reservation")},
+            job,
+            "preempting",
+            _("Preempted for an %(why)s; it will be requeued with its original place.")
+            % {"why": _("emergency") if preemption.reason == "emergency" else _("reservation")},
         )
         done.append(job.pk)
     return done
@@ -345,7 +413,13 @@ def _store_pending_info(result: sm.Plan, now: datetime) -> None:
     for place, job in enumerate(jobs, start=1):
         info = result.pending[job.pk]
         job.queue_position = place
-        job.estimated_start = from_epoch(max(info.estimated_start, epoch(now))) if info.estimated_start is not None else None
+        job.estimated_start = (
+            from_epoch(max(info.estimated_start, epoch(now)))
+            if info.estimated_start is not None
+            else None
+        )
         job.pending_reason = str(info.reason)
         job.priority = round(info.priority, 3)
-    Job.objects.bulk_update(jobs, ["queue_position", "estimated_start", "pending_reason", "priority"], batch_size=500)
+    Job.objects.bulk_update(
+        jobs, ["queue_position", "estimated_start", "pending_reason", "priority"], batch_size=500
+    )

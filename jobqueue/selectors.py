@@ -16,7 +16,9 @@ def queue_overview() -> dict[str, list[Job]]:
         .select_related("owner", "queue")
         .order_by("queue_position", "submitted_at", "id")
     )
-    waiting.sort(key=lambda j: (j.queue_position is None, j.queue_position or 0, j.submitted_at, j.pk))
+    waiting.sort(
+        key=lambda j: (j.queue_position is None, j.queue_position or 0, j.submitted_at, j.pk)
+    )
     running = list(
         Job.objects.filter(state__in=Job.ACTIVE_STATES)
         .select_related("owner", "queue", "node")
@@ -32,8 +34,13 @@ def jobs_visible_to(user: Any) -> QuerySet[Job]:
     return jobs if user.is_staff else jobs.filter(owner=user)
 
 
-def jobs_filtered(jobs: QuerySet[Job], *, state: str | None = None, queue: str | None = None,
-                  active: bool | None = None) -> QuerySet[Job]:
+def jobs_filtered(
+    jobs: QuerySet[Job],
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    active: bool | None = None,
+) -> QuerySet[Job]:
     if state:
         jobs = jobs.filter(state__in=state.split(","))
     if queue:

@@ -11,9 +11,20 @@ from jobqueue.models import Job, JobEvent, Queue
 class QueueSerializer(serializers.ModelSerializer[Queue]):
     class Meta:
         model = Queue
-        fields = ["name", "title", "description", "tier", "credit_rate", "max_gpus_per_job",
-                  "max_time_limit_s", "default_time_limit_s", "max_running_jobs_per_user",
-                  "max_running_gpus_per_user", "requires_grant", "allows_shared_slots"]
+        fields = [
+            "name",
+            "title",
+            "description",
+            "tier",
+            "credit_rate",
+            "max_gpus_per_job",
+            "max_time_limit_s",
+            "default_time_limit_s",
+            "max_running_jobs_per_user",
+            "max_running_gpus_per_user",
+            "requires_grant",
+            "allows_shared_slots",
+        ]
 
 
 class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
@@ -33,11 +44,38 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 
     class Meta:
         model = Job
-        fields = ["id", "name", "owner", "queue", "image", "command", "env", "mounts", "gpus", "shared_slot",
-                  "min_gpu_memory_mb", "gpu_model", "cpus", "memory_mb", "time_limit_s", "preemptible",
-                  "reservation", "state", "node", "gpu_uuids", "submitted_at", "started_at", "ended_at",
-                  "exit_code", "end_reason", "queue_position", "estimated_start", "pending_reason",
-                  "pending_reason_text", "predicted_runtime_s"]
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "queue",
+            "image",
+            "command",
+            "env",
+            "mounts",
+            "gpus",
+            "shared_slot",
+            "min_gpu_memory_mb",
+            "gpu_model",
+            "cpus",
+            "memory_mb",
+            "time_limit_s",
+            "preemptible",
+            "reservation",
+            "state",
+            "node",
+            "gpu_uuids",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "end_reason",
+            "queue_position",
+            "estimated_start",
+            "pending_reason",
+            "pending_reason_text",
+            "predicted_runtime_s",
+        ]
         read_only_fields = fields
 
     def get_gpu_uuids(self, job: Job) -> list[str]:
@@ -49,7 +87,9 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
 
     queue = serializers.CharField(default="normal")
     image = serializers.CharField()
-    command = serializers.JSONField(help_text="An argument list, or one string split like a shell would.")
+    command = serializers.JSONField(
+        help_text="An argument list, or one string split like a shell would."
+    )
     gpus = serializers.IntegerField(default=1, min_value=1, max_value=64)
     shared_slot = serializers.BooleanField(default=False)
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
@@ -57,14 +97,18 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
     time_limit_s = serializers.IntegerField(required=False, min_value=1)
     min_gpu_memory_mb = serializers.IntegerField(default=0, min_value=0)
     gpu_model = serializers.CharField(default="", allow_blank=True)
-    cpus = serializers.DecimalField(default=Decimal("4"), max_digits=5, decimal_places=2, min_value=Decimal("0.1"))
+    cpus = serializers.DecimalField(
+        default=Decimal("4"), max_digits=5, decimal_places=2, min_value=Decimal("0.1")
+    )
     memory_mb = serializers.IntegerField(default=16384, min_value=64)
     name = serializers.CharField(default="", allow_blank=True, max_length=120)
     reservation = serializers.IntegerField(required=False, allow_null=True)
     preemptible = serializers.BooleanField(default=False)
 
     def validate_command(self, value: Any) -> Any:
-        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(p, str | int | float) for p in value)):
+        if isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(p, str | int | float) for p in value)
+        ):
             return value
         raise serializers.ValidationError("Give the command as a list of strings or as one string.")
 

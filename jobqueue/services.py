@@ -87,7 +87,10 @@ def record_event(
 def _parse_command(command: str | Iterable[str]) -> list[str]:
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
-            raise JobRefused(_("The command is longer than %(n)d characters; put it in a script.") % {"n": MAX_COMMAND_CHARS})
+            raise JobRefused(
+                _("The command is longer than %(n)d characters; put it in a script.")
+                % {"n": MAX_COMMAND_CHARS}
+            )
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -107,17 +110,22 @@ def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     if not isinstance(env, Mapping):
         raise JobRefused(_("The environment must be a list of NAME=value pairs."))
     if len(env) > MAX_ENV_VARS:
-        raise JobRefused(_("At most %(n)d environment variables are allowed.") % {"n": MAX_ENV_VARS})
+        raise JobRefused(
+            _("At most %(n)d environment variables are allowed.") % {"n": MAX_ENV_VARS}
+        )
     cleaned: dict[str, str] = {}
     for name, value in env.items():
         if not ENV_NAME.match(str(name)):
             raise JobRefused(
-                _("“%(name)s” is not a valid environment variable name: use letters, digits and _, not starting with a digit.")
+                _(
+                    "“%(name)s” is not a valid environment variable name: use letters, digits and _, not starting with a digit."
+                )
                 % {"name": name}
             )
         if name in RESERVED_ENV:
             raise JobRefused(
-                _("%(name)s is set by LabPortal to the job's GPUs; remove it from the environment.") % {"name": name}
+                _("%(name)s is set by LabPortal to the job's GPUs; remove it from the environment.")
+                % {"name": name}
             )
         cleaned[str(name)] = str(value)
     return cleaned
@@ -164,9 +172,13 @@ def job_submit(
     queue_obj = _queue_for_submit(queue)
     image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
     if image_obj is None:
-        allowed = ", ".join(ContainerImage.objects.filter(enabled=True).values_list("reference", flat=True)[:10])
+        allowed = ", ".join(
+            ContainerImage.objects.filter(enabled=True).values_list("reference", flat=True)[:10]
+        )
         raise ImageNotAllowed(
-            _("The image “%(image)s” is not on the lab's allowlist. Use one of: %(allowed)s — or ask an admin to add it.")
+            _(
+                "The image “%(image)s” is not on the lab's allowlist. Use one of: %(allowed)s — or ask an admin to add it."
+            )
             % {"image": image, "allowed": allowed or _("(none yet)")}
         )
     argv = _parse_command(command)
@@ -175,7 +187,9 @@ def job_submit(
     if shared_slot:
         if not queue_obj.allows_shared_slots:
             raise JobRefused(
-                _("The %(queue)s queue does not use shared GPU slots; submit to the debug queue or ask for whole GPUs.")
+                _(
+                    "The %(queue)s queue does not use shared GPU slots; submit to the debug queue or ask for whole GPUs."
+                )
                 % {"queue": queue_obj.name}
             )
         gpus = 1
@@ -192,16 +206,25 @@ def job_submit(
             _("Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.")
             % {"category": category.name, "max": category.max_concurrent_gpus}
         )
-    capacity = largest_node_capacity(shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model)
+    capacity = largest_node_capacity(
+        shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model
+    )
     if gpus > capacity:
         if capacity == 0:
             raise TooManyGpus(
-                _("No GPU in the lab matches this request (model “%(model)s”, at least %(mem)d MiB%(slot)s). Relax the constraints.")
-                % {"model": gpu_model or _("any"), "mem": min_gpu_memory_mb,
-                   "slot": _(", shared slot") if shared_slot else ""}
+                _(
+                    "No GPU in the lab matches this request (model “%(model)s”, at least %(mem)d MiB%(slot)s). Relax the constraints."
+                )
+                % {
+                    "model": gpu_model or _("any"),
+                    "mem": min_gpu_memory_mb,
+                    "slot": _(", shared slot") if shared_slot else "",
+                }
             )
         raise TooManyGpus(
-            _("No node has %(gpus)d matching GPUs; the largest has %(capacity)d. A job's GPUs must be on one node, so ask for at most %(capacity)d.")
+            _(
+                "No node has %(gpus)d matching GPUs; the largest has %(capacity)d. A job's GPUs must be on one node, so ask for at most %(capacity)d."
+            )
             % {"gpus": gpus, "capacity": capacity}
         )
     limit = int(time_limit_s) if time_limit_s else queue_obj.default_time_limit_s
@@ -209,19 +232,25 @@ def job_submit(
         raise JobRefused(_("The time limit must be positive."))
     if limit > queue_obj.max_time_limit_s:
         raise TimeLimitTooLong(
-            _("The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue.")
+            _(
+                "The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue."
+            )
             % {"queue": queue_obj.name, "max": _humanize_seconds(queue_obj.max_time_limit_s)}
         )
     if category is not None:
         waiting = Job.objects.filter(owner=owner).pending().count()
         if waiting >= category.max_queued_jobs:
             raise QuotaExceeded(
-                _("You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start.")
+                _(
+                    "You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start."
+                )
                 % {"n": waiting}
             )
     if queue_obj.requires_grant and not _has_grant(owner, queue_obj):
         raise GrantRequired(
-            _("The %(queue)s queue needs an approved priority grant. Apply for one (reason and deadline), or submit to the normal queue.")
+            _(
+                "The %(queue)s queue needs an approved priority grant. Apply for one (reason and deadline), or submit to the normal queue."
+            )
             % {"queue": queue_obj.name}
         )
     mount_objs = _mounts_for(owner, mounts)
@@ -257,7 +286,12 @@ def job_submit(
 
     job.predicted_runtime_s = job_predict_runtime(job)
     job.save(update_fields=["predicted_runtime_s"])
-    record_event(job, "submitted", _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name}, actor=owner)
+    record_event(
+        job,
+        "submitted",
+        _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name},
+        actor=owner,
+    )
     request_scheduling_pass()
     return job
 
@@ -269,7 +303,8 @@ def _queue_for_submit(queue: str | Queue) -> Queue:
     if queue_obj is None:
         names = ", ".join(Queue.objects.filter(is_active=True).values_list("name", flat=True))
         raise QueueNotFound(
-            _("There is no open queue called “%(queue)s”. Choose one of: %(names)s.") % {"queue": queue, "names": names}
+            _("There is no open queue called “%(queue)s”. Choose one of: %(names)s.")
+            % {"queue": queue, "names": names}
         )
     return queue_obj
 
@@ -295,7 +330,8 @@ def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:
             mount.source_for(owner.username)
         except ValueError:
             raise MountNotAllowed(
-                _("The mount %(name)s cannot be used with your user name; ask an admin.") % {"name": mount.name}
+                _("The mount %(name)s cannot be used with your user name; ask an admin.")
+                % {"name": mount.name}
             ) from None
     return [found[n] for n in wanted]
 
@@ -306,19 +342,24 @@ def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
     reservation = Reservation.objects.live().filter(pk=reservation_id).first()
     if reservation is None or reservation.user_id != owner.pk:
         raise ReservationNotUsable(
-            _("Reservation %(id)s is not one of your current bookings. Pick one from My reservations.") % {"id": reservation_id}
+            _(
+                "Reservation %(id)s is not one of your current bookings. Pick one from My reservations."
+            )
+            % {"id": reservation_id}
         )
     if reservation.end <= timezone.now():
         raise ReservationNotUsable(_("That reservation has already ended."))
     booked = reservation.gpus.count()
     if gpus > booked:
         raise ReservationNotUsable(
-            _("The reservation holds %(booked)d GPUs; ask for at most that many.") % {"booked": booked}
+            _("The reservation holds %(booked)d GPUs; ask for at most that many.")
+            % {"booked": booked}
         )
     return reservation
 
 
 # --- Scheduling triggers ----------------------------------------------------
+
 
 def request_scheduling_pass() -> None:
     """Ask for a scheduling pass after this transaction commits; requests coalesce."""
@@ -329,8 +370,13 @@ def request_scheduling_pass() -> None:
 
 # --- Cancel, stop, requeue ---------------------------------------------------
 
+
 def _locked_job(job_id: int) -> Job:
-    return Job.objects.select_for_update(of=("self",)).select_related("node", "owner", "queue").get(pk=job_id)
+    return (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("node", "owner", "queue")
+        .get(pk=job_id)
+    )
 
 
 @transaction.atomic
@@ -340,18 +386,25 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
     if job.owner_id != actor.pk and not actor.is_staff:
         raise NotJobOwner(_("Only the job's owner or an admin can cancel it."))
     if job.is_final:
-        raise InvalidTransition(_("Job %(id)d has already ended (%(state)s).") % {"id": job.pk, "state": job.get_state_display()})
+        raise InvalidTransition(
+            _("Job %(id)d has already ended (%(state)s).")
+            % {"id": job.pk, "state": job.get_state_display()}
+        )
     if job.state in Job.WAITING_STATES or job.state == Job.State.PREEMPTED:
         job.state = Job.State.CANCELLED
         job.ended_at = timezone.now()
         job.end_reason = "cancelled"
         job.queue_position = None
         job.estimated_start = None
-        job.save(update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"])
+        job.save(
+            update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"]
+        )
         record_event(job, "cancelled", _("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
         return job
-    _request_stop(job, reason="cancelled", message=_("Cancel requested; stopping the container."), actor=actor)
+    _request_stop(
+        job, reason="cancelled", message=_("Cancel requested; stopping the container."), actor=actor
+    )
     return job
 
 
@@ -361,7 +414,12 @@ def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> 
     job = _locked_job(job_id)
     if job.state not in Job.ACTIVE_STATES:
         return job
-    _request_stop(job, reason=reason, message=_("Stop requested: %(reason)s.") % {"reason": reason}, actor=actor)
+    _request_stop(
+        job,
+        reason=reason,
+        message=_("Stop requested: %(reason)s.") % {"reason": reason},
+        actor=actor,
+    )
     return job
 
 
@@ -389,16 +447,22 @@ def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     job.container_id = ""
     job.end_reason = ""
     job.save()
-    record_event(job, "requeued", _("Back in the queue: %(reason)s.") % {"reason": reason}, actor=actor)
+    record_event(
+        job, "requeued", _("Back in the queue: %(reason)s.") % {"reason": reason}, actor=actor
+    )
     request_scheduling_pass()
     return job
 
 
 def _release(job: Job, at: datetime | None = None) -> None:
-    Allocation.objects.filter(job=job, active=True).update(active=False, released_at=at or timezone.now())
+    Allocation.objects.filter(job=job, active=True).update(
+        active=False, released_at=at or timezone.now()
+    )
 
 
-def _finish(job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = "") -> None:
+def _finish(
+    job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
+) -> None:
     job.state = state
     job.ended_at = at
     job.exit_code = exit_code
@@ -420,7 +484,9 @@ def _after_final(job: Job) -> None:
         except ImportError:  # pragma: no cover - credits not installed
             return
         if state == Job.State.LOST and hasattr(credit_services, "credits_refund_job"):
-            credit_services.credits_refund_job(job_id=job_id, reason=_("The node running it was lost."))
+            credit_services.credits_refund_job(
+                job_id=job_id, reason=_("The node running it was lost.")
+            )
         elif job.started_at is not None and hasattr(credit_services, "credits_settle_job"):
             credit_services.credits_settle_job(job_id=job_id)
 
@@ -429,18 +495,25 @@ def _after_final(job: Job) -> None:
 
 # --- Agent events -------------------------------------------------------------
 
+
 @transaction.atomic
 def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     """Apply an agent's event (started / exited / start_failed). The same event twice changes nothing."""
     event_id = str(event.get("event_id") or "")
     job_id = event.get("job_id")
     kind = event.get("kind")
-    if not event_id or not isinstance(job_id, int) or kind not in ("started", "exited", "start_failed"):
+    if (
+        not event_id
+        or not isinstance(job_id, int)
+        or kind not in ("started", "exited", "start_failed")
+    ):
         logger.warning("malformed job event from %s: %r", node_name, event)
         return
     if JobEvent.objects.filter(event_id=event_id).exists():
         return
-    job = Job.objects.select_for_update(of=("self",)).select_related("node").filter(pk=job_id).first()
+    job = (
+        Job.objects.select_for_update(of=("self",)).select_related("node").filter(pk=job_id).first()
+    )
     if job is None or job.node is None or job.node.name != node_name:
         logger.warning("event for job %s refused: not on node %s", job_id, node_name)
         return
@@ -455,20 +528,38 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
             job.container_id = str(event.get("container_id") or "")[:80]
             job.queue_position = None
             job.save()
-        record_event(job, "started", _("Running on %(node)s.") % {"node": node_name}, event_id=event_id, at=at,
-                     data={"container_id": job.container_id})
+        record_event(
+            job,
+            "started",
+            _("Running on %(node)s.") % {"node": node_name},
+            event_id=event_id,
+            at=at,
+            data={"container_id": job.container_id},
+        )
         return
     if kind == "start_failed":
         reason = str(event.get("reason") or _("the container could not start"))[:200]
-        record_event(job, "start_failed", _("Could not start: %(reason)s") % {"reason": reason}, event_id=event_id, at=at)
+        record_event(
+            job,
+            "start_failed",
+            _("Could not start: %(reason)s") % {"reason": reason},
+            event_id=event_id,
+            at=at,
+        )
         if not job.is_final:
             _finish(job, Job.State.FAILED, at=at, reason=reason)
         return
     # exited
     exit_code = event.get("exit_code")
     exit_code = int(exit_code) if isinstance(exit_code, int) else None
-    record_event(job, "exited", _("Exited with code %(code)s.") % {"code": exit_code}, event_id=event_id, at=at,
-                 data={"exit_code": exit_code})
+    record_event(
+        job,
+        "exited",
+        _("Exited with code %(code)s.") % {"code": exit_code},
+        event_id=event_id,
+        at=at,
+        data={"exit_code": exit_code},
+    )
     if job.is_final:
         return
     if job.started_at is None:
@@ -480,7 +571,9 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         job.started_at = job.dispatched_at = job.stop_requested_at = None
         job.end_reason = ""
         job.save()
-        record_event(job, "requeued", _("Preempted and back in the queue with its original place."), at=at)
+        record_event(
+            job, "requeued", _("Preempted and back in the queue with its original place."), at=at
+        )
         request_scheduling_pass()
         return
     if job.end_reason == "timed_out":
@@ -523,6 +616,7 @@ def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
 
 # --- Time limits ---------------------------------------------------------------
 
+
 def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     """Warn at the soft limit (the time limit); stop at the hard limit (limit + admin's grace)."""
     now = now or timezone.now()
@@ -530,14 +624,28 @@ def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
     warned = stopped = 0
     running = Job.objects.filter(state=Job.State.RUNNING, started_at__isnull=False)
     for job in running.select_related("owner", "node").only(
-        "id", "owner", "node", "started_at", "time_limit_s", "soft_warned_at", "stop_requested_at", "name", "command"
+        "id",
+        "owner",
+        "node",
+        "started_at",
+        "time_limit_s",
+        "soft_warned_at",
+        "stop_requested_at",
+        "name",
+        "command",
     ):
         assert job.started_at is not None
         limit_at = job.started_at + timedelta(seconds=job.time_limit_s)
-        if now >= limit_at and job.soft_warned_at is None:
-            if Job.objects.filter(pk=job.pk, soft_warned_at__isnull=True).update(soft_warned_at=now):
-                warned += 1
-                _warn_soft_limit(job, policy)
+        # Claimed with a conditional update, so a repeated beat warns once.
+        if (
+            now >= limit_at
+            and job.soft_warned_at is None
+            and Job.objects.filter(pk=job.pk, soft_warned_at__isnull=True).update(
+                soft_warned_at=now
+            )
+        ):
+            warned += 1
+            _warn_soft_limit(job, policy)
         if (
             policy.hard_limit_grace_s is not None
             and now >= limit_at + timedelta(seconds=policy.hard_limit_grace_s)
@@ -550,14 +658,21 @@ def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
 
 def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
     if policy.hard_limit_grace_s is None:
-        body = _("Job #%(id)d reached its time limit. It keeps running; the lab's policy does not stop it.") % {"id": job.pk}
+        body = _(
+            "Job #%(id)d reached its time limit. It keeps running; the lab's policy does not stop it."
+        ) % {"id": job.pk}
     else:
         body = _(
             "Job #%(id)d reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
         ) % {"id": job.pk, "grace": _humanize_seconds(policy.hard_limit_grace_s)}
     record_event(job, "soft_limit", body)
-    notify_user(job.owner, kind="soft_limit", title=_("Job #%(id)d reached its time limit") % {"id": job.pk},
-                body=body, url=f"/jobs/{job.pk}/")
+    notify_user(
+        job.owner,
+        kind="soft_limit",
+        title=_("Job #%(id)d reached its time limit") % {"id": job.pk},
+        body=body,
+        url=f"/jobs/{job.pk}/",
+    )
 
 
 def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") -> None:
@@ -568,7 +683,9 @@ def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") 
         from django.core.mail import send_mail
 
         if user.email:
-            transaction.on_commit(lambda: send_mail(title, body, None, [user.email], fail_silently=True))
+            transaction.on_commit(
+                lambda: send_mail(title, body, None, [user.email], fail_silently=True)
+            )
         return
     notify(user=user, kind=kind, title=title, body=body, url=url)
 

@@ -9,10 +9,16 @@ from celery import shared_task
 from jobqueue import scheduling, services
 
 
-@shared_task(name="control.scheduling_pass", time_limit=120, soft_time_limit=100, ignore_result=True)
+@shared_task(
+    name="control.scheduling_pass", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def scheduling_pass_task() -> dict[str, Any]:
     result = scheduling.scheduling_pass()
-    return {"started": result.started, "preempted": result.preempted, "ms": round(result.duration_ms, 1)}
+    return {
+        "started": result.started,
+        "preempted": result.preempted,
+        "ms": round(result.duration_ms, 1),
+    }
 
 
 @shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)

@@ -54,23 +54,36 @@ def job_list(request: HttpRequest) -> HttpResponse:
         state=request.GET.get("state") or None,
     )
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
-    return render(request, "jobqueue/job_list.html", {"page": page, "states": Job.State.choices,
-                                                       "state": request.GET.get("state", "")})
+    return render(
+        request,
+        "jobqueue/job_list.html",
+        {"page": page, "states": Job.State.choices, "state": request.GET.get("state", "")},
+    )
 
 
 @login_required
 def queue_overview(request: HttpRequest) -> HttpResponse:
-    template = "jobqueue/_queue_tables.html" if request.headers.get("HX-Request") else "jobqueue/queue.html"
+    template = (
+        "jobqueue/_queue_tables.html"
+        if request.headers.get("HX-Request")
+        else "jobqueue/queue.html"
+    )
     return render(request, template, selectors.queue_overview())
 
 
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
-    context = {"job": job, "events": job.events.all(), "allocations": job.allocations.select_related("gpu")}
+    context = {
+        "job": job,
+        "events": job.events.all(),
+        "allocations": job.allocations.select_related("gpu"),
+    }
     if request.headers.get("HX-Request"):
         # 286 tells htmx to stop polling once the job has ended.
-        return render(request, "jobqueue/_job_live.html", context, status=286 if job.is_final else 200)
+        return render(
+            request, "jobqueue/_job_live.html", context, status=286 if job.is_final else 200
+        )
     return render(request, "jobqueue/job_detail.html", context)
 
 
@@ -93,5 +106,7 @@ def job_refresh_logs(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
     if job.node is not None and job.state in Job.ACTIVE_STATES:
         dispatch.send_logs_request(node=job.node, job_id=job.pk)
-        messages.info(request, _("Asked the node for the latest log lines; they appear in a few seconds."))
+        messages.info(
+            request, _("Asked the node for the latest log lines; they appear in a few seconds.")
+        )
     return redirect("job_detail", pk=job.pk)

@@ -42,7 +42,9 @@ def bench_database_url(url: str) -> tuple[str, str, str]:
 def recreate_database(admin_url: str, name: str, drop_only: bool = False) -> None:
     import psycopg
 
-    with psycopg.connect(admin_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+    with psycopg.connect(
+        admin_url.replace("postgres://", "postgresql://", 1), autocommit=True
+    ) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if not drop_only:
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -78,7 +80,9 @@ def timed_requests(session_factory: Any, count: int, threads: int, call: Any) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--serial", type=int, default=300, help="submits one at a time")
     parser.add_argument("--parallel", type=int, default=800, help="submits with 8 clients")
     parser.add_argument("--starts", type=int, default=20, help="jobs for the time-to-start figure")
@@ -88,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
-        print("labportal.bench needs PostgreSQL: set DATABASE_URL=postgres://… (it creates its own _bench database).",
-              file=sys.stderr)
+        print(
+            "labportal.bench needs PostgreSQL: set DATABASE_URL=postgres://… (it creates its own _bench database).",
+            file=sys.stderr,
+        )
         return 2
     bench_url, admin_url, bench_name = bench_database_url(source)
     recreate_database(admin_url, bench_name)
@@ -121,15 +127,26 @@ def main(argv: list[str] | None = None) -> int:
             s.headers.update(headers)
             return s
 
-        payload = {"image": "labportal/demo:local", "command": ["sleep", "1"], "gpus": 1, "time_limit_s": 600}
+        payload = {
+            "image": "labportal/demo:local",
+            "command": ["sleep", "1"],
+            "gpus": 1,
+            "time_limit_s": 600,
+        }
         submit = lambda s: s.post(f"{base}/api/jobs/", json=payload)  # noqa: E731
         read = lambda s: s.get(f"{base}/api/queues/")  # noqa: E731
         timed_requests(session, 50, 2, read)  # warm up every worker
-        results["baseline_read_serial_per_s"] = round(timed_requests(session, args.serial, 1, read), 1)
+        results["baseline_read_serial_per_s"] = round(
+            timed_requests(session, args.serial, 1, read), 1
+        )
         results["submit_serial_per_s"] = round(timed_requests(session, args.serial, 1, submit), 1)
-        results["submit_parallel8_per_s"] = round(timed_requests(session, args.parallel, 8, submit), 1)
+        results["submit_parallel8_per_s"] = round(
+            timed_requests(session, args.parallel, 8, submit), 1
+        )
         results["slurm_sbatch_reference"] = SLURM_SBATCH_REFERENCE
-        results.update(_time_to_start(stack, base, session, node_tokens, settings, args.starts, var_dir))
+        results.update(
+            _time_to_start(stack, base, session, node_tokens, settings, args.starts, var_dir)
+        )
     finally:
         stack.stop()
         from django.db import connections
@@ -140,9 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results))
     else:
         print(f"{'figure':<34}{'LabPortal':>12}{'reference':>12}")
-        print(f"{'authenticated read, 1 client':<34}{results['baseline_read_serial_per_s']:>10}/s{'':>12}")
-        print(f"{'submit, 1 client':<34}{results['submit_serial_per_s']:>10}/s{SLURM_SBATCH_REFERENCE['serial_per_s']:>10}/s (sbatch)")
-        print(f"{'submit, 8 clients':<34}{results['submit_parallel8_per_s']:>10}/s{SLURM_SBATCH_REFERENCE['parallel8_per_s']:>10}/s (sbatch)")
+        print(
+            f"{'authenticated read, 1 client':<34}{results['baseline_read_serial_per_s']:>10}/s{'':>12}"
+        )
+        print(
+            f"{'submit, 1 client':<34}{results['submit_serial_per_s']:>10}/s{SLURM_SBATCH_REFERENCE['serial_per_s']:>10}/s (sbatch)"
+        )
+        print(
+            f"{'submit, 8 clients':<34}{results['submit_parallel8_per_s']:>10}/s{SLURM_SBATCH_REFERENCE['parallel8_per_s']:>10}/s (sbatch)"
+        )
         print(f"{'time to start, median':<34}{results['time_to_start_p50_s']:>11}s")
         print(f"{'time to start, p95':<34}{results['time_to_start_p95_s']:>11}s")
     return 0
@@ -153,8 +176,12 @@ def _seed() -> tuple[str, list[tuple[str, str]]]:
     from cluster.models import NodeToken
     from jobqueue.models import ContainerImage
 
-    category = Category.objects.create(name="Bench", max_queued_jobs=100_000, max_concurrent_gpus=64)
-    user = User.objects.create_user("bench", "bench@lab.example", "bench-password", category=category)
+    category = Category.objects.create(
+        name="Bench", max_queued_jobs=100_000, max_concurrent_gpus=64
+    )
+    user = User.objects.create_user(
+        "bench", "bench@lab.example", "bench-password", category=category
+    )
     _pat, secret = PersonalAccessToken.issue(user=user, name="bench")
     ContainerImage.objects.create(reference="labportal/demo:local")
     from agent.gpu.simulated import simulated_gpu_uuid
@@ -167,13 +194,25 @@ def _seed() -> tuple[str, list[tuple[str, str]]]:
         # The GPUs the simulated agent will register, so submits are accepted before it starts.
         node = Node.objects.create(name=name, state=Node.State.UP)
         for index in range(8):
-            Gpu.objects.create(node=node, index=index, uuid=simulated_gpu_uuid(name, index),
-                               model="Simulated A100 80GB", memory_mb=81920)
+            Gpu.objects.create(
+                node=node,
+                index=index,
+                uuid=simulated_gpu_uuid(name, index),
+                model="Simulated A100 80GB",
+                memory_mb=81920,
+            )
     return secret, nodes
 
 
-def _time_to_start(stack: Any, base: str, session: Any, node_tokens: list[tuple[str, str]], settings: Any,
-                   count: int, var_dir: Path) -> dict[str, Any]:
+def _time_to_start(
+    stack: Any,
+    base: str,
+    session: Any,
+    node_tokens: list[tuple[str, str]],
+    settings: Any,
+    count: int,
+    var_dir: Path,
+) -> dict[str, Any]:
     from cluster.models import Gpu
     from jobqueue.models import Job
 
@@ -184,18 +223,35 @@ def _time_to_start(stack: Any, base: str, session: Any, node_tokens: list[tuple[
         broker = f"filesystem://{settings.BROKER_DIR / 'out'}"
     stack.control_worker(var_dir / "beat-schedule")
     for name, secret in node_tokens:
-        stack.agent(name=name, token=secret, broker=broker, runtime="local", gpus=8, state_dir=var_dir / name)
+        stack.agent(
+            name=name,
+            token=secret,
+            broker=broker,
+            runtime="local",
+            gpus=8,
+            state_dir=var_dir / name,
+        )
     deadline = time.monotonic() + 90
     while Gpu.objects.filter(node__name=node_tokens[0][0]).count() < 8:
         stack.check_alive()
         if time.monotonic() > deadline:
-            raise SystemExit("the bench agent did not register in 90 s:\n" + stack.tail(f"agent-{node_tokens[0][0]}"))
+            raise SystemExit(
+                "the bench agent did not register in 90 s:\n"
+                + stack.tail(f"agent-{node_tokens[0][0]}")
+            )
         time.sleep(0.5)
     s = session()
     waits: list[float] = []
     for _ in range(count):
-        job_id = s.post(f"{base}/api/jobs/", json={"image": "labportal/demo:local", "command": ["sleep", "0.5"],
-                                                   "gpus": 1, "time_limit_s": 600}).json()["id"]
+        job_id = s.post(
+            f"{base}/api/jobs/",
+            json={
+                "image": "labportal/demo:local",
+                "command": ["sleep", "0.5"],
+                "gpus": 1,
+                "time_limit_s": 600,
+            },
+        ).json()["id"]
         deadline = time.monotonic() + 60
         while True:
             job = Job.objects.get(pk=job_id)
@@ -203,7 +259,9 @@ def _time_to_start(stack: Any, base: str, session: Any, node_tokens: list[tuple[
                 waits.append((job.started_at - job.submitted_at).total_seconds())
                 break
             if time.monotonic() > deadline:
-                raise SystemExit(f"job {job_id} did not start within 60 s:\n{stack.tail('control')}")
+                raise SystemExit(
+                    f"job {job_id} did not start within 60 s:\n{stack.tail('control')}"
+                )
             time.sleep(0.05)
     return {
         "time_to_start_p50_s": round(statistics.median(waits), 2),

@@ -6,6 +6,7 @@ three run the same process layout as production.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -33,31 +34,80 @@ class Stack:
     log_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, argv: list[str], extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            argv, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+            argv,
+            env={**self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.procs[name] = proc
         return proc
 
     def web(self, port: int, workers: int = 2) -> subprocess.Popen[bytes]:
-        return self.start("web", [str(BIN / "gunicorn"), "labportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-                                  "--workers", str(workers), "--threads", "4", "--log-level", "warning"])
+        return self.start(
+            "web",
+            [
+                str(BIN / "gunicorn"),
+                "labportal.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+                "--threads",
+                "4",
+                "--log-level",
+                "warning",
+            ],
+        )
 
     def control_worker(self, schedule_file: Path, concurrency: int = 2) -> subprocess.Popen[bytes]:
-        return self.start("control", [str(BIN / "celery"), "-A", "labportal", "worker", "--beat", "--queues", "control",
-                                      "--concurrency", str(concurrency), "--loglevel", "INFO", "--hostname", "control@%h",
-                                      "--schedule", str(schedule_file)])
+        return self.start(
+            "control",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "labportal",
+                "worker",
+                "--beat",
+                "--queues",
+                "control",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                "control@%h",
+                "--schedule",
+                str(schedule_file),
+            ],
+        )
 
-    def agent(self, *, name: str, token: str, broker: str, runtime: str, gpus: int = 4,
-              state_dir: Path, extra_env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def agent(
+        self,
+        *,
+        name: str,
+        token: str,
+        broker: str,
+        runtime: str,
+        gpus: int = 4,
+        state_dir: Path,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         env = {
-            "LABPORTAL_NODE_NAME": name, "LABPORTAL_NODE_TOKEN": token, "LABPORTAL_BROKER_URL": broker,
-            "LABPORTAL_GPU_BACKEND": "simulated", "LABPORTAL_SIM_GPUS": str(gpus), "LABPORTAL_RUNTIME": runtime,
-            "LABPORTAL_AGENT_STATE_DIR": str(state_dir), "LABPORTAL_HEARTBEAT_INTERVAL": "2",
+            "LABPORTAL_NODE_NAME": name,
+            "LABPORTAL_NODE_TOKEN": token,
+            "LABPORTAL_BROKER_URL": broker,
+            "LABPORTAL_GPU_BACKEND": "simulated",
+            "LABPORTAL_SIM_GPUS": str(gpus),
+            "LABPORTAL_RUNTIME": runtime,
+            "LABPORTAL_AGENT_STATE_DIR": str(state_dir),
+            "LABPORTAL_HEARTBEAT_INTERVAL": "2",
             "LABPORTAL_SAMPLE_INTERVAL": "2",
             **({"LABPORTAL_ALLOW_LOCAL_RUNTIME": "1"} if runtime == "local" else {}),
             **(extra_env or {}),
@@ -67,28 +117,30 @@ class Stack:
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}; see {self.log_dir / (name + '.log')}")
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode}; see {self.log_dir / (name + '.log')}"
+                )
 
     def tail(self, name: str, lines: int = 40) -> str:
         path = self.log_dir / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return (
+            "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            if path.exists()
+            else ""
+        )
 
     def stop(self, grace_s: float = 10) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + grace_s
         for proc in self.procs.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait(timeout=5)
 
 

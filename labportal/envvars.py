@@ -31,9 +31,7 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise ImproperlyConfigured(
-        f"{name} must be one of: {', '.join(_TRUE + _FALSE)} (got {raw!r})."
-    )
+    raise ImproperlyConfigured(f"{name} must be one of: {', '.join(_TRUE + _FALSE)} (got {raw!r}).")
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -57,9 +55,7 @@ def env_choice(name: str, default: str, choices: Iterable[str]) -> str:
     if raw is None:
         return default
     if raw not in allowed:
-        raise ImproperlyConfigured(
-            f"{name} must be one of: {', '.join(allowed)} (got {raw!r})."
-        )
+        raise ImproperlyConfigured(f"{name} must be one of: {', '.join(allowed)} (got {raw!r}).")
     return raw
 
 

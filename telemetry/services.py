@@ -70,8 +70,10 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
         message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
 
     if len(samples) > MAX_SAMPLES_PER_BATCH:
-        reject(RejectedMessage.Reason.MALFORMED,
-               f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped")
+        reject(
+            RejectedMessage.Reason.MALFORMED,
+            f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped",
+        )
     parsed: list[ParsedSample] = []
     now = timezone.now()
     for position, raw in enumerate(samples[:MAX_SAMPLES_PER_BATCH]):
@@ -93,8 +95,10 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
         if gpu is None:
             reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid:.96}")
         elif foreign := sample.job_ids - jobs_here:
-            reject(RejectedMessage.Reason.JOB_NOT_ON_NODE,
-                   f"GPU {sample.gpu_uuid} names job(s) {sorted(foreign)}")
+            reject(
+                RejectedMessage.Reason.JOB_NOT_ON_NODE,
+                f"GPU {sample.gpu_uuid} names job(s) {sorted(foreign)}",
+            )
         else:
             accepted.append((gpu, sample))
 
@@ -176,15 +180,24 @@ def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(process, dict) or not is_int(process.get("pid")):
             raise malformed("each process needs an integer pid")
         used_mb, container_id, job_id = (
-            process.get("used_mb"), process.get("container_id"), process.get("job_id")
+            process.get("used_mb"),
+            process.get("container_id"),
+            process.get("job_id"),
         )
         if used_mb is not None and (not is_int(used_mb) or used_mb < 0):
             raise malformed("a process's used_mb must be null or a non-negative integer")
-        if container_id is not None and (not isinstance(container_id, str) or len(container_id) > 128):
+        if container_id is not None and (
+            not isinstance(container_id, str) or len(container_id) > 128
+        ):
             raise malformed("a process's container_id must be null or a container id")
         if job_id is not None and (not is_int(job_id) or job_id <= 0):
             raise malformed("a process's job_id must be null or a positive integer")
         clean.append(
-            {"pid": process["pid"], "used_mb": used_mb, "container_id": container_id, "job_id": job_id}
+            {
+                "pid": process["pid"],
+                "used_mb": used_mb,
+                "container_id": container_id,
+                "job_id": job_id,
+            }
         )
     return clean

@@ -19,7 +19,11 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     on_postgres = settings.DATABASE_IS_POSTGRES
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
-            item.add_marker(pytest.mark.skip(reason="needs DATABASE_URL=postgres://… (runs in the PostgreSQL pass of .ci/run)"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="needs DATABASE_URL=postgres://… (runs in the PostgreSQL pass of .ci/run)"
+                )
+            )
 
 
 @pytest.fixture
@@ -90,13 +94,19 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.node.get_closest_marker("e2e"):
         return sent
 
-    def send_task(name: str, args: Any = None, kwargs: Any = None, queue: str | None = None, **options: Any) -> None:
+    def send_task(
+        name: str, args: Any = None, kwargs: Any = None, queue: str | None = None, **options: Any
+    ) -> None:
         sent.append((name, list(args or []), queue or ""))
 
     monkeypatch.setattr(app, "send_task", send_task)
     from jobqueue.tasks import scheduling_pass_task
 
-    monkeypatch.setattr(scheduling_pass_task, "apply_async", lambda *a, **k: sent.append(("control.scheduling_pass", [], "control")))
+    monkeypatch.setattr(
+        scheduling_pass_task,
+        "apply_async",
+        lambda *a, **k: sent.append(("control.scheduling_pass", [], "control")),
+    )
     return sent
 
 

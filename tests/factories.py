@@ -9,7 +9,7 @@ from accounts.models import Category, User
 from cluster.models import Gpu, Node
 
 if TYPE_CHECKING:
-    from jobqueue.models import ContainerImage, Queue
+    from jobqueue.models import Queue
 
 
 class CategoryFactory(DjangoModelFactory[Category]):
@@ -57,7 +57,7 @@ class GpuFactory(DjangoModelFactory[Gpu]):
     memory_mb = 81920
 
 
-def default_queue(name: str = "normal") -> "Queue":
+def default_queue(name: str = "normal") -> Queue:
     from jobqueue.models import Queue
 
     return Queue.objects.get(name=name)
@@ -71,7 +71,9 @@ class ContainerImageFactory(DjangoModelFactory["ContainerImage"]):
     reference = "labportal/busybox:test"
 
 
-def make_cluster(nodes: int = 2, gpus_per_node: int = 4, model: str = "NVIDIA A100-SXM4-80GB") -> list[Node]:
+def make_cluster(
+    nodes: int = 2, gpus_per_node: int = 4, model: str = "NVIDIA A100-SXM4-80GB"
+) -> list[Node]:
     """Nodes that are up, each with whole GPUs."""
     made = []
     for n in range(nodes):

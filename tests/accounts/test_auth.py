@@ -41,12 +41,19 @@ def test_signup_is_closed_by_default(client: Client) -> None:
 def test_in_approval_mode_a_new_member_waits_for_an_admin(client: Client, admin_user: Any) -> None:
     client.post(
         reverse("account_signup"),
-        {"username": "dana", "email": "dana@lab.example", "password1": PASSWORD, "password2": PASSWORD},
+        {
+            "username": "dana",
+            "email": "dana@lab.example",
+            "password1": PASSWORD,
+            "password2": PASSWORD,
+        },
     )
     dana = User.objects.get(username="dana")
     assert dana.approval == User.Approval.PENDING
     client.logout()
-    response = client.post(reverse("account_login"), {"login": "dana", "password": PASSWORD}, follow=True)
+    response = client.post(
+        reverse("account_login"), {"login": "dana", "password": PASSWORD}, follow=True
+    )
     assert "waiting for an administrator" in response.content.decode()
     assert not response.context["user"].is_authenticated
 
@@ -63,7 +70,9 @@ def test_in_approval_mode_a_new_member_waits_for_an_admin(client: Client, admin_
     assert client.get(reverse("dashboard")).status_code == 200
 
 
-@pytest.mark.parametrize("url_name", ["admin:index", "admin:accounts_user_changelist", "admin:cluster_node_changelist"])
+@pytest.mark.parametrize(
+    "url_name", ["admin:index", "admin:accounts_user_changelist", "admin:cluster_node_changelist"]
+)
 def test_admin_pages_refuse_members(client: Client, charlie: Any, url_name: str) -> None:
     client.force_login(charlie)
     response = client.get(reverse(url_name))

@@ -31,8 +31,14 @@ def running_job(owner: Any, *, gpus: int = 2, started: datetime = T0, queue: str
     q.credit_rate = Decimal("1.000")
     q.save()
     return Job.objects.create(
-        owner=owner, queue=q, image=ContainerImageFactory(), command=["python", "train.py"],
-        gpus=gpus, time_limit_s=86400, state=Job.State.RUNNING, started_at=started,
+        owner=owner,
+        queue=q,
+        image=ContainerImageFactory(),
+        command=["python", "train.py"],
+        gpus=gpus,
+        time_limit_s=86400,
+        state=Job.State.RUNNING,
+        started_at=started,
     )
 
 
@@ -81,7 +87,9 @@ def test_a_settled_job_is_never_charged_again_by_a_late_charging_run(alice: Any)
     assert charges(job) == Decimal("-0.667")
 
 
-def test_the_final_charge_gives_back_an_overcharge_when_the_job_ended_before_the_last_window(alice: Any) -> None:
+def test_the_final_charge_gives_back_an_overcharge_when_the_job_ended_before_the_last_window(
+    alice: Any,
+) -> None:
     job = running_job(alice, gpus=1)
     credits_charge_running_jobs(now=T0 + timedelta(hours=2))
     finish(job, at=T0 + timedelta(hours=1))  # the agent's finish event arrived late
@@ -116,7 +124,9 @@ def samples(job: Job, utils: list[float]) -> None:
 
     gpu = GpuFactory()
     for i, util in enumerate(utils):
-        GpuSample.objects.create(gpu=gpu, ts=T0 + timedelta(minutes=i + 1), util_pct=util, job_id=job.pk)
+        GpuSample.objects.create(
+            gpu=gpu, ts=T0 + timedelta(minutes=i + 1), util_pct=util, job_id=job.pk
+        )
 
 
 def test_an_efficient_job_earns_back_a_share_of_its_charge(alice: Any) -> None:
@@ -151,7 +161,9 @@ def test_a_job_without_samples_is_neither_rewarded_nor_flagged(alice: Any) -> No
     assert not Notification.objects.filter(kind="job_idle").exists()
 
 
-def test_the_monthly_grant_is_the_base_times_the_category_multiplier(alice: Any, charlie: Any) -> None:
+def test_the_monthly_grant_is_the_base_times_the_category_multiplier(
+    alice: Any, charlie: Any
+) -> None:
     CreditPolicy.objects.update_or_create(pk=1, defaults={"base_grant": Decimal("1000")})
     charlie.category.credit_multiplier = Decimal("0.5")
     charlie.category.save()
@@ -190,7 +202,12 @@ def test_each_carry_over_mode_keeps_what_it_promises(
     alice: Any, mode: str, left_over: Decimal, expected: Decimal
 ) -> None:
     CreditPolicy.objects.update_or_create(
-        pk=1, defaults={"base_grant": Decimal("1000"), "carry_over": mode, "carry_over_cap": Decimal("200")}
+        pk=1,
+        defaults={
+            "base_grant": Decimal("1000"),
+            "carry_over": mode,
+            "carry_over_cap": Decimal("200"),
+        },
     )
     ledger_post(user=alice, amount=left_over, kind="adjustment", idempotency_key="left")
     credits_monthly_grant(month=date(2025, 4, 1))

@@ -63,7 +63,9 @@ def test_the_balance_equals_the_sum_of_entries_after_many_postings(alice: Any, b
 def test_the_invariant_check_finds_a_tampered_balance(alice: Any) -> None:
     post(alice, "10", "k")
     CreditAccount.objects.filter(user=alice).update(balance=Decimal("11"))
-    assert list(CreditAccount.objects.inconsistent().values_list("user__username", flat=True)) == ["alice"]
+    assert list(CreditAccount.objects.inconsistent().values_list("user__username", flat=True)) == [
+        "alice"
+    ]
 
 
 def test_crossing_to_zero_tells_the_member_that_jobs_still_run_and_when_the_next_grant_comes(
@@ -87,7 +89,9 @@ def test_falling_to_the_low_threshold_warns_once_per_crossing(alice: Any) -> Non
     assert not Notification.objects.filter(user=alice, kind="credits_zero").exists()
 
 
-def test_members_at_or_below_zero_are_listed_without_credit(alice: Any, bob: Any, charlie: Any) -> None:
+def test_members_at_or_below_zero_are_listed_without_credit(
+    alice: Any, bob: Any, charlie: Any
+) -> None:
     post(alice, "10", "a", "grant")
     post(bob, "-1", "b", "charge")
     assert users_without_credit() == frozenset({"bob", "charlie"})

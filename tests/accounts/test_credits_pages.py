@@ -37,7 +37,10 @@ def test_the_ledger_filters_by_kind_and_month(client: Any, alice: Any) -> None:
     seed(alice)
     client.login(username="alice", password=PASSWORD)
     assert client.get("/account/credits/?kind=charge").content.decode().count('class="kind-') == 1
-    assert client.get("/account/credits/?month=2025-02").content.decode().count('class="kind-grant"') == 1
+    assert (
+        client.get("/account/credits/?month=2025-02").content.decode().count('class="kind-grant"')
+        == 1
+    )
     bad = client.get("/account/credits/?month=March")
     assert bad.status_code == 200 and "Give the month as YYYY-MM" in bad.content.decode()
 
@@ -48,7 +51,9 @@ def test_the_layout_shows_the_balance_in_the_header(client: Any, alice: Any) -> 
     assert "960.0" in client.get("/account/notifications/").content.decode()
 
 
-def test_the_api_gives_your_balance_and_ledger_and_staff_may_look_at_anyone(alice: Any, charlie: Any, admin_user: Any) -> None:
+def test_the_api_gives_your_balance_and_ledger_and_staff_may_look_at_anyone(
+    alice: Any, charlie: Any, admin_user: Any
+) -> None:
     seed(alice)
     assert api_as(alice).get("/api/credits/").json()["balance"] == "960.000"
     assert api_as(charlie).get("/api/credits/").json()["balance"] == "0.000"

@@ -14,7 +14,9 @@ from tests.conftest import PASSWORD, api_as
 pytestmark = pytest.mark.django_db
 
 
-def test_a_notification_is_emailed_once_the_transaction_commits(alice: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_a_notification_is_emailed_once_the_transaction_commits(
+    alice: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         notify(user=alice, kind="test", title="Hello", body="World", url="/account/credits/")
     assert mail.outbox == []
@@ -24,7 +26,9 @@ def test_a_notification_is_emailed_once_the_transaction_commits(alice: Any, djan
     assert Notification.objects.get().emailed_at is not None
 
 
-def test_email_false_keeps_it_in_the_app_only(alice: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_email_false_keeps_it_in_the_app_only(
+    alice: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         notify(user=alice, kind="test", title="Quiet", email=False)
     assert mail.outbox == []
@@ -52,7 +56,9 @@ def test_the_bell_shows_the_unread_count_and_refreshes_itself(client: Any, alice
     page = client.get("/account/notifications/").content.decode()
     assert 'data-testid="bell-count">2<' in page
     assert 'hx-get="/account/notifications/bell/"' in page
-    assert 'data-testid="bell-count">2<' in client.get("/account/notifications/bell/").content.decode()
+    assert (
+        'data-testid="bell-count">2<' in client.get("/account/notifications/bell/").content.decode()
+    )
 
 
 def test_marking_read_empties_the_bell(client: Any, alice: Any) -> None:
@@ -66,7 +72,9 @@ def test_marking_read_empties_the_bell(client: Any, alice: Any) -> None:
     assert "bell-count" not in client.get("/account/notifications/bell/").content.decode()
 
 
-def test_charlie_cannot_mark_alices_notification_read(client: Any, alice: Any, charlie: Any) -> None:
+def test_charlie_cannot_mark_alices_notification_read(
+    client: Any, alice: Any, charlie: Any
+) -> None:
     note = notify(user=alice, kind="test", title="Private")
     client.login(username="charlie", password=PASSWORD)
     assert client.post("/account/notifications/read/", {"id": note.pk}).status_code == 404
@@ -76,13 +84,17 @@ def test_charlie_cannot_mark_alices_notification_read(client: Any, alice: Any, c
     assert "Private" not in client.get("/account/notifications/").content.decode()
 
 
-def test_the_api_lists_only_your_own_notifications_and_marks_them_read(alice: Any, charlie: Any, admin_user: Any) -> None:
+def test_the_api_lists_only_your_own_notifications_and_marks_them_read(
+    alice: Any, charlie: Any, admin_user: Any
+) -> None:
     note = notify(user=alice, kind="test", title="For alice")
     assert api_as(charlie).get("/api/notifications/").json()["results"] == []
     assert api_as(admin_user).get(f"/api/notifications/{note.pk}/").status_code == 404
     assert api_as(charlie).post(f"/api/notifications/{note.pk}/read/").status_code == 404
     client = api_as(alice)
-    assert [n["title"] for n in client.get("/api/notifications/?unread=true").json()["results"]] == ["For alice"]
+    assert [
+        n["title"] for n in client.get("/api/notifications/?unread=true").json()["results"]
+    ] == ["For alice"]
     assert client.post(f"/api/notifications/{note.pk}/read/").json()["read_at"] is not None
     notify(user=alice, kind="test", title="Another")
     assert client.post("/api/notifications/read-all/").json() == {"marked_read": 1}

@@ -29,7 +29,9 @@ def test_a_revoked_or_expired_token_no_longer_works(alice: Any) -> None:
     revoked, revoked_secret = PersonalAccessToken.issue(user=alice, name="old")
     revoked.revoke()
     assert PersonalAccessToken.authenticate(revoked_secret) is None
-    _short, short_secret = PersonalAccessToken.issue(user=alice, name="short", lifetime=timedelta(days=1))
+    _short, short_secret = PersonalAccessToken.issue(
+        user=alice, name="short", lifetime=timedelta(days=1)
+    )
     with time_machine.travel(timedelta(days=2)):
         assert PersonalAccessToken.authenticate(short_secret) is None
 

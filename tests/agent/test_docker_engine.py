@@ -184,9 +184,15 @@ def test_logs_tail_and_a_second_start_starts_nothing(
 def test_a_requeued_job_starts_again_under_its_next_attempt(
     docker_runtime: DockerRuntime, docker_client: Any, node_name: str
 ) -> None:
-    first = docker_runtime.start(JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"])))
-    assert wait_until(lambda: any(j.job_id == 107 and not j.running for j in docker_runtime.list_jobs()))
-    again = docker_runtime.start(JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"])))
+    first = docker_runtime.start(
+        JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"]))
+    )
+    assert wait_until(
+        lambda: any(j.job_id == 107 and not j.running for j in docker_runtime.list_jobs())
+    )
+    again = docker_runtime.start(
+        JobSpec.from_wire(job_spec(107, command=["sh", "-c", "echo first"]))
+    )
     assert not again.created  # the same attempt delivered twice starts nothing
 
     second = docker_runtime.start(

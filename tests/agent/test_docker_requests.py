@@ -67,7 +67,11 @@ def offline_client() -> docker.DockerClient:
 
 
 def start(
-    client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, *, device_requests: bool = True, **spec: Any
+    client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    device_requests: bool = True,
+    **spec: Any,
 ) -> dict:
     capture = CapturingApi(client.api)
     capture.install(monkeypatch)
@@ -100,7 +104,9 @@ def test_the_device_request_names_exactly_the_assigned_gpu_uuids(
 def test_simulated_gpus_are_named_in_the_environment_but_requested_from_no_driver(
     offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    created = start(offline_client, monkeypatch, device_requests=False, gpu_uuids=UUIDS, gpu_indices=[2, 3])
+    created = start(
+        offline_client, monkeypatch, device_requests=False, gpu_uuids=UUIDS, gpu_indices=[2, 3]
+    )
 
     assert "DeviceRequests" not in created["HostConfig"]
     env = dict(item.split("=", 1) for item in created["Env"])

@@ -17,7 +17,11 @@ from tests.conftest import PASSWORD
 # Until the includes are merged into jobqueue/urls.py, mount the approval pages here.
 urlpatterns = [path("jobs/", include("jobqueue.approval_urls")), *portal_urlpatterns]
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.urls(__name__),
+]
 
 
 def log_out(page: Any) -> None:
@@ -57,7 +61,9 @@ def test_alice_applies_for_a_grant_the_admin_approves_it_and_alice_sees_it_appro
     log_in(page, live_server, "alice", PASSWORD)
     page.wait_for_selector("[data-testid=bell-count]")
     page.goto(f"{live_server.url}/jobs/grants/apply/")
-    state = page.locator(f"[data-testid=my-grants] tr[data-grant='{grant.pk}'] [data-testid=grant-state]")
+    state = page.locator(
+        f"[data-testid=my-grants] tr[data-grant='{grant.pk}'] [data-testid=grant-state]"
+    )
     assert state.inner_text() == "approved"
     assert "Good luck with the defence" in page.inner_text("[data-testid=my-grants]")
     page.click("[data-testid=bell]")

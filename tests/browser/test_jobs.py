@@ -22,17 +22,33 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def agent_event(job: Job, kind: str, **extra: Any) -> None:
     job.refresh_from_db()
-    job_event_apply(node_name=job.node.name, event={
-        "event_id": f"{job.pk}:{kind}:c{job.pk}", "job_id": job.pk, "kind": kind, "container_id": f"c{job.pk}",
-        "ts": timezone.now().timestamp(), "log_tail": extra.pop("log_tail", ""), "reason": "", "exit_code": None, **extra,
-    })
+    job_event_apply(
+        node_name=job.node.name,
+        event={
+            "event_id": f"{job.pk}:{kind}:c{job.pk}",
+            "job_id": job.pk,
+            "kind": kind,
+            "container_id": f"c{job.pk}",
+            "ts": timezone.now().timestamp(),
+            "log_tail": extra.pop("log_tail", ""),
+            "reason": "",
+            "exit_code": None,
+            **extra,
+        },
+    )
 
 
 def test_a_member_submits_a_job_sees_its_place_and_then_its_completion(
     page: Any, live_server: Any, alice: Any, bob: Any, queues: Any, image: Any
 ) -> None:
     make_cluster(nodes=1, gpus_per_node=1)
-    blocker = job_submit(owner=bob, queue="normal", image=image.reference, command="python long.py", time_limit_s=3600)
+    blocker = job_submit(
+        owner=bob,
+        queue="normal",
+        image=image.reference,
+        command="python long.py",
+        time_limit_s=3600,
+    )
     scheduling_pass()
     agent_event(blocker, "started")
 

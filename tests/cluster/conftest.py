@@ -25,15 +25,26 @@ def issue_token(db: Any) -> Any:
 
 
 def gpu_entry(uuid: str, index: int = 0, **overrides: Any) -> dict[str, Any]:
-    entry = {"uuid": uuid, "index": index, "model": "NVIDIA H100 80GB HBM3",
-             "memory_mb": 81559, "kind": "gpu", "parent_uuid": None}
+    entry = {
+        "uuid": uuid,
+        "index": index,
+        "model": "NVIDIA H100 80GB HBM3",
+        "memory_mb": 81559,
+        "kind": "gpu",
+        "parent_uuid": None,
+    }
     entry.update(overrides)
     return entry
 
 
 def register_info(*gpus: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-    info = {"hostname": "gpu01.lab.example", "agent_version": "0.1.0", "gpu_backend": "nvml",
-            "runtime": "docker", "gpus": list(gpus)}
+    info = {
+        "hostname": "gpu01.lab.example",
+        "agent_version": "0.1.0",
+        "gpu_backend": "nvml",
+        "runtime": "docker",
+        "gpus": list(gpus),
+    }
     info.update(overrides)
     return info
 
@@ -60,8 +71,16 @@ def job_on(node: Node | None, owner: Any, *, name: str = "train", state: str = "
 
     queue, _ = Queue.objects.get_or_create(name="normal", defaults={"title": "Normal"})
     image, _ = ContainerImage.objects.get_or_create(reference="pytorch/pytorch:2.4.0")
-    return Job.objects.create(owner=owner, queue=queue, image=image, command=["python", "train.py"],
-                              time_limit_s=3600, name=name, node=node, state=state)
+    return Job.objects.create(
+        owner=owner,
+        queue=queue,
+        image=image,
+        command=["python", "train.py"],
+        time_limit_s=3600,
+        name=name,
+        node=node,
+        state=state,
+    )
 
 
 @dataclass

@@ -11,8 +11,16 @@ pytestmark = pytest.mark.django_db
 
 
 def an_event(job_id: int, kind: str = "started", **overrides: Any) -> dict[str, Any]:
-    event = {"event_id": f"evt-{job_id}-{kind}", "job_id": job_id, "kind": kind, "ts": 1.0e9,
-             "container_id": "c0ffee", "exit_code": None, "log_tail": None, "reason": None}
+    event = {
+        "event_id": f"evt-{job_id}-{kind}",
+        "job_id": job_id,
+        "kind": kind,
+        "ts": 1.0e9,
+        "container_id": "c0ffee",
+        "exit_code": None,
+        "log_tail": None,
+        "reason": None,
+    }
     event.update(overrides)
     return event
 
@@ -67,7 +75,9 @@ def test_the_exit_of_a_job_that_already_ended_still_reaches_the_job_queue(
 
     lost_job = job_on(registered_node[0], alice, state="lost")
 
-    assert job_event("gpu01", registered_node[1], an_event(lost_job.pk, "exited", exit_code=0)) == "ok"
+    assert (
+        job_event("gpu01", registered_node[1], an_event(lost_job.pk, "exited", exit_code=0)) == "ok"
+    )
     assert len(jobqueue_calls.events) == 1
 
 
@@ -82,7 +92,9 @@ def test_the_exit_of_a_job_that_already_ended_still_reaches_the_job_queue(
         {"event_id": "e1", "job_id": 7, "kind": "exited", "exit_code": "0"},
     ],
 )
-def test_a_malformed_job_event_is_refused(registered_node: Any, jobqueue_calls: Any, event: Any) -> None:
+def test_a_malformed_job_event_is_refused(
+    registered_node: Any, jobqueue_calls: Any, event: Any
+) -> None:
     assert job_event("gpu01", registered_node[1], event) == "refused: malformed"
     assert jobqueue_calls.events == []
 
@@ -93,13 +105,18 @@ def test_a_job_event_delivered_twice_is_passed_on_with_the_same_event_id(
     for _ in range(2):
         job_event("gpu01", registered_node[1], an_event(alices_job_here.pk))
 
-    assert {call["event"]["event_id"] for call in jobqueue_calls.events} == {f"evt-{alices_job_here.pk}-started"}
+    assert {call["event"]["event_id"] for call in jobqueue_calls.events} == {
+        f"evt-{alices_job_here.pk}-started"
+    }
 
 
 def test_logs_of_a_job_on_this_node_are_stored(
     registered_node: Any, alices_job_here: Any, jobqueue_calls: Any
 ) -> None:
-    assert job_logs_report("gpu01", registered_node[1], alices_job_here.pk, "epoch 1 loss 0.3\n") == "ok"
+    assert (
+        job_logs_report("gpu01", registered_node[1], alices_job_here.pk, "epoch 1 loss 0.3\n")
+        == "ok"
+    )
     assert jobqueue_calls.logs == [{"job_id": alices_job_here.pk, "text": "epoch 1 loss 0.3\n"}]
 
 
@@ -112,7 +129,9 @@ def test_logs_of_a_job_on_another_node_are_refused(
     assert jobqueue_calls.logs == []
 
 
-def test_job_reports_from_an_unknown_node_are_refused(issue_token: Any, jobqueue_calls: Any) -> None:
+def test_job_reports_from_an_unknown_node_are_refused(
+    issue_token: Any, jobqueue_calls: Any
+) -> None:
     secret = issue_token("ghost")
 
     assert job_event("ghost", secret, an_event(1)) == "refused: not_registered"

@@ -21,16 +21,24 @@ def rejections(reason: str) -> int:
 def test_registration_with_a_good_token_creates_the_node_and_its_gpus(issue_token: Any) -> None:
     secret = issue_token("gpu01")
 
-    result = node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa", 0), gpu_entry("GPU-bbb", 1)))
+    result = node_register(
+        "gpu01", secret, register_info(gpu_entry("GPU-aaa", 0), gpu_entry("GPU-bbb", 1))
+    )
 
     assert result == "ok"
     node = Node.objects.get(name="gpu01")
     assert node.state == Node.State.UP
     assert (node.hostname, node.agent_version, node.gpu_backend, node.runtime) == (
-        "gpu01.lab.example", "0.1.0", "nvml", "docker")
+        "gpu01.lab.example",
+        "0.1.0",
+        "nvml",
+        "docker",
+    )
     assert node.registered_at is not None and node.last_heartbeat is not None
     assert sorted(node.gpus.values_list("uuid", "index", "state")) == [
-        ("GPU-aaa", 0, "available"), ("GPU-bbb", 1, "available")]
+        ("GPU-aaa", 0, "available"),
+        ("GPU-bbb", 1, "available"),
+    ]
 
 
 def test_registration_with_a_wrong_token_is_refused_and_counted(issue_token: Any) -> None:
@@ -41,7 +49,12 @@ def test_registration_with_a_wrong_token_is_refused_and_counted(issue_token: Any
     assert result == "refused: bad_token"
     assert not Node.objects.filter(name="gpu01").exists()
     row = RejectedMessage.objects.get()
-    assert (row.node_name, row.message, row.reason, row.count) == ("gpu01", "node_register", "bad_token", 1)
+    assert (row.node_name, row.message, row.reason, row.count) == (
+        "gpu01",
+        "node_register",
+        "bad_token",
+        1,
+    )
 
 
 def test_a_token_of_another_node_cannot_register_this_one(issue_token: Any) -> None:
@@ -55,7 +68,9 @@ def test_registration_with_a_revoked_token_is_refused(issue_token: Any) -> None:
     secret = issue_token("gpu01")
     NodeToken.objects.update(revoked_at=timezone.now())
 
-    assert node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa"))) == "refused: bad_token"
+    assert (
+        node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa"))) == "refused: bad_token"
+    )
     assert not Node.objects.exists()
 
 
@@ -86,7 +101,9 @@ def test_a_missing_gpu_that_reappears_becomes_available_again(registered_node: A
     assert Gpu.objects.get(uuid="GPU-bbb").state == Gpu.State.AVAILABLE
 
 
-def test_a_gpu_an_admin_disabled_stays_disabled_when_the_agent_registers_again(registered_node: Any) -> None:
+def test_a_gpu_an_admin_disabled_stays_disabled_when_the_agent_registers_again(
+    registered_node: Any,
+) -> None:
     node, secret = registered_node
     Gpu.objects.filter(uuid="GPU-aaa").update(state=Gpu.State.DISABLED)
 
@@ -109,7 +126,9 @@ def test_mig_instances_register_under_their_parent(issue_token: Any) -> None:
     secret = issue_token("gpu01")
     info = register_info(
         gpu_entry("GPU-parent", 0),
-        gpu_entry("MIG-one", 0, kind="mig", parent_uuid="GPU-parent", memory_mb=9728, model="1g.10gb"),
+        gpu_entry(
+            "MIG-one", 0, kind="mig", parent_uuid="GPU-parent", memory_mb=9728, model="1g.10gb"
+        ),
     )
 
     node_register("gpu01", secret, info)
@@ -118,9 +137,13 @@ def test_mig_instances_register_under_their_parent(issue_token: Any) -> None:
     assert (mig.kind, mig.parent.uuid, mig.memory_mb) == ("mig", "GPU-parent", 9728)
 
 
-def test_a_mig_instance_whose_parent_was_not_reported_is_refused_and_the_rest_registers(issue_token: Any) -> None:
+def test_a_mig_instance_whose_parent_was_not_reported_is_refused_and_the_rest_registers(
+    issue_token: Any,
+) -> None:
     secret = issue_token("gpu01")
-    info = register_info(gpu_entry("GPU-aaa", 0), gpu_entry("MIG-orphan", 1, kind="mig", parent_uuid="GPU-nope"))
+    info = register_info(
+        gpu_entry("GPU-aaa", 0), gpu_entry("MIG-orphan", 1, kind="mig", parent_uuid="GPU-nope")
+    )
 
     assert node_register("gpu01", secret, info) == "ok"
 
@@ -145,17 +168,23 @@ def test_an_info_that_is_not_an_object_is_refused(issue_token: Any) -> None:
     assert not Node.objects.exists()
 
 
-def test_a_node_cannot_claim_a_gpu_that_is_present_on_another_node(issue_token: Any, other_node: Node) -> None:
+def test_a_node_cannot_claim_a_gpu_that_is_present_on_another_node(
+    issue_token: Any, other_node: Node
+) -> None:
     secret = issue_token("gpu01")
 
-    node_register("gpu01", secret, register_info(gpu_entry("GPU-mine", 0), gpu_entry("GPU-other-0", 1)))
+    node_register(
+        "gpu01", secret, register_info(gpu_entry("GPU-mine", 0), gpu_entry("GPU-other-0", 1))
+    )
 
     assert Gpu.objects.get(uuid="GPU-other-0").node == other_node
     assert Gpu.objects.get(uuid="GPU-mine").node.name == "gpu01"
     assert rejections("gpu_on_other_node") == 1
 
 
-def test_a_gpu_moved_from_a_node_where_it_went_missing_follows_it(issue_token: Any, other_node: Node) -> None:
+def test_a_gpu_moved_from_a_node_where_it_went_missing_follows_it(
+    issue_token: Any, other_node: Node
+) -> None:
     Gpu.objects.filter(uuid="GPU-other-0").update(state=Gpu.State.MISSING)
     secret = issue_token("gpu01")
 
@@ -178,7 +207,9 @@ def test_a_node_with_drain_requested_registers_as_draining(issue_token: Any) -> 
 def test_a_simulated_node_is_refused_when_simulation_is_not_allowed(issue_token: Any) -> None:
     secret = issue_token("sim01")
 
-    result = node_register("sim01", secret, register_info(gpu_entry("GPU-sim-sim01-0"), gpu_backend="simulated"))
+    result = node_register(
+        "sim01", secret, register_info(gpu_entry("GPU-sim-sim01-0"), gpu_backend="simulated")
+    )
 
     assert result == "refused: simulation_refused"
     assert not Node.objects.exists() and not Gpu.objects.exists()
@@ -199,7 +230,11 @@ def test_a_node_that_falls_back_to_simulation_is_taken_out_of_service(registered
 def test_a_simulated_node_registers_when_simulation_is_allowed(issue_token: Any) -> None:
     secret = issue_token("sim01")
 
-    node_register("sim01", secret, register_info(gpu_entry("GPU-sim-sim01-0"), gpu_backend="simulated", runtime="local"))
+    node_register(
+        "sim01",
+        secret,
+        register_info(gpu_entry("GPU-sim-sim01-0"), gpu_backend="simulated", runtime="local"),
+    )
 
     assert Node.objects.get(name="sim01").is_simulated
 

@@ -20,11 +20,23 @@ def busy_lab(alice: Any) -> dict[str, Any]:
     """gpu01 (real, with alice's job on GPU 0) and sim-node-1 (simulated, idle)."""
     from jobqueue.models import Allocation
 
-    node = NodeFactory(name="gpu01", gpu_backend="nvml", runtime="docker",
-                       last_heartbeat=timezone.now() - timedelta(seconds=4))
-    gpu = GpuFactory(node=node, index=0, uuid="GPU-aaa", model="NVIDIA H100 80GB HBM3",
-                     util_pct=93.0, mem_used_mb=40000, memory_mb=81559, temp_c=71.0,
-                     sampled_at=timezone.now() - timedelta(seconds=3))
+    node = NodeFactory(
+        name="gpu01",
+        gpu_backend="nvml",
+        runtime="docker",
+        last_heartbeat=timezone.now() - timedelta(seconds=4),
+    )
+    gpu = GpuFactory(
+        node=node,
+        index=0,
+        uuid="GPU-aaa",
+        model="NVIDIA H100 80GB HBM3",
+        util_pct=93.0,
+        mem_used_mb=40000,
+        memory_mb=81559,
+        temp_c=71.0,
+        sampled_at=timezone.now() - timedelta(seconds=3),
+    )
     GpuFactory(node=node, index=1, uuid="GPU-bbb")
     job = job_on(node, alice, name="resnet-sweep")
     Allocation.objects.create(job=job, gpu=gpu)
@@ -33,7 +45,9 @@ def busy_lab(alice: Any) -> dict[str, Any]:
     return {"node": node, "gpu": gpu, "job": job, "sim": sim}
 
 
-def test_the_live_page_shows_who_uses_each_gpu_with_which_job(client: Client, bob: Any, busy_lab: Any) -> None:
+def test_the_live_page_shows_who_uses_each_gpu_with_which_job(
+    client: Client, bob: Any, busy_lab: Any
+) -> None:
     client.force_login(bob)
 
     html = client.get(reverse("gpu_live")).content.decode()
@@ -58,7 +72,9 @@ def test_the_live_page_marks_simulated_nodes(client: Client, bob: Any, busy_lab:
     assert 'class="badge sim"' not in real_section
 
 
-def test_a_released_allocation_no_longer_shows_its_user(client: Client, bob: Any, busy_lab: Any) -> None:
+def test_a_released_allocation_no_longer_shows_its_user(
+    client: Client, bob: Any, busy_lab: Any
+) -> None:
     from jobqueue.models import Allocation
 
     Allocation.objects.update(active=False)
@@ -67,13 +83,19 @@ def test_a_released_allocation_no_longer_shows_its_user(client: Client, bob: Any
     assert "resnet-sweep" not in client.get(reverse("gpu_table")).content.decode()
 
 
-def test_the_users_of_shared_slots_show_on_their_gpu(client: Client, bob: Any, charlie: Any) -> None:
+def test_the_users_of_shared_slots_show_on_their_gpu(
+    client: Client, bob: Any, charlie: Any
+) -> None:
     from jobqueue.models import Allocation
 
     node = NodeFactory(name="gpu03")
     parent = GpuFactory(node=node, index=0, uuid="GPU-shared", shared_slots=2)
-    slots = [GpuFactory(node=node, index=0, uuid=f"GPU-shared-slot-{i}", kind=Gpu.Kind.SLOT, parent=parent)
-             for i in range(2)]
+    slots = [
+        GpuFactory(
+            node=node, index=0, uuid=f"GPU-shared-slot-{i}", kind=Gpu.Kind.SLOT, parent=parent
+        )
+        for i in range(2)
+    ]
     Allocation.objects.create(job=job_on(node, charlie, name="debug-notebook"), gpu=slots[1])
     client.force_login(bob)
 
@@ -102,13 +124,17 @@ def test_staff_drain_a_node_from_the_page(client: Client, admin_user: Any, busy_
     assert 'data-testid="undrain"' in html
 
 
-def test_staff_return_a_drained_node_to_service_with_htmx(client: Client, admin_user: Any, busy_lab: Any) -> None:
+def test_staff_return_a_drained_node_to_service_with_htmx(
+    client: Client, admin_user: Any, busy_lab: Any
+) -> None:
     node = busy_lab["node"]
     node.drain_requested, node.state = True, Node.State.DRAINING
     node.save()
     client.force_login(admin_user)
 
-    response = client.post(reverse("node_drain", args=[node.name]), {"drain": "0"}, HTTP_HX_REQUEST="true")
+    response = client.post(
+        reverse("node_drain", args=[node.name]), {"drain": "0"}, HTTP_HX_REQUEST="true"
+    )
 
     assert response.status_code == 200
     assert 'data-node="gpu01"' in response.content.decode()  # the refreshed table
@@ -116,11 +142,15 @@ def test_staff_return_a_drained_node_to_service_with_htmx(client: Client, admin_
     assert (node.drain_requested, node.state) == (False, Node.State.UP)
 
 
-def test_members_cannot_drain_a_node(client: Client, alice: Any, charlie: Any, busy_lab: Any) -> None:
+def test_members_cannot_drain_a_node(
+    client: Client, alice: Any, charlie: Any, busy_lab: Any
+) -> None:
     node = busy_lab["node"]
     for member in (alice, charlie):
         client.force_login(member)
-        assert client.post(reverse("node_drain", args=[node.name]), {"drain": "1"}).status_code == 403
+        assert (
+            client.post(reverse("node_drain", args=[node.name]), {"drain": "1"}).status_code == 403
+        )
     node.refresh_from_db()
     assert (node.drain_requested, node.state) == (False, Node.State.UP)
 
@@ -133,7 +163,9 @@ def test_members_see_no_drain_buttons(client: Client, alice: Any, busy_lab: Any)
     assert 'data-testid="drain"' not in html
 
 
-def test_drain_needs_a_post_and_a_clear_choice(client: Client, admin_user: Any, busy_lab: Any) -> None:
+def test_drain_needs_a_post_and_a_clear_choice(
+    client: Client, admin_user: Any, busy_lab: Any
+) -> None:
     client.force_login(admin_user)
     url = reverse("node_drain", args=["gpu01"])
 
@@ -142,7 +174,9 @@ def test_drain_needs_a_post_and_a_clear_choice(client: Client, admin_user: Any, 
     assert client.post(reverse("node_drain", args=["nope"]), {"drain": "1"}).status_code == 404
 
 
-def test_the_dashboard_still_renders_without_the_cluster_urls_included(client: Client, admin_user: Any, busy_lab: Any, settings: Any) -> None:
+def test_the_dashboard_still_renders_without_the_cluster_urls_included(
+    client: Client, admin_user: Any, busy_lab: Any, settings: Any
+) -> None:
     settings.ROOT_URLCONF = "labportal.urls"
     client.force_login(admin_user)
 

@@ -82,7 +82,9 @@ def stack(tmp_path: Path) -> Any:
     yield running
     running.stop()
     if os.environ.get("LABPORTAL_E2E_KEEP_LOGS"):
-        shutil.copytree(tmp_path / "logs", os.environ["LABPORTAL_E2E_KEEP_LOGS"], dirs_exist_ok=True)
+        shutil.copytree(
+            tmp_path / "logs", os.environ["LABPORTAL_E2E_KEEP_LOGS"], dirs_exist_ok=True
+        )
 
 
 def test_twenty_jobs_submitted_through_the_api_complete_in_containers_on_their_gpus(
@@ -92,26 +94,52 @@ def test_twenty_jobs_submitted_through_the_api_complete_in_containers_on_their_g
     _token, secret = NodeToken.issue(node_name=node_name)
     ContainerImage.objects.create(reference=TEST_IMAGE)
     stack.control_worker(tmp_path / "beat-schedule")
-    stack.agent(name=node_name, token=secret, broker=settings.CELERY_BROKER_URL, runtime="docker", gpus=4,
-                state_dir=tmp_path / "agent")
-    wait_until(lambda: Gpu.objects.filter(node__name=node_name, node__state=Node.State.UP).count() == 4,
-               timeout_s=90, stack=stack, what="the agent to register its 4 simulated GPUs")
+    stack.agent(
+        name=node_name,
+        token=secret,
+        broker=settings.CELERY_BROKER_URL,
+        runtime="docker",
+        gpus=4,
+        state_dir=tmp_path / "agent",
+    )
+    wait_until(
+        lambda: Gpu.objects.filter(node__name=node_name, node__state=Node.State.UP).count() == 4,
+        timeout_s=90,
+        stack=stack,
+        what="the agent to register its 4 simulated GPUs",
+    )
 
     api = api_as(alice)
     submitted = []
     for i in range(JOBS):
-        response = api.post("/api/jobs/", {
-            "image": TEST_IMAGE, "gpus": 1 + i % 2, "time_limit_s": 600, "cpus": "0.5", "memory_mb": 128,
-            "command": ["sh", "-c", "echo gpus=$NVIDIA_VISIBLE_DEVICES; sleep 1"],
-        }, format="json")
+        response = api.post(
+            "/api/jobs/",
+            {
+                "image": TEST_IMAGE,
+                "gpus": 1 + i % 2,
+                "time_limit_s": 600,
+                "cpus": "0.5",
+                "memory_mb": 128,
+                "command": ["sh", "-c", "echo gpus=$NVIDIA_VISIBLE_DEVICES; sleep 1"],
+            },
+            format="json",
+        )
         assert response.status_code == 201, response.content
         submitted.append(json.loads(response.content)["id"])
     overview = json.loads(api.get("/api/queues/overview/").content)
     listed = {e["id"] for e in overview["waiting"] + overview["running"]}
-    assert set(submitted) <= listed | set(Job.objects.filter(pk__in=submitted, state__in=Job.FINAL_STATES).values_list("pk", flat=True))
+    assert set(submitted) <= listed | set(
+        Job.objects.filter(pk__in=submitted, state__in=Job.FINAL_STATES).values_list(
+            "pk", flat=True
+        )
+    )
 
-    wait_until(lambda: Job.objects.filter(pk__in=submitted, state__in=Job.FINAL_STATES).count() == JOBS,
-               timeout_s=240, stack=stack, what=f"{JOBS} jobs to finish")
+    wait_until(
+        lambda: Job.objects.filter(pk__in=submitted, state__in=Job.FINAL_STATES).count() == JOBS,
+        timeout_s=240,
+        stack=stack,
+        what=f"{JOBS} jobs to finish",
+    )
 
     jobs = Job.objects.filter(pk__in=submitted).prefetch_related("allocations__gpu", "events")
     for job in jobs:

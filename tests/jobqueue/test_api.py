@@ -20,9 +20,15 @@ def body(response: Any) -> Any:
     return json.loads(response.content)
 
 
-def test_a_member_submits_through_the_api_and_reads_it_back(alice: Any, cluster: Any, image: Any) -> None:
+def test_a_member_submits_through_the_api_and_reads_it_back(
+    alice: Any, cluster: Any, image: Any
+) -> None:
     api = api_as(alice)
-    response = api.post("/api/jobs/", {"image": "labportal/busybox:test", "command": ["echo", "hi"], "gpus": 2}, format="json")
+    response = api.post(
+        "/api/jobs/",
+        {"image": "labportal/busybox:test", "command": ["echo", "hi"], "gpus": 2},
+        format="json",
+    )
     assert response.status_code == 201, response.content
     job_id = body(response)["id"]
     assert body(api.get(f"/api/jobs/{job_id}/"))["state"] == "pending"
@@ -34,12 +40,16 @@ def test_a_refusal_is_a_clear_4xx_with_a_code(alice: Any, cluster: Any, image: A
     assert response.status_code == 400
     assert body(response)["code"] == "image_not_allowed"
     assert "allowlist" in body(response)["detail"]
-    response = api_as(alice).post("/api/jobs/", {"image": "labportal/busybox:test", "command": {"a": 1}}, format="json")
+    response = api_as(alice).post(
+        "/api/jobs/", {"image": "labportal/busybox:test", "command": {"a": 1}}, format="json"
+    )
     assert response.status_code == 400
     assert "list of strings" in json.dumps(body(response))
 
 
-def test_other_members_cannot_see_or_cancel_a_job(alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any) -> None:
+def test_other_members_cannot_see_or_cancel_a_job(
+    alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any
+) -> None:
     job = submit(alice, env={"SECRET": "s3"})
     for outsider in (bob, charlie):
         api = api_as(outsider)
@@ -51,7 +61,9 @@ def test_other_members_cannot_see_or_cancel_a_job(alice: Any, bob: Any, charlie:
     assert job.state == Job.State.PENDING
 
 
-def test_the_queue_overview_shows_owner_size_and_queue_but_never_command_or_env(alice: Any, charlie: Any, cluster: Any, image: Any) -> None:
+def test_the_queue_overview_shows_owner_size_and_queue_but_never_command_or_env(
+    alice: Any, charlie: Any, cluster: Any, image: Any
+) -> None:
     submit(alice, env={"SECRET": "s3"}, command="python secret_project.py")
     overview = body(api_as(charlie).get("/api/queues/overview/"))
     [entry] = overview["waiting"]
@@ -60,7 +72,9 @@ def test_the_queue_overview_shows_owner_size_and_queue_but_never_command_or_env(
     assert "secret_project" not in dumped and "s3" not in dumped
 
 
-def test_the_admin_sees_and_cancels_any_job(alice: Any, admin_user: Any, cluster: Any, image: Any) -> None:
+def test_the_admin_sees_and_cancels_any_job(
+    alice: Any, admin_user: Any, cluster: Any, image: Any
+) -> None:
     job = submit(alice)
     api = api_as(admin_user)
     assert api.get(f"/api/jobs/{job.pk}/").status_code == 200
@@ -89,7 +103,9 @@ def test_the_openapi_schema_and_docs_are_served_locally(alice: Any, client: Clie
     assert "cdn" not in docs.lower()
 
 
-def test_pages_hide_other_members_jobs_and_show_the_queue(client: Client, alice: Any, charlie: Any, cluster: Any, image: Any) -> None:
+def test_pages_hide_other_members_jobs_and_show_the_queue(
+    client: Client, alice: Any, charlie: Any, cluster: Any, image: Any
+) -> None:
     job = submit(alice, command="python secret_project.py")
     client.force_login(charlie)
     assert client.get(reverse("job_detail", args=[job.pk])).status_code == 404
@@ -98,12 +114,22 @@ def test_pages_hide_other_members_jobs_and_show_the_queue(client: Client, alice:
     assert "alice" in queue_html and "secret_project" not in queue_html
 
 
-def test_the_submit_page_shows_a_refusal_without_losing_the_input(client: Client, alice: Any, cluster: Any, image: Any) -> None:
+def test_the_submit_page_shows_a_refusal_without_losing_the_input(
+    client: Client, alice: Any, cluster: Any, image: Any
+) -> None:
     client.force_login(alice)
-    response = client.post(reverse("job_submit"), {
-        "queue": "debug", "image": "labportal/busybox:test", "command": "python long.py", "gpus": 1,
-        "time_limit_hours": "5", "cpus": "4", "memory_gb": "16",
-    })
+    response = client.post(
+        reverse("job_submit"),
+        {
+            "queue": "debug",
+            "image": "labportal/busybox:test",
+            "command": "python long.py",
+            "gpus": 1,
+            "time_limit_hours": "5",
+            "cpus": "4",
+            "memory_gb": "16",
+        },
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert "The debug queue allows a time limit of at most 1 h" in html
@@ -111,13 +137,25 @@ def test_the_submit_page_shows_a_refusal_without_losing_the_input(client: Client
     assert not Job.objects.exists()
 
 
-def test_the_submit_page_queues_a_job_and_shows_it(client: Client, alice: Any, cluster: Any, image: Any) -> None:
+def test_the_submit_page_queues_a_job_and_shows_it(
+    client: Client, alice: Any, cluster: Any, image: Any
+) -> None:
     client.force_login(alice)
-    response = client.post(reverse("job_submit"), {
-        "queue": "normal", "image": "labportal/busybox:test", "command": "echo hello", "gpus": 1,
-        "cpus": "2", "memory_gb": "8", "env": "A=1\nB=two",
-    })
+    response = client.post(
+        reverse("job_submit"),
+        {
+            "queue": "normal",
+            "image": "labportal/busybox:test",
+            "command": "echo hello",
+            "gpus": 1,
+            "cpus": "2",
+            "memory_gb": "8",
+            "env": "A=1\nB=two",
+        },
+    )
     job = Job.objects.get()
-    assert response.status_code == 302 and response["Location"] == reverse("job_detail", args=[job.pk])
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "job_detail", args=[job.pk]
+    )
     assert job.env == {"A": "1", "B": "two"}
     assert "echo hello" in client.get(response["Location"]).content.decode()

@@ -21,8 +21,13 @@ REASON = "Camera-ready experiments for NeurIPS"
 
 def waiting_job(owner: Any, state: str = Job.State.PENDING) -> Job:
     return Job.objects.create(
-        owner=owner, queue=default_queue("normal"), image=ContainerImageFactory(), command=["python", "t.py"],
-        gpus=1, time_limit_s=3600, state=state,
+        owner=owner,
+        queue=default_queue("normal"),
+        image=ContainerImageFactory(),
+        command=["python", "t.py"],
+        gpus=1,
+        time_limit_s=3600,
+        state=state,
     )
 
 
@@ -32,7 +37,9 @@ def apply(user: Any, days: int = 7) -> PriorityGrant:
     )
 
 
-def test_a_member_applies_for_the_high_queue_and_staff_are_told(alice: Any, admin_user: Any) -> None:
+def test_a_member_applies_for_the_high_queue_and_staff_are_told(
+    alice: Any, admin_user: Any
+) -> None:
     grant = apply(alice)
     assert grant.queue.name == "high" and grant.state == PriorityGrant.State.PENDING
     assert Notification.objects.filter(user=admin_user, kind="grant_requested").exists()
@@ -40,11 +47,22 @@ def test_a_member_applies_for_the_high_queue_and_staff_are_told(alice: Any, admi
 
 @pytest.mark.parametrize(
     ("reason", "days", "message"),
-    [("short", 7, "Say in a sentence"), (REASON, -1, "must be in the future"), (REASON, 400, "at most 366 days")],
+    [
+        ("short", 7, "Say in a sentence"),
+        (REASON, -1, "must be in the future"),
+        (REASON, 400, "at most 366 days"),
+    ],
 )
-def test_a_bad_grant_request_says_how_to_fix_it(alice: Any, reason: str, days: int, message: str) -> None:
+def test_a_bad_grant_request_says_how_to_fix_it(
+    alice: Any, reason: str, days: int, message: str
+) -> None:
     with pytest.raises(approvals.InvalidGrantRequest, match=message):
-        approvals.grant_apply(user=alice, reason=reason, deadline=timezone.now() + timedelta(days=days), gpus_expected=1)
+        approvals.grant_apply(
+            user=alice,
+            reason=reason,
+            deadline=timezone.now() + timedelta(days=days),
+            gpus_expected=1,
+        )
 
 
 def test_a_second_pending_request_for_the_same_queue_is_refused(alice: Any) -> None:
@@ -53,8 +71,12 @@ def test_a_second_pending_request_for_the_same_queue_is_refused(alice: Any) -> N
         apply(alice)
 
 
-def test_staff_approve_a_grant_with_a_comment_and_the_member_is_notified(alice: Any, admin_user: Any) -> None:
-    grant = approvals.grant_decide(grant_id=apply(alice).pk, decided_by=admin_user, approve=True, comment="Good luck")
+def test_staff_approve_a_grant_with_a_comment_and_the_member_is_notified(
+    alice: Any, admin_user: Any
+) -> None:
+    grant = approvals.grant_decide(
+        grant_id=apply(alice).pk, decided_by=admin_user, approve=True, comment="Good luck"
+    )
     assert grant.state == PriorityGrant.State.APPROVED and grant.decided_by == admin_user
     assert approvals.grant_in_force(alice, grant.queue) == grant
     note = Notification.objects.get(user=alice, kind="grant_approved")
@@ -65,7 +87,11 @@ def test_staff_approve_a_grant_with_a_comment_and_the_member_is_notified(alice: 
 def test_members_cannot_approve_any_grant(alice: Any, bob: Any, charlie: Any, member: str) -> None:
     grant = apply(alice)
     with pytest.raises(approvals.StaffOnly):
-        approvals.grant_decide(grant_id=grant.pk, decided_by={"alice": alice, "bob": bob, "charlie": charlie}[member], approve=True)
+        approvals.grant_decide(
+            grant_id=grant.pk,
+            decided_by={"alice": alice, "bob": bob, "charlie": charlie}[member],
+            approve=True,
+        )
     grant.refresh_from_db()
     assert grant.state == PriorityGrant.State.PENDING
 
@@ -80,7 +106,9 @@ def test_a_decided_grant_cannot_be_decided_again(alice: Any, admin_user: Any) ->
 def test_an_approved_grant_lapses_by_itself_at_its_deadline_and_the_member_is_told_once(
     alice: Any, admin_user: Any
 ) -> None:
-    grant = approvals.grant_decide(grant_id=apply(alice, days=2).pk, decided_by=admin_user, approve=True)
+    grant = approvals.grant_decide(
+        grant_id=apply(alice, days=2).pk, decided_by=admin_user, approve=True
+    )
     with time_machine.travel(timezone.now() + timedelta(days=3)):
         assert not grant.is_in_force()
         assert approvals.grant_in_force(alice, grant.queue) is None
@@ -101,13 +129,19 @@ def test_a_member_withdraws_their_own_grant_but_not_someone_elses(alice: Any, ch
     grant = apply(alice)
     with pytest.raises(approvals.NotAllowed):
         approvals.grant_withdraw(grant_id=grant.pk, user=charlie)
-    assert approvals.grant_withdraw(grant_id=grant.pk, user=alice).state == PriorityGrant.State.WITHDRAWN
+    assert (
+        approvals.grant_withdraw(grant_id=grant.pk, user=alice).state
+        == PriorityGrant.State.WITHDRAWN
+    )
     assert PriorityGrant.objects.filter(pk=grant.pk).exists()
 
 
 def ask(user: Any, jobs: list[Job], hours: int | None = None) -> EmergencyRequest:
     return approvals.emergency_request_create(
-        user=user, job_ids=[j.pk for j in jobs], reason="The thesis defence is tomorrow", hours=hours
+        user=user,
+        job_ids=[j.pk for j in jobs],
+        reason="The thesis defence is tomorrow",
+        hours=hours,
     )
 
 
@@ -133,8 +167,12 @@ def test_an_emergency_names_only_the_members_own_waiting_jobs(alice: Any, charli
     assert ask(alice, [waiting_job(alice, state=Job.State.HELD)]).jobs.count() == 1
 
 
-def test_each_member_may_use_the_emergency_channel_only_n_times_per_period(alice: Any, bob: Any, admin_user: Any) -> None:
-    CreditPolicy.objects.update_or_create(pk=1, defaults={"emergency_max_uses": 2, "emergency_period_days": 90})
+def test_each_member_may_use_the_emergency_channel_only_n_times_per_period(
+    alice: Any, bob: Any, admin_user: Any
+) -> None:
+    CreditPolicy.objects.update_or_create(
+        pk=1, defaults={"emergency_max_uses": 2, "emergency_period_days": 90}
+    )
     start = timezone.now()
     for day in (0, 10):
         with time_machine.travel(start + timedelta(days=day)):
@@ -142,7 +180,9 @@ def test_each_member_may_use_the_emergency_channel_only_n_times_per_period(alice
             approvals.emergency_decide(request_id=request.pk, decided_by=admin_user, approve=True)
     with time_machine.travel(start + timedelta(days=20)):
         assert approvals.emergency_uses_left(alice) == 0
-        with pytest.raises(approvals.EmergencyLimitReached, match="used all 2 emergencies of the last 90 days"):
+        with pytest.raises(
+            approvals.EmergencyLimitReached, match="used all 2 emergencies of the last 90 days"
+        ):
             ask(alice, [waiting_job(alice)])
         assert approvals.emergency_uses_left(bob) == 2  # the limit is per member
     with time_machine.travel(start + timedelta(days=91)):
@@ -165,7 +205,9 @@ def test_members_cannot_approve_emergencies(alice: Any, bob: Any) -> None:
 
 def test_every_request_and_decision_is_kept_for_audit(alice: Any, admin_user: Any) -> None:
     request = ask(alice, [waiting_job(alice)], hours=1)
-    approvals.emergency_decide(request_id=request.pk, decided_by=admin_user, approve=True, comment="ok")
+    approvals.emergency_decide(
+        request_id=request.pk, decided_by=admin_user, approve=True, comment="ok"
+    )
     with time_machine.travel(timezone.now() + timedelta(hours=2)):
         approvals.emergencies_expire()
     request.refresh_from_db()

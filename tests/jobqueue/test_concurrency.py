@@ -46,7 +46,9 @@ def assert_no_gpu_twice() -> None:
         assert job.allocations.filter(active=True).count() == job.gpus
 
 
-def test_four_concurrent_passes_never_allocate_a_gpu_twice(alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any) -> None:
+def test_four_concurrent_passes_never_allocate_a_gpu_twice(
+    alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any
+) -> None:
     assert connection.vendor == "postgresql"
     for owner in (alice, bob, charlie) * 4:
         submit(owner, gpus=1)
@@ -70,7 +72,9 @@ def test_fifty_concurrent_submits_and_cancels_with_passes_keep_allocations_sound
     def canceller(job: Job) -> Callable[[], Any]:
         return lambda: job_cancel(job_id=job.pk, actor=job.owner)
 
-    workers: list[Callable[[], Any]] = [submitter(i) for i in range(25)] + [canceller(j) for j in existing]
+    workers: list[Callable[[], Any]] = [submitter(i) for i in range(25)] + [
+        canceller(j) for j in existing
+    ]
     workers += [scheduling_pass] * 4
     errors = run_concurrently(workers)
     # A cancel may race a pass that just dispatched the job; that is a stop request, not an error.
@@ -80,4 +84,7 @@ def test_fifty_concurrent_submits_and_cancels_with_passes_keep_allocations_sound
     scheduling_pass()
     assert_no_gpu_twice()
     assert Job.objects.count() == 50
-    assert Job.objects.filter(pk__in=[j.pk for j in existing], state__in=[*Job.WAITING_STATES]).count() == 0
+    assert (
+        Job.objects.filter(pk__in=[j.pk for j in existing], state__in=[*Job.WAITING_STATES]).count()
+        == 0
+    )

@@ -33,23 +33,38 @@ def dispatched(owner: Any, capture: Any, **overrides: Any) -> Job:
 
 
 def event(job: Job, kind: str, **extra: Any) -> dict[str, Any]:
-    return {"event_id": f"{job.pk}:{kind}:c1", "job_id": job.pk, "kind": kind, "container_id": "c1",
-            "ts": timezone.now().timestamp(), "log_tail": "", "reason": "", "exit_code": None, **extra}
+    return {
+        "event_id": f"{job.pk}:{kind}:c1",
+        "job_id": job.pk,
+        "kind": kind,
+        "container_id": "c1",
+        "ts": timezone.now().timestamp(),
+        "log_tail": "",
+        "reason": "",
+        "exit_code": None,
+        **extra,
+    }
 
 
-def test_started_then_exited_zero_completes_and_frees_the_gpus(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_started_then_exited_zero_completes_and_frees_the_gpus(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     job_event_apply(node_name=job.node.name, event=event(job, "started"))
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING and job.started_at is not None
-    job_event_apply(node_name=job.node.name, event=event(job, "exited", exit_code=0, log_tail="done\n"))
+    job_event_apply(
+        node_name=job.node.name, event=event(job, "exited", exit_code=0, log_tail="done\n")
+    )
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED
     assert job.exit_code == 0 and job.log_tail == "done\n"
     assert not job.allocations.filter(active=True).exists()
 
 
-def test_the_same_event_twice_changes_nothing(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_the_same_event_twice_changes_nothing(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     job_event_apply(node_name=job.node.name, event=event(job, "started"))
     exited = event(job, "exited", exit_code=3)
@@ -60,7 +75,9 @@ def test_the_same_event_twice_changes_nothing(alice: Any, cluster: Any, image: A
     assert [e.kind for e in job.events.all()] == ["submitted", "dispatched", "started", "exited"]
 
 
-def test_an_event_from_another_node_is_ignored(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_an_event_from_another_node_is_ignored(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     other = "gpu02" if job.node.name == "gpu01" else "gpu01"
     job_event_apply(node_name=other, event=event(job, "exited", exit_code=0))
@@ -68,9 +85,13 @@ def test_an_event_from_another_node_is_ignored(alice: Any, cluster: Any, image: 
     assert job.state == Job.State.DISPATCHED
 
 
-def test_a_start_failure_fails_the_job_with_its_reason(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_a_start_failure_fails_the_job_with_its_reason(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    job_event_apply(node_name=job.node.name, event=event(job, "start_failed", reason="image not found on node"))
+    job_event_apply(
+        node_name=job.node.name, event=event(job, "start_failed", reason="image not found on node")
+    )
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
     assert "image not found" in job.end_reason
@@ -98,7 +119,9 @@ def test_cancelling_a_running_job_stops_its_container_and_ends_cancelled(
     assert job.state == Job.State.CANCELLED
 
 
-def test_only_the_owner_or_an_admin_can_cancel(alice: Any, charlie: Any, admin_user: Any, cluster: Any, image: Any) -> None:
+def test_only_the_owner_or_an_admin_can_cancel(
+    alice: Any, charlie: Any, admin_user: Any, cluster: Any, image: Any
+) -> None:
     job = submit(alice)
     with pytest.raises(errors.NotJobOwner):
         job_cancel(job_id=job.pk, actor=charlie)
@@ -108,21 +131,32 @@ def test_only_the_owner_or_an_admin_can_cancel(alice: Any, charlie: Any, admin_u
 
 
 def test_the_soft_limit_warns_and_the_hard_limit_stops(
-    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any, mailoutbox: Any
+    alice: Any,
+    cluster: Any,
+    image: Any,
+    django_capture_on_commit_callbacks: Any,
+    sent_tasks: Any,
+    mailoutbox: Any,
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks, time_limit_s=3600)
     job_event_apply(node_name=job.node.name, event=event(job, "started"))
     start = timezone.now()
     with time_machine.travel(start + timedelta(minutes=59)):
         assert jobs_enforce_time_limits() == {"warned": 0, "stopped": 0}
-    with time_machine.travel(start + timedelta(minutes=61)), django_capture_on_commit_callbacks(execute=True):
+    with (
+        time_machine.travel(start + timedelta(minutes=61)),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         assert jobs_enforce_time_limits() == {"warned": 1, "stopped": 0}
         assert jobs_enforce_time_limits() == {"warned": 0, "stopped": 0}
     job.refresh_from_db()
     assert job.soft_warned_at is not None
     assert "soft_limit" in [e.kind for e in job.events.all()]
     assert not sent_tasks.named("agent.stop_job")
-    with time_machine.travel(start + timedelta(minutes=60 + 31)), django_capture_on_commit_callbacks(execute=True):
+    with (
+        time_machine.travel(start + timedelta(minutes=60 + 31)),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         assert jobs_enforce_time_limits()["stopped"] == 1
     assert sent_tasks.named("agent.stop_job")[0][1][2] == "timed_out"
     job_event_apply(node_name=job.node.name, event=event(job, "exited", exit_code=137))
@@ -130,16 +164,23 @@ def test_the_soft_limit_warns_and_the_hard_limit_stops(
     assert job.state == Job.State.TIMED_OUT
 
 
-def test_warn_only_policy_never_stops_a_job(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any) -> None:
+def test_warn_only_policy_never_stops_a_job(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
+) -> None:
     SchedulingPolicy.objects.update_or_create(pk=1, defaults={"hard_limit_grace_s": None})
     job = dispatched(alice, django_capture_on_commit_callbacks, time_limit_s=600)
     job_event_apply(node_name=job.node.name, event=event(job, "started"))
-    with time_machine.travel(timezone.now() + timedelta(days=2)), django_capture_on_commit_callbacks(execute=True):
+    with (
+        time_machine.travel(timezone.now() + timedelta(days=2)),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         assert jobs_enforce_time_limits() == {"warned": 1, "stopped": 0}
     assert not sent_tasks.named("agent.stop_job")
 
 
-def test_jobs_on_a_lost_node_become_lost_once(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_jobs_on_a_lost_node_become_lost_once(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     assert jobs_mark_lost_on_node(node_id=job.node_id, reason="no heartbeat") == 1
     assert jobs_mark_lost_on_node(node_id=job.node_id, reason="no heartbeat") == 0
@@ -148,7 +189,9 @@ def test_jobs_on_a_lost_node_become_lost_once(alice: Any, cluster: Any, image: A
     assert not job.allocations.filter(active=True).exists()
 
 
-def test_a_preempted_job_returns_to_the_queue_with_its_submit_time(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_a_preempted_job_returns_to_the_queue_with_its_submit_time(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     from jobqueue.services import job_request_stop
 
     job = dispatched(alice, django_capture_on_commit_callbacks, preemptible=True)

@@ -41,7 +41,9 @@ def test_a_pass_starts_a_job_on_one_node_and_sends_it_to_that_nodes_queue(
     assert [e.kind for e in job.events.all()] == ["submitted", "dispatched"]
 
 
-def test_partly_used_nodes_are_filled_first(alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_partly_used_nodes_are_filled_first(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     first = submit(alice, gpus=1)
     run_pass(django_capture_on_commit_callbacks)
     second = submit(bob, gpus=1)
@@ -63,11 +65,15 @@ def test_waiting_jobs_get_a_position_an_estimated_start_and_a_reason(
     assert waiting.queue_position == 1
     assert waiting.pending_reason == "resources"
     assert waiting.estimated_start is not None
-    assert timezone.now() < waiting.estimated_start <= timezone.now() + timedelta(hours=1, minutes=10)
+    assert (
+        timezone.now() < waiting.estimated_start <= timezone.now() + timedelta(hours=1, minutes=10)
+    )
     assert waiting.pending_reason_text == "Waiting for GPUs to free up."
 
 
-def test_nothing_new_starts_on_a_draining_node(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_nothing_new_starts_on_a_draining_node(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     Node.objects.filter(name="gpu01").update(state=Node.State.DRAINING, drain_requested=True)
     Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
     job = submit(alice, gpus=1)
@@ -77,7 +83,9 @@ def test_nothing_new_starts_on_a_draining_node(alice: Any, cluster: Any, image: 
     assert job.pending_reason == "node_unavailable"
 
 
-def test_a_held_job_does_not_start(alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_a_held_job_does_not_start(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     job = submit(alice)
     Job.objects.filter(pk=job.pk).update(state=Job.State.HELD, hold_reason="waiting for approval")
     run_pass(django_capture_on_commit_callbacks)
@@ -86,14 +94,25 @@ def test_a_held_job_does_not_start(alice: Any, cluster: Any, image: Any, django_
     assert job.pending_reason == "held"
 
 
-def test_an_approved_emergency_job_runs_first(alice: Any, bob: Any, admin_user: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_an_approved_emergency_job_runs_first(
+    alice: Any,
+    bob: Any,
+    admin_user: Any,
+    cluster: Any,
+    image: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
     with time_machine.travel(timezone.now() - timedelta(hours=1)):
         early = submit(alice, gpus=8 // 2)
         early2 = submit(alice, gpus=4)
     submit(alice, gpus=4)
     urgent = submit(bob, gpus=4)
-    request = EmergencyRequest.objects.create(user=bob, reason="camera-ready", state=EmergencyRequest.State.APPROVED,
-                                              expires_at=timezone.now() + timedelta(hours=6))
+    request = EmergencyRequest.objects.create(
+        user=bob,
+        reason="camera-ready",
+        state=EmergencyRequest.State.APPROVED,
+        expires_at=timezone.now() + timedelta(hours=6),
+    )
     request.jobs.add(urgent)
     run_pass(django_capture_on_commit_callbacks)
     urgent.refresh_from_db()
@@ -103,7 +122,9 @@ def test_an_approved_emergency_job_runs_first(alice: Any, bob: Any, admin_user: 
     assert sorted([early.state, early2.state]) == [Job.State.DISPATCHED, Job.State.PENDING]
 
 
-def test_a_gpu_cannot_hold_two_active_allocations(alice: Any, bob: Any, cluster: Any, image: Any) -> None:
+def test_a_gpu_cannot_hold_two_active_allocations(
+    alice: Any, bob: Any, cluster: Any, image: Any
+) -> None:
     gpu = Gpu.objects.first()
     a, b = submit(alice), submit(bob)
     Allocation.objects.create(job=a, gpu=gpu)
@@ -113,16 +134,23 @@ def test_a_gpu_cannot_hold_two_active_allocations(alice: Any, bob: Any, cluster:
     Allocation.objects.create(job=b, gpu=gpu)
 
 
-def test_a_users_usage_lowers_their_priority(alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_a_users_usage_lowers_their_priority(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
     past = submit(alice, gpus=4)
-    Job.objects.filter(pk=past.pk).update(state=Job.State.COMPLETED, started_at=timezone.now() - timedelta(hours=10),
-                                          ended_at=timezone.now() - timedelta(hours=1))
+    Job.objects.filter(pk=past.pk).update(
+        state=Job.State.COMPLETED,
+        started_at=timezone.now() - timedelta(hours=10),
+        ended_at=timezone.now() - timedelta(hours=1),
+    )
     a = submit(alice, gpus=1)
     b = submit(bob, gpus=1)
     Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
     for g in Gpu.objects.filter(node__name="gpu01")[:3]:
         blocker = submit(bob, gpus=1)
-        Job.objects.filter(pk=blocker.pk).update(state=Job.State.RUNNING, node=g.node, started_at=timezone.now())
+        Job.objects.filter(pk=blocker.pk).update(
+            state=Job.State.RUNNING, node=g.node, started_at=timezone.now()
+        )
         Allocation.objects.create(job=blocker, gpu=g)
     run_pass(django_capture_on_commit_callbacks)
     a.refresh_from_db()
@@ -131,11 +159,15 @@ def test_a_users_usage_lowers_their_priority(alice: Any, bob: Any, cluster: Any,
     assert a.state == Job.State.PENDING and a.pending_reason in ("resources", "priority")
 
 
-def test_the_predicted_run_time_learns_from_the_owners_finished_jobs(alice: Any, cluster: Any, image: Any) -> None:
+def test_the_predicted_run_time_learns_from_the_owners_finished_jobs(
+    alice: Any, cluster: Any, image: Any
+) -> None:
     first = submit(alice, time_limit_s=4 * 3600, command="python train.py --seed 1")
     assert first.predicted_runtime_s == 4 * 3600
     now = timezone.now()
-    Job.objects.filter(pk=first.pk).update(state=Job.State.COMPLETED, started_at=now - timedelta(minutes=50), ended_at=now)
+    Job.objects.filter(pk=first.pk).update(
+        state=Job.State.COMPLETED, started_at=now - timedelta(minutes=50), ended_at=now
+    )
     second = submit(alice, time_limit_s=4 * 3600, command="python train.py --seed 2")
     assert second.predicted_runtime_s == 50 * 60
 
@@ -161,7 +193,9 @@ def test_nothing_is_backfilled_into_someone_elses_reservation_window(
     fits.refresh_from_db()
     assert too_long.state == Job.State.PENDING
     assert too_long.pending_reason == "reservation"
-    assert too_long.estimated_start is not None and too_long.estimated_start >= start + timedelta(hours=2)
+    assert too_long.estimated_start is not None and too_long.estimated_start >= start + timedelta(
+        hours=2
+    )
     assert fits.state == Job.State.DISPATCHED
 
 
@@ -179,5 +213,7 @@ def test_the_owners_job_runs_in_the_reservation_ahead_of_everyone(
     mine.refresh_from_db()
     earlier.refresh_from_db()
     assert mine.state == Job.State.DISPATCHED
-    assert {a.gpu_id for a in mine.allocations.all()} == set(reservation.gpus.values_list("id", flat=True))
+    assert {a.gpu_id for a in mine.allocations.all()} == set(
+        reservation.gpus.values_list("id", flat=True)
+    )
     assert earlier.state == Job.State.PENDING

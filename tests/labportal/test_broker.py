@@ -13,9 +13,13 @@ from labportal.celery import app, node_queue
 def test_the_configured_broker_delivers_a_message() -> None:
     name = f"labportal-test-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, Exchange(name, type="direct"), routing_key=name)
-    with Connection(settings.CELERY_BROKER_URL, transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS) as conn:
+    with Connection(
+        settings.CELERY_BROKER_URL, transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    ) as conn:
         with conn.Producer() as producer:
-            producer.publish({"hello": "node"}, exchange=queue.exchange, routing_key=name, declare=[queue])
+            producer.publish(
+                {"hello": "node"}, exchange=queue.exchange, routing_key=name, declare=[queue]
+            )
         simple = conn.SimpleQueue(queue)
         message = simple.get(timeout=10)
         assert message.payload == {"hello": "node"}

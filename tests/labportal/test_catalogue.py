@@ -14,7 +14,10 @@ def po_entries(path: Path) -> dict[str, str]:
     for block in path.read_text(encoding="utf-8").split("\n\n"):
         lines = [line for line in block.splitlines() if not line.startswith("#~")]
         if any(line.startswith("#,") and "fuzzy" in line for line in lines):
-            msgid = "".join(ast.literal_eval(l.split(" ", 1)[1]) if l.startswith("msgid ") else "" for l in lines)
+            msgid = "".join(
+                ast.literal_eval(line.split(" ", 1)[1]) if line.startswith("msgid ") else ""
+                for line in lines
+            )
             if msgid:
                 raise AssertionError(f"fuzzy translation left in the catalogue: {msgid!r}")
         field, parts = None, {"msgid": [], "msgstr": []}  # type: ignore[var-annotated]
@@ -47,4 +50,6 @@ def test_the_compiled_catalogue_matches_the_source() -> None:
     with (LOCALE / "django.mo").open("rb") as handle:
         compiled = gettext.GNUTranslations(handle)
     for msgid, msgstr in entries.items():
-        assert compiled.gettext(msgid) == msgstr or compiled.ngettext(msgid, msgid, 1) == msgstr, msgid
+        assert compiled.gettext(msgid) == msgstr or compiled.ngettext(msgid, msgid, 1) == msgstr, (
+            msgid
+        )

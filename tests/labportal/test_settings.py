@@ -13,14 +13,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in {
-        "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "CELERY_BROKER_URL",
-        "LABPORTAL_SIGNUP_MODE", "LANGUAGE_CODE", "DJANGO_SETTINGS_MODULE",
-    }}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "DEBUG",
+            "SECRET_KEY",
+            "ALLOWED_HOSTS",
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "LABPORTAL_SIGNUP_MODE",
+            "LANGUAGE_CODE",
+            "DJANGO_SETTINGS_MODULE",
+        }
+    }
     clean.update({"LABPORTAL_VAR_DIR": str(tmp_path), **env})
     return subprocess.run(
-        [sys.executable, "-c", "import labportal.settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, s.DEBUG)"],
-        cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import labportal.settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, s.DEBUG)",
+        ],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -43,16 +62,33 @@ def test_database_and_broker_urls_switch_to_postgres_and_redis(tmp_path: Path) -
     [
         ({"DEBUG": "false", "ALLOWED_HOSTS": "lab.example"}, "SECRET_KEY is not set"),
         ({"DEBUG": "false", "SECRET_KEY": "x" * 50}, "ALLOWED_HOSTS is not set"),
-        ({"DEBUG": "maybe"}, "DEBUG must be one of: true, 1, yes, on, false, 0, no, off (got 'maybe')"),
-        ({"DATABASE_URL": "mysql://x@y/z"}, "DATABASE_URL must start with postgres:// or sqlite:///"),
+        (
+            {"DEBUG": "maybe"},
+            "DEBUG must be one of: true, 1, yes, on, false, 0, no, off (got 'maybe')",
+        ),
+        (
+            {"DATABASE_URL": "mysql://x@y/z"},
+            "DATABASE_URL must start with postgres:// or sqlite:///",
+        ),
         ({"CELERY_BROKER_URL": "amqp://x"}, "CELERY_BROKER_URL must start with redis://"),
-        ({"LABPORTAL_SIGNUP_MODE": "open"}, "LABPORTAL_SIGNUP_MODE must be one of: closed, approval (got 'open')"),
-        ({"LABPORTAL_NODE_DOWN_AFTER_S": "soon"}, "LABPORTAL_NODE_DOWN_AFTER_S must be a whole number (got 'soon')"),
-        ({"LABPORTAL_NODE_DOWN_AFTER_S": "1"}, "LABPORTAL_NODE_DOWN_AFTER_S must be at least 5 (got 1)"),
+        (
+            {"LABPORTAL_SIGNUP_MODE": "open"},
+            "LABPORTAL_SIGNUP_MODE must be one of: closed, approval (got 'open')",
+        ),
+        (
+            {"LABPORTAL_NODE_DOWN_AFTER_S": "soon"},
+            "LABPORTAL_NODE_DOWN_AFTER_S must be a whole number (got 'soon')",
+        ),
+        (
+            {"LABPORTAL_NODE_DOWN_AFTER_S": "1"},
+            "LABPORTAL_NODE_DOWN_AFTER_S must be at least 5 (got 1)",
+        ),
         ({"LANGUAGE_CODE": "fr"}, "LANGUAGE_CODE must be one of: en, zh-hans (got 'fr')"),
     ],
 )
-def test_each_bad_value_names_the_variable_and_the_fix(tmp_path: Path, env: dict[str, str], message: str) -> None:
+def test_each_bad_value_names_the_variable_and_the_fix(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
     result = load_settings(tmp_path, **env)
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
@@ -60,6 +96,8 @@ def test_each_bad_value_names_the_variable_and_the_fix(tmp_path: Path, env: dict
 
 
 def test_production_mode_starts_with_its_required_variables(tmp_path: Path) -> None:
-    result = load_settings(tmp_path, DEBUG="false", SECRET_KEY="s" * 50, ALLOWED_HOSTS="lab.example")
+    result = load_settings(
+        tmp_path, DEBUG="false", SECRET_KEY="s" * 50, ALLOWED_HOSTS="lab.example"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "False"

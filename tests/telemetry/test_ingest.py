@@ -18,24 +18,42 @@ pytestmark = pytest.mark.django_db
 
 
 def a_sample(uuid: str, ts: float | None = None, **overrides: Any) -> dict[str, Any]:
-    sample = {"gpu_uuid": uuid, "ts": ts if ts is not None else time.time(), "util_pct": 87.0,
-              "mem_used_mb": 40960, "mem_total_mb": 81559, "temp_c": 66.0, "power_w": 512.5,
-              "sm_clock_mhz": 1980, "ecc_errors": 0, "xid_errors": None, "processes": []}
+    sample = {
+        "gpu_uuid": uuid,
+        "ts": ts if ts is not None else time.time(),
+        "util_pct": 87.0,
+        "mem_used_mb": 40960,
+        "mem_total_mb": 81559,
+        "temp_c": 66.0,
+        "power_w": 512.5,
+        "sm_clock_mhz": 1980,
+        "ecc_errors": 0,
+        "xid_errors": None,
+        "processes": [],
+    }
     sample.update(overrides)
     return sample
 
 
-def test_samples_are_stored_in_one_bulk_insert_and_update_the_latest_status(registered_node: Any) -> None:
+def test_samples_are_stored_in_one_bulk_insert_and_update_the_latest_status(
+    registered_node: Any,
+) -> None:
     _node, secret = registered_node
     now = time.time()
-    batch = [a_sample("GPU-aaa", now - 10, util_pct=10.0), a_sample("GPU-aaa", now, util_pct=95.0),
-             a_sample("GPU-bbb", now, util_pct=None, temp_c=None)]
+    batch = [
+        a_sample("GPU-aaa", now - 10, util_pct=10.0),
+        a_sample("GPU-aaa", now, util_pct=95.0),
+        a_sample("GPU-bbb", now, util_pct=None, temp_c=None),
+    ]
 
     with CaptureQueriesContext(connection) as queries:
         assert samples_ingest("gpu01", secret, batch) == "ok"
 
-    inserts = [q for q in queries.captured_queries
-               if q["sql"].startswith("INSERT") and '"telemetry_gpusample"' in q["sql"]]
+    inserts = [
+        q
+        for q in queries.captured_queries
+        if q["sql"].startswith("INSERT") and '"telemetry_gpusample"' in q["sql"]
+    ]
     assert len(inserts) == 1
     assert GpuSample.objects.count() == 3
     aaa = Gpu.objects.get(uuid="GPU-aaa")
@@ -109,15 +127,25 @@ def test_a_sample_naming_a_job_of_another_node_is_refused(
     bobs_job = job_on(other_node, bob)
     now = time.time()
     batch = [
-        a_sample("GPU-aaa", now, processes=[{"pid": 10, "used_mb": 100, "container_id": "c1", "job_id": alices_job.pk}]),
-        a_sample("GPU-bbb", now, processes=[{"pid": 11, "used_mb": 100, "container_id": "c2", "job_id": bobs_job.pk}]),
+        a_sample(
+            "GPU-aaa",
+            now,
+            processes=[{"pid": 10, "used_mb": 100, "container_id": "c1", "job_id": alices_job.pk}],
+        ),
+        a_sample(
+            "GPU-bbb",
+            now,
+            processes=[{"pid": 11, "used_mb": 100, "container_id": "c2", "job_id": bobs_job.pk}],
+        ),
     ]
 
     samples_ingest("gpu01", registered_node[1], batch)
 
     stored = GpuSample.objects.get()
     assert (stored.gpu.uuid, stored.job_id) == ("GPU-aaa", alices_job.pk)
-    assert stored.processes == [{"pid": 10, "used_mb": 100, "container_id": "c1", "job_id": alices_job.pk}]
+    assert stored.processes == [
+        {"pid": 10, "used_mb": 100, "container_id": "c1", "job_id": alices_job.pk}
+    ]
     assert RejectedMessage.objects.get().reason == "job_not_on_node"
 
 
@@ -127,7 +155,9 @@ def test_samples_with_a_wrong_token_store_nothing(registered_node: Any) -> None:
 
 
 def test_a_batch_that_is_not_a_list_is_refused(registered_node: Any) -> None:
-    assert samples_ingest("gpu01", registered_node[1], {"gpu_uuid": "GPU-aaa"}) == "refused: malformed"  # type: ignore[arg-type]
+    assert (
+        samples_ingest("gpu01", registered_node[1], {"gpu_uuid": "GPU-aaa"}) == "refused: malformed"
+    )  # type: ignore[arg-type]
 
 
 def test_a_process_not_traced_to_a_job_is_kept_for_the_alerts(registered_node: Any) -> None:

@@ -44,8 +44,14 @@ class Command(BaseCommand):
             broker = f"filesystem://{settings.BROKER_DIR / 'out'}"
         if not options["no_agents"]:
             for agent in json.loads(agents_file.read_text()):
-                stack.agent(name=agent["name"], token=agent["token"], broker=broker, runtime="local",
-                            gpus=agent["gpus"], state_dir=settings.VAR_DIR / "agents" / agent["name"])
+                stack.agent(
+                    name=agent["name"],
+                    token=agent["token"],
+                    broker=broker,
+                    runtime="local",
+                    gpus=agent["gpus"],
+                    state_dir=settings.VAR_DIR / "agents" / agent["name"],
+                )
         stopping = False
 
         def stop(*_: Any) -> None:
@@ -56,12 +62,14 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         try:
             wait_for_port(options["port"], timeout_s=60)
-            self.stdout.write(self.style.SUCCESS(
-                f"\nLabPortal demo on http://127.0.0.1:{options['port']}/  "
-                "(SIMULATED GPUs, jobs run as local processes)\n"
-                f"Log in as admin, alice, bob or charlie with the password {DEMO_PASSWORD!r}.\n"
-                f"Process logs: {log_dir}/  ·  Press Ctrl-C to stop.\n"
-            ))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"\nLabPortal demo on http://127.0.0.1:{options['port']}/  "
+                    "(SIMULATED GPUs, jobs run as local processes)\n"
+                    f"Log in as admin, alice, bob or charlie with the password {DEMO_PASSWORD!r}.\n"
+                    f"Process logs: {log_dir}/  ·  Press Ctrl-C to stop.\n"
+                )
+            )
             while not stopping:
                 stack.check_alive()
                 time.sleep(0.5)

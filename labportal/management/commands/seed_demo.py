@@ -28,13 +28,21 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         phd, _ = Category.objects.get_or_create(
             name="PhD, thesis phase",
-            defaults={"fairshare_weight": 30, "credit_multiplier": Decimal("1.5"),
-                      "priority_factor": 0.8, "max_concurrent_gpus": 8},
+            defaults={
+                "fairshare_weight": 30,
+                "credit_multiplier": Decimal("1.5"),
+                "priority_factor": 0.8,
+                "max_concurrent_gpus": 8,
+            },
         )
         master, _ = Category.objects.get_or_create(
             name="Master",
-            defaults={"fairshare_weight": 10, "credit_multiplier": Decimal("1.0"),
-                      "priority_factor": 0.4, "max_concurrent_gpus": 4},
+            defaults={
+                "fairshare_weight": 10,
+                "credit_multiplier": Decimal("1.0"),
+                "priority_factor": 0.4,
+                "max_concurrent_gpus": 4,
+            },
         )
         Category.objects.get_or_create(name="Staff", defaults={"fairshare_weight": 20})
         if not User.objects.filter(username="admin").exists():
@@ -50,7 +58,9 @@ class Command(BaseCommand):
 
         ContainerImage.objects.get_or_create(
             reference="labportal/demo-local",
-            defaults={"description": "Demo only: the local-process runtime runs the command on the host."},
+            defaults={
+                "description": "Demo only: the local-process runtime runs the command on the host."
+            },
         )
         agents = []
         for name in DEMO_NODES:
@@ -58,8 +68,12 @@ class Command(BaseCommand):
             for index in range(DEMO_GPUS_PER_NODE):
                 Gpu.objects.get_or_create(
                     uuid=simulated_gpu_uuid(name, index),
-                    defaults={"node": node, "index": index, "model": DEMO_GPU_MODEL,
-                              "memory_mb": DEMO_GPU_MEMORY_MB},
+                    defaults={
+                        "node": node,
+                        "index": index,
+                        "model": DEMO_GPU_MODEL,
+                        "memory_mb": DEMO_GPU_MEMORY_MB,
+                    },
                 )
             NodeToken.objects.filter(node_name=name, name="demo").delete()
             _token, secret = NodeToken.issue(node_name=name, name="demo")
@@ -67,7 +81,9 @@ class Command(BaseCommand):
         path = settings.VAR_DIR / "demo-agents.json"
         path.write_text(json.dumps(agents, indent=2))
         path.chmod(0o600)
-        self.stdout.write(self.style.SUCCESS(
-            f"Demo lab ready: admin, alice, bob, charlie (password {DEMO_PASSWORD!r}); "
-            f"nodes {', '.join(DEMO_NODES)} with {DEMO_GPUS_PER_NODE} simulated GPUs each."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo lab ready: admin, alice, bob, charlie (password {DEMO_PASSWORD!r}); "
+                f"nodes {', '.join(DEMO_NODES)} with {DEMO_GPUS_PER_NODE} simulated GPUs each."
+            )
+        )
