@@ -16,7 +16,7 @@ from kombu import Connection
 
 from agent.config import ConfigError, load_config
 from agent.gpu.simulated import simulated_gpu_uuid
-from agent.main import main
+from agent.main import broker_transport_options, main
 from tests.agent.support import job_spec
 
 BASE = ["--name", "gpu01", "--broker", "redis://portal:6379/0", "--token", "tok"]
@@ -141,7 +141,9 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(tmp_path:
     """A real agent process on kombu's filesystem broker with the local runtime."""
     broker_dir = tmp_path / "broker"
     broker_dir.mkdir()
-    transport = {"data_folder_in": str(broker_dir), "data_folder_out": str(broker_dir)}
+    # The same folders the agent derives from its URL (kombu would put fanout
+    # exchanges in the working directory otherwise).
+    transport = broker_transport_options(f"filesystem://{broker_dir}")
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LABPORTAL_NODE_NAME": "e2e",
