@@ -74,3 +74,38 @@ def test_environment_variables_override_the_config_file(
     assert labctl("login", "--url", live_server.url, "--token", token_for(alice)).code == 0
     monkeypatch.setenv("LABPORTAL_TOKEN", token_for(charlie))
     assert labctl("--json", "credits").json()["credits"]["username"] == "charlie"
+
+
+def test_python_dash_m_labctl_runs_as_a_program_and_exits_3_without_a_traceback(
+    tmp_path: Any,
+) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "LABCTL_CONFIG": str(tmp_path / "c.json"), "PYTHONPATH": str(root)}
+    env.pop("LABPORTAL_TOKEN", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labctl",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--token",
+            "lp_x",
+            "queue",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 3
+    assert "Cannot reach the portal" in done.stderr and "Traceback" not in done.stderr
