@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -546,8 +547,8 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
         dump_json(body)
         return EXIT_OK
     tail = body.get("log_tail") or ""
-    if args.json:
-        dump_json(body)
+    if args.json:  # with --follow: one compact JSON object per line, each time the tail changes
+        print(json.dumps(body, ensure_ascii=False), flush=True)
     else:
         _write(tail)
     if not args.follow:
@@ -562,7 +563,7 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
         current = body.get("log_tail") or ""
         if args.json:
             if current != tail:
-                dump_json(body)
+                print(json.dumps(body, ensure_ascii=False), flush=True)
         else:
             _write(new_output(tail, current))
         tail = current
