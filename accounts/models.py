@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import timedelta
 from decimal import Decimal
 
@@ -14,6 +12,8 @@ from django.db import models
 from django.db.models import functions as db_functions
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from labportal.tokens import hash_secret, new_secret
 
 
 class Category(models.Model):
@@ -149,14 +149,14 @@ class PersonalAccessToken(models.Model):
 
     @staticmethod
     def hash_secret(secret: str) -> str:
-        return hashlib.sha256(secret.encode()).hexdigest()
+        return hash_secret(secret)
 
     @classmethod
     def issue(
         cls, *, user: User, name: str, lifetime: timedelta | None = None
     ) -> tuple[PersonalAccessToken, str]:
         """Create a token; returns it and the secret, which is never stored."""
-        secret = cls.PREFIX + secrets.token_urlsafe(32)
+        secret = new_secret(cls.PREFIX)
         token = cls.objects.create(
             user=user,
             name=name,

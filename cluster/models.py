@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from labportal.tokens import hash_secret, new_secret
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
@@ -188,11 +188,11 @@ class NodeToken(models.Model):
 
     @staticmethod
     def hash_secret(secret: str) -> str:
-        return hashlib.sha256(secret.encode()).hexdigest()
+        return hash_secret(secret)
 
     @classmethod
     def issue(cls, *, node_name: str, name: str = "") -> tuple[NodeToken, str]:
-        secret = "lpn_" + secrets.token_urlsafe(32)
+        secret = new_secret("lpn_")
         token = cls.objects.create(
             node_name=node_name,
             name=name or node_name,
