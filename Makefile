@@ -7,7 +7,8 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test install assets lint typecheck bench bench-json messages clean
 
-$(STAMP): pyproject.toml
+# A new top-level package needs a fresh editable install to be importable by the console scripts.
+$(STAMP): pyproject.toml $(wildcard */__init__.py)
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
