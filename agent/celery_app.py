@@ -6,6 +6,8 @@ The broker URL is set at start-up by ``agent.main`` (``--broker`` or
 
 from __future__ import annotations
 
+import os
+
 from celery import Celery
 
 CONTROL_QUEUE = "control"
@@ -18,6 +20,8 @@ def node_queue(node_name: str) -> str:
 
 def create_app(broker_url: str | None = None) -> Celery:
     """A Celery app with the agent's settings; the module-level ``app`` is the one in use."""
+    if broker_url:
+        _drop_environment_broker()
     new_app = Celery("labportal_agent", broker=broker_url, include=["agent.tasks"])
     new_app.conf.update(
         task_serializer="json",
@@ -49,5 +53,12 @@ def configure(broker_url: str) -> Celery:
     Call it once, before anything is sent: Celery caches its connection pools
     on first use.
     """
+    _drop_environment_broker()
     app.conf.broker_url = broker_url
     return app
+
+
+def _drop_environment_broker() -> None:
+    # Celery prefers CELERY_BROKER_URL from the environment over the broker it is
+    # given; the agent's broker is --broker / LABPORTAL_BROKER_URL and nothing else.
+    os.environ.pop("CELERY_BROKER_URL", None)

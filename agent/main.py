@@ -115,9 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agent import tasks
     from agent.celery_app import configure, node_queue
 
-    # Celery prefers CELERY_BROKER_URL from the environment over the configured broker;
-    # the agent's broker is LABPORTAL_BROKER_URL (--broker) and nothing else.
-    os.environ.pop("CELERY_BROKER_URL", None)
     app = configure(cfg.broker_url)
     app.conf.broker_transport_options = broker_transport_options(cfg.broker_url)
     reporter = ControlReporter(app, cfg.name, cfg.token)
