@@ -137,8 +137,12 @@ def _drain(conn: Connection, queue_name: str) -> list[tuple[str, list[Any]]]:
 
 
 @pytest.mark.e2e
-def test_the_agent_process_serves_its_own_queue_and_reports_to_control(tmp_path: Path) -> None:
+def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real agent process on kombu's filesystem broker with the local runtime."""
+    # The portal side below is a plain Celery app, which would prefer this variable.
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
     broker_dir = tmp_path / "broker"
     broker_dir.mkdir()
     # The same folders the agent derives from its URL (kombu would put fanout
