@@ -93,7 +93,7 @@ class User(AbstractUser):
         _("language"), max_length=10, choices=settings.LANGUAGES, blank=True
     )
 
-    class Meta(AbstractUser.Meta):
+    class Meta(AbstractUser.Meta):  # type: ignore[name-defined]  # django-stubs does not declare AbstractUser.Meta
         swappable = "AUTH_USER_MODEL"
 
     @property
@@ -317,7 +317,7 @@ class CreditPolicy(models.Model):
 
     def grant_for(self, user: User) -> Decimal:
         """The monthly grant of `user`: the base grant times their category's multiplier."""
-        multiplier = user.category.credit_multiplier if user.category_id else Decimal("1")
+        multiplier = user.category.credit_multiplier if user.category is not None else Decimal("1")
         return (self.base_grant * multiplier).quantize(CREDIT_QUANTUM)
 
     def carried_over(self, balance: Decimal) -> Decimal:
@@ -462,7 +462,7 @@ class NotificationQuerySet(models.QuerySet["Notification"]):
     def unread(self) -> NotificationQuerySet:
         return self.filter(read_at__isnull=True)
 
-    def for_user(self, user: object) -> NotificationQuerySet:
+    def for_user(self, user: User) -> NotificationQuerySet:
         return self.filter(user=user)
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from accounts.models import User
 
 
 class Queue(models.Model):
@@ -152,7 +156,7 @@ class PriorityGrant(models.Model):
     def __str__(self) -> str:
         return f"{self.user} → {self.queue} until {self.deadline:%Y-%m-%d}"
 
-    def is_in_force(self, at: timezone.datetime | None = None) -> bool:
+    def is_in_force(self, at: datetime | None = None) -> bool:
         return self.state == self.State.APPROVED and self.deadline > (at or timezone.now())
 
 
@@ -163,7 +167,7 @@ class JobQuerySet(models.QuerySet["Job"]):
     def active(self) -> JobQuerySet:
         return self.filter(state__in=Job.ACTIVE_STATES)
 
-    def for_user(self, user: object) -> JobQuerySet:
+    def for_user(self, user: User) -> JobQuerySet:
         return self.filter(owner=user)
 
 
@@ -291,12 +295,12 @@ class Job(models.Model):
         return self.state in self.FINAL_STATES
 
     @property
-    def expected_end(self) -> timezone.datetime | None:
+    def expected_end(self) -> datetime | None:
         if self.started_at is None:
             return None
         return self.started_at + timedelta(seconds=self.time_limit_s)
 
-    def runtime(self, now: timezone.datetime | None = None) -> timedelta | None:
+    def runtime(self, now: datetime | None = None) -> timedelta | None:
         if self.started_at is None:
             return None
         return (self.ended_at or now or timezone.now()) - self.started_at
@@ -398,7 +402,7 @@ class EmergencyRequest(models.Model):
     def __str__(self) -> str:
         return f"{self.user} emergency ({self.get_state_display()})"
 
-    def is_in_force(self, at: timezone.datetime | None = None) -> bool:
+    def is_in_force(self, at: datetime | None = None) -> bool:
         return (
             self.state == self.State.APPROVED
             and self.expires_at is not None

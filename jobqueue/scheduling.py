@@ -44,11 +44,16 @@ RESERVATION_HORIZON = timedelta(days=14)
 # Usage older than this many half-lives weighs < 1/256 and is not loaded.
 USAGE_HALF_LIVES = 8
 
-KIND_TO_ENGINE = {
+KIND_TO_ENGINE: dict[str, sm.GpuKind] = {
     Gpu.Kind.WHOLE: sm.GpuKind.WHOLE,
     Gpu.Kind.MIG: sm.GpuKind.MIG,
     Gpu.Kind.SLOT: sm.GpuKind.SLOT,
 }
+
+
+def _category_name(user: User) -> str:
+    """The engine's category of `user`: their category's name, or UNCATEGORISED."""
+    return user.category.name if user.category is not None else UNCATEGORISED
 
 
 def epoch(value: datetime) -> float:
@@ -95,7 +100,7 @@ def scheduling_pass_request() -> None:
 def _share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
     by_category: dict[str, list[str]] = defaultdict(list)
     for user in users:
-        by_category[user.category.name if user.category_id else UNCATEGORISED].append(user.username)
+        by_category[_category_name(user)].append(user.username)
     children = []
     for category in categories:
         members = by_category.pop(category.name, [])
@@ -129,6 +134,7 @@ def _usage(now: datetime, half_life_s: float) -> dict[str, float]:
         .values_list("owner__username", "started_at", "ended_at", "gpus", "queue__usage_factor")
     )
     for username, started, ended, gpus, usage_factor in rows:
+        assert started is not None  # filtered on started_at__isnull=False
         end = ended or now
         seconds = max(0.0, (end - started).total_seconds())
         # Account at the midpoint, so a long job decays as the time it actually used.
@@ -200,7 +206,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             model=g.model,
             memory_mb=g.memory_mb,
             kind=KIND_TO_ENGINE[g.kind],
-            parent=g.parent.uuid if g.parent_id else None,
+            parent=g.parent.uuid if g.parent is not None else None,
         )
         for g in all_gpus
         # A partitioned GPU is scheduled through its MIG instances or slots only.
@@ -228,7 +234,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
                 if job.predicted_runtime_s
                 else None,
                 preemptible=job.preemptible,
-                category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
+                category=_category_name(job.owner),
                 reservation_id=job.reservation_id,
                 emergency=job.pk in emergency_ids,
             )
@@ -256,7 +262,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
                 emergency=job.pk in emergency_ids,
                 preemptible=job.preemptible,
                 held=job.state == Job.State.HELD,
-                category=job.owner.category.name if job.owner.category_id else UNCATEGORISED,
+                category=_category_name(job.owner),
             )
         )
     reservations = tuple(
@@ -345,7 +351,7 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
         .select_related("owner", "image", "queue")
     }
     started = []
-    allocations = []
+    allocations: list[Allocation] = []
     for start in starts:
         job = jobs.get(start.job_id)
         if job is None:
