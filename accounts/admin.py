@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from accounts.auth import request_user
 from accounts.models import (
     Category,
     CreditAccount,
@@ -42,7 +43,7 @@ class UserAdmin(DjangoUserAdmin):
     list_display = ("username", "email", "category", "approval", "is_staff", "is_active")
     list_filter = ("approval", "category", "is_staff", "is_active")
     fieldsets = (
-        *DjangoUserAdmin.fieldsets,
+        *(DjangoUserAdmin.fieldsets or ()),
         (
             _("Lab"),
             {"fields": ("category", "approval", "unix_uid", "unix_gid", "preferred_language")},
@@ -214,7 +215,7 @@ class LedgerEntryAdmin(admin.ModelAdmin[LedgerEntry]):
             kind=LedgerEntry.Kind.ADJUSTMENT,
             idempotency_key=f"adjustment:{uuid.uuid4()}",
             note=form.cleaned_data["note"],
-            created_by=request.user,  # type: ignore[arg-type]
+            created_by=request_user(request),
         )
         obj.pk, obj._state.adding = entry.pk, False
 

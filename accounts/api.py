@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts import selectors, services
+from accounts.auth import request_user
 from accounts.models import LedgerEntry, Notification, User
 from accounts.serializers import (
     CreditSummarySerializer,
@@ -30,10 +31,11 @@ USER_PARAM = OpenApiParameter("user", str, description="Staff only: another memb
 
 def _subject(request: Request) -> User:
     """The member whose credits are asked for: yourself, or ?user= for staff."""
+    user = request_user(request)
     username = request.query_params.get("user")
-    if not username or username == request.user.username:
-        return request.user  # type: ignore[return-value]
-    if not request.user.is_staff:
+    if not username or username == user.username:
+        return user
+    if not user.is_staff:
         raise ValidationError(
             {"user": _("Only staff can see another member's credits; leave out ?user=.")}
         )
@@ -103,18 +105,18 @@ class NotificationViewSet(
 
     def get_queryset(self) -> QuerySet[Notification]:
         unread = self.request.query_params.get("unread") in ("1", "true")
-        return selectors.notifications_for(self.request.user, unread_only=unread)  # type: ignore[arg-type]
+        return selectors.notifications_for(request_user(self.request), unread_only=unread)
 
     @extend_schema(request=None, responses=NotificationSerializer)
     @action(detail=True, methods=["post"])
     def read(self, request: Request, pk: str | None = None) -> Response:
         note = self.get_object()
-        services.notifications_mark_read(user=request.user, notification_ids=[note.pk])  # type: ignore[arg-type]
+        services.notifications_mark_read(user=request_user(request), notification_ids=[note.pk])
         note.refresh_from_db()
         return Response(NotificationSerializer(note).data)
 
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
     @action(detail=False, methods=["post"], url_path="read-all")
     def read_all(self, request: Request) -> Response:
-        count = services.notifications_mark_read(user=request.user)  # type: ignore[arg-type]
+        count = services.notifications_mark_read(user=request_user(request))
         return Response({"marked_read": count})

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
@@ -37,7 +37,8 @@ class LedgerFilterForm(forms.Form):
         from accounts.models import LedgerEntry
 
         super().__init__(*args, **kwargs)
-        self.fields["kind"].choices = [("", _("All kinds")), *LedgerEntry.Kind.choices]
+        kind = cast(forms.ChoiceField, self.fields["kind"])
+        kind.choices = [("", _("All kinds")), *LedgerEntry.Kind.choices]
 
     def month_start(self) -> date | None:
         value = self.cleaned_data.get("month") if self.is_valid() else None

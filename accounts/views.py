@@ -11,23 +11,25 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts import selectors, services
+from accounts.auth import request_user
 from accounts.forms import LedgerFilterForm, TokenCreateForm
 from accounts.models import CreditPolicy, Notification, PersonalAccessToken
 
 
 @login_required
 def token_list(request: HttpRequest) -> HttpResponse:
+    user = request_user(request)
     form = TokenCreateForm(request.POST or None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
         days = form.cleaned_data["lifetime_days"]
         _token, new_secret = PersonalAccessToken.issue(
-            user=request.user,  # type: ignore[arg-type]
+            user=user,
             name=form.cleaned_data["name"],
             lifetime=timedelta(days=days) if days else None,
         )
         form = TokenCreateForm()
-    tokens = PersonalAccessToken.objects.filter(user=request.user)
+    tokens = PersonalAccessToken.objects.filter(user=user)
     return render(
         request,
         "accounts/tokens.html",
@@ -38,7 +40,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    token = get_object_or_404(PersonalAccessToken, pk=pk, user=request.user)
+    token = get_object_or_404(PersonalAccessToken, pk=pk, user=request_user(request))
     token.revoke()
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("token_list")
@@ -47,13 +49,13 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def credits(request: HttpRequest) -> HttpResponse:
     """My credits: balance, burn rate and run-out estimate, and the ledger with filters."""
-    user = request.user
+    user = request_user(request)
     form = LedgerFilterForm(request.GET or None)
     if form.is_bound and not form.is_valid():
-        entries = selectors.ledger_for(user).none()  # type: ignore[arg-type]
+        entries = selectors.ledger_for(user).none()
     else:
         entries = selectors.ledger_for(
-            user,  # type: ignore[arg-type]
+            user,
             kind=form.cleaned_data.get("kind") if form.is_bound else None,
             month=form.month_start() if form.is_bound else None,
         )
@@ -64,8 +66,8 @@ def credits(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "page": page,
-            "summary": selectors.credit_summary(user),  # type: ignore[arg-type]
-            "months": selectors.ledger_months(user),  # type: ignore[arg-type]
+            "summary": selectors.credit_summary(user),
+            "months": selectors.ledger_months(user),
             "policy": CreditPolicy.current(),
         },
     )
@@ -77,13 +79,13 @@ def credits_summary(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "accounts/_credit_summary.html",
-        {"summary": selectors.credit_summary(request.user)},  # type: ignore[arg-type]
+        {"summary": selectors.credit_summary(request_user(request))},
     )
 
 
 @login_required
 def notifications(request: HttpRequest) -> HttpResponse:
-    page = Paginator(selectors.notifications_for(request.user), 50).get_page(  # type: ignore[arg-type]
+    page = Paginator(selectors.notifications_for(request_user(request)), 50).get_page(
         request.GET.get("page")
     )
     return render(request, "accounts/notifications.html", {"page": page})
@@ -94,7 +96,7 @@ def notification_bell(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "accounts/_bell.html",
-        {"unread_notifications": selectors.unread_notification_count(request.user)},  # type: ignore[arg-type]
+        {"unread_notifications": selectors.unread_notification_count(request_user(request))},
     )
 
 
@@ -102,14 +104,15 @@ def notification_bell(request: HttpRequest) -> HttpResponse:
 @require_POST
 def notifications_read(request: HttpRequest) -> HttpResponse:
     """Mark one notification (`id`) or all of them read, then go to its link or back to the list."""
+    user = request_user(request)
     raw_id = request.POST.get("id", "")
     if raw_id:
         if not raw_id.isdigit():
             messages.error(request, _("That notification does not exist."))
             return redirect("notifications")
-        note = get_object_or_404(Notification, pk=int(raw_id), user=request.user)
-        services.notifications_mark_read(user=request.user, notification_ids=[note.pk])  # type: ignore[arg-type]
+        note = get_object_or_404(Notification, pk=int(raw_id), user=user)
+        services.notifications_mark_read(user=user, notification_ids=[note.pk])
         safe = note.url.startswith("/") and not note.url.startswith("//")
         return redirect(note.url if safe else "notifications")
-    services.notifications_mark_read(user=request.user)  # type: ignore[arg-type]
+    services.notifications_mark_read(user=user)
     return redirect("notifications")

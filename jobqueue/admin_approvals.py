@@ -7,7 +7,7 @@ decisions go through the approval services so members are notified.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from accounts.auth import request_user
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, PriorityGrant
 from labportal.errors import DomainError
@@ -42,7 +43,13 @@ def _decide_each(
 
 
 class AuditOnly(admin.ModelAdmin[Any]):
-    readonly_fields = ("user", "state", "decided_by", "decided_at", "created_at")
+    readonly_fields: ClassVar[tuple[str, ...]] = (
+        "user",
+        "state",
+        "decided_by",
+        "decided_at",
+        "created_at",
+    )
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -76,8 +83,8 @@ class PriorityGrantAdmin(AuditOnly):
             queryset,
             lambda pk: approvals.grant_decide(
                 grant_id=pk,
-                decided_by=request.user,
-                approve=True,  # type: ignore[arg-type]
+                decided_by=request_user(request),
+                approve=True,
                 comment=str(_("Approved in the admin.")),
             ),
         )
@@ -90,8 +97,8 @@ class PriorityGrantAdmin(AuditOnly):
             queryset,
             lambda pk: approvals.grant_decide(
                 grant_id=pk,
-                decided_by=request.user,
-                approve=False,  # type: ignore[arg-type]
+                decided_by=request_user(request),
+                approve=False,
                 comment=str(_("Rejected in the admin.")),
             ),
         )
@@ -113,8 +120,8 @@ class EmergencyRequestAdmin(AuditOnly):
             queryset,
             lambda pk: approvals.emergency_decide(
                 request_id=pk,
-                decided_by=request.user,
-                approve=True,  # type: ignore[arg-type]
+                decided_by=request_user(request),
+                approve=True,
                 comment=str(_("Approved in the admin.")),
             ),
         )
@@ -127,8 +134,8 @@ class EmergencyRequestAdmin(AuditOnly):
             queryset,
             lambda pk: approvals.emergency_decide(
                 request_id=pk,
-                decided_by=request.user,
-                approve=False,  # type: ignore[arg-type]
+                decided_by=request_user(request),
+                approve=False,
                 comment=str(_("Rejected in the admin.")),
             ),
         )

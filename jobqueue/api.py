@@ -8,6 +8,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.auth import request_user
 from jobqueue import dispatch, selectors, services
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
@@ -42,14 +43,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         payload.is_valid(raise_exception=True)
         data = dict(payload.validated_data)
         data["reservation_id"] = data.pop("reservation", None)
-        job = services.job_submit(owner=request.user, **data)  # type: ignore[arg-type]
+        job = services.job_submit(owner=request_user(request), **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        job = services.job_cancel(job_id=job.pk, actor=request.user)  # type: ignore[arg-type]
+        job = services.job_cancel(job_id=job.pk, actor=request_user(request))
         return Response(JobSerializer(job).data)
 
     @extend_schema(

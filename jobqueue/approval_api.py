@@ -11,13 +11,16 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.auth import request_user
 from jobqueue import approvals
-from jobqueue.models import EmergencyRequest, PriorityGrant, Queue
+from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 
 class PriorityGrantSerializer(serializers.ModelSerializer[PriorityGrant]):
     username = serializers.CharField(source="user.username", read_only=True)
-    queue = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    queue: serializers.SlugRelatedField[Queue] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
     in_force = serializers.SerializerMethodField()
 
@@ -60,7 +63,9 @@ class DecisionSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
     username = serializers.CharField(source="user.username", read_only=True)
-    jobs = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    jobs: serializers.PrimaryKeyRelatedField[Job] = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True
+    )
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
     in_force = serializers.SerializerMethodField()
 
@@ -102,7 +107,7 @@ class GrantViewSet(
     serializer_class = PriorityGrantSerializer
 
     def get_queryset(self) -> QuerySet[PriorityGrant]:
-        qs = approvals.grants_visible_to(self.request.user)  # type: ignore[arg-type]
+        qs = approvals.grants_visible_to(request_user(self.request))
         state = self.request.query_params.get("state")
         return qs.filter(state=state) if state else qs
 
@@ -110,7 +115,7 @@ class GrantViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = GrantApplySerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        grant = approvals.grant_apply(user=request.user, **payload.validated_data)  # type: ignore[arg-type]
+        grant = approvals.grant_apply(user=request_user(request), **payload.validated_data)
         return Response(PriorityGrantSerializer(grant).data, status=status.HTTP_201_CREATED)
 
     def _decide(self, request: Request, approve: bool) -> Response:
@@ -119,8 +124,8 @@ class GrantViewSet(
         payload.is_valid(raise_exception=True)
         grant = approvals.grant_decide(
             grant_id=grant.pk,
-            decided_by=request.user,
-            approve=approve,  # type: ignore[arg-type]
+            decided_by=request_user(request),
+            approve=approve,
             comment=payload.validated_data["comment"],
         )
         return Response(PriorityGrantSerializer(grant).data)
@@ -138,7 +143,7 @@ class GrantViewSet(
     @extend_schema(request=None, responses=PriorityGrantSerializer)
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str | None = None) -> Response:
-        grant = approvals.grant_withdraw(grant_id=self.get_object().pk, user=request.user)  # type: ignore[arg-type]
+        grant = approvals.grant_withdraw(grant_id=self.get_object().pk, user=request_user(request))
         return Response(PriorityGrantSerializer(grant).data)
 
 
@@ -150,7 +155,7 @@ class EmergencyViewSet(
     serializer_class = EmergencyRequestSerializer
 
     def get_queryset(self) -> QuerySet[EmergencyRequest]:
-        qs = approvals.emergencies_visible_to(self.request.user)  # type: ignore[arg-type]
+        qs = approvals.emergencies_visible_to(request_user(self.request))
         state = self.request.query_params.get("state")
         return qs.filter(state=state) if state else qs
 
@@ -160,10 +165,10 @@ class EmergencyViewSet(
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         emergency = approvals.emergency_request_create(
-            user=request.user,
+            user=request_user(request),
             job_ids=data["jobs"],
             reason=data["reason"],
-            hours=data.get("hours"),  # type: ignore[arg-type]
+            hours=data.get("hours"),
         )
         return Response(EmergencyRequestSerializer(emergency).data, status=status.HTTP_201_CREATED)
 
@@ -186,7 +191,7 @@ class EmergencyViewSet(
         policy = CreditPolicy.current()
         return Response(
             {
-                "uses_left": approvals.emergency_uses_left(request.user),  # type: ignore[arg-type]
+                "uses_left": approvals.emergency_uses_left(request_user(request)),
                 "max_uses": policy.emergency_max_uses,
                 "period_days": policy.emergency_period_days,
             }
@@ -198,8 +203,8 @@ class EmergencyViewSet(
         payload.is_valid(raise_exception=True)
         emergency = approvals.emergency_decide(
             request_id=emergency.pk,
-            decided_by=request.user,
-            approve=approve,  # type: ignore[arg-type]
+            decided_by=request_user(request),
+            approve=approve,
             comment=payload.validated_data["comment"],
         )
         return Response(EmergencyRequestSerializer(emergency).data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from functools import wraps
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
@@ -18,7 +18,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from accounts.models import CreditPolicy
+from accounts.auth import request_user
+from accounts.models import CreditPolicy, User
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
 from labportal.errors import DomainError
@@ -49,8 +50,13 @@ class GrantApplyForm(forms.Form):
     )
 
 
+class WaitingJobsField(forms.ModelMultipleChoiceField[Job]):
+    def label_from_instance(self, obj: Job) -> str:
+        return f"#{obj.pk} {obj.name or obj.command_display[:60]} ({obj.queue.name}, {obj.get_state_display()})"
+
+
 class EmergencyForm(forms.Form):
-    jobs = forms.ModelMultipleChoiceField(
+    jobs = WaitingJobsField(
         label=gettext_lazy("Jobs"),
         queryset=Job.objects.none(),
         widget=forms.CheckboxSelectMultiple,
@@ -63,15 +69,15 @@ class EmergencyForm(forms.Form):
     )
     hours = forms.IntegerField(label=gettext_lazy("Hours of top priority"), min_value=1)
 
-    def __init__(self, *args: Any, user: Any, policy: CreditPolicy, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User, policy: CreditPolicy, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["jobs"].queryset = approvals.emergency_jobs_eligible(user)
-        self.fields["jobs"].label_from_instance = lambda job: (
-            f"#{job.pk} {job.name or job.command_display[:60]} ({job.queue.name}, {job.get_state_display()})"
+        cast(WaitingJobsField, self.fields["jobs"]).queryset = approvals.emergency_jobs_eligible(
+            user
         )
-        self.fields["hours"].max_value = policy.emergency_max_hours
-        self.fields["hours"].widget.attrs["max"] = policy.emergency_max_hours
-        self.fields["hours"].initial = policy.emergency_default_hours
+        hours = cast(forms.IntegerField, self.fields["hours"])
+        hours.max_value = policy.emergency_max_hours
+        hours.widget.attrs["max"] = policy.emergency_max_hours
+        hours.initial = policy.emergency_default_hours
 
 
 class DecisionForm(forms.Form):
@@ -103,11 +109,12 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
             minute=0, second=0, microsecond=0
         )
     }
+    user = request_user(request)
     form = GrantApplyForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             approvals.grant_apply(
-                user=request.user,  # type: ignore[arg-type]
+                user=user,
                 reason=form.cleaned_data["reason"],
                 deadline=form.cleaned_data["deadline"],
                 gpus_expected=form.cleaned_data["gpus_expected"],
@@ -122,7 +129,7 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
                 ),
             )
             return redirect("grant_apply")
-    grants = approvals.grants_visible_to(request.user).filter(user=request.user)  # type: ignore[arg-type]
+    grants = approvals.grants_visible_to(user).filter(user=user)
     return render(
         request, "approvals/grant_apply.html", {"form": form, "queue": queue, "grants": grants}
     )
@@ -131,9 +138,10 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def grant_withdraw(request: HttpRequest, pk: int) -> HttpResponse:
-    grant = get_object_or_404(PriorityGrant, pk=pk, user=request.user)
+    user = request_user(request)
+    grant = get_object_or_404(PriorityGrant, pk=pk, user=user)
     try:
-        approvals.grant_withdraw(grant_id=grant.pk, user=request.user)  # type: ignore[arg-type]
+        approvals.grant_withdraw(grant_id=grant.pk, user=user)
     except DomainError as exc:
         messages.error(request, str(exc.message))
     else:
@@ -144,12 +152,12 @@ def grant_withdraw(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def emergency_apply(request: HttpRequest) -> HttpResponse:
     policy = CreditPolicy.current()
-    user = request.user
+    user = request_user(request)
     form = EmergencyForm(request.POST or None, user=user, policy=policy)
     if request.method == "POST" and form.is_valid():
         try:
             approvals.emergency_request_create(
-                user=user,  # type: ignore[arg-type]
+                user=user,
                 job_ids=[job.pk for job in form.cleaned_data["jobs"]],
                 reason=form.cleaned_data["reason"],
                 hours=form.cleaned_data["hours"],
@@ -165,8 +173,8 @@ def emergency_apply(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "policy": policy,
-            "uses_left": approvals.emergency_uses_left(user),  # type: ignore[arg-type]
-            "requests": approvals.emergencies_visible_to(user).filter(user=user),  # type: ignore[arg-type]
+            "uses_left": approvals.emergency_uses_left(user),
+            "requests": approvals.emergencies_visible_to(user).filter(user=user),
         },
     )
 
@@ -176,8 +184,9 @@ def emergency_apply(request: HttpRequest) -> HttpResponse:
 
 @staff_required
 def approvals_queue(request: HttpRequest) -> HttpResponse:
-    grants = approvals.grants_visible_to(request.user)  # type: ignore[arg-type]
-    emergencies = approvals.emergencies_visible_to(request.user)  # type: ignore[arg-type]
+    user = request_user(request)
+    grants = approvals.grants_visible_to(user)
+    emergencies = approvals.emergencies_visible_to(user)
     return render(
         request,
         "approvals/approvals.html",
@@ -206,7 +215,10 @@ def _decide(
     approve = form.cleaned_data["decision"] == "approve"
     try:
         obj = decide(
-            decided_by=request.user, approve=approve, comment=form.cleaned_data["comment"], **ids
+            decided_by=request_user(request),
+            approve=approve,
+            comment=form.cleaned_data["comment"],
+            **ids,
         )
     except DomainError as exc:
         messages.error(request, str(exc.message))

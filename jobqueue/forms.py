@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
 from jobqueue.models import ContainerImage, Queue, VolumeMount
@@ -85,8 +86,9 @@ class JobSubmitForm(forms.Form):
         models = sorted(
             set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
         )
-        self.fields["gpu_model"].choices = [("", _("any"))] + [(m, m) for m in models]
-        choices: list[tuple[Any, str]] = [("", _("none"))]
+        gpu_model = cast(forms.ChoiceField, self.fields["gpu_model"])
+        gpu_model.choices = [("", _("any"))] + [(m, m) for m in models]
+        choices: list[tuple[int | str, StrOrPromise]] = [("", _("none"))]
         if user is not None:
             from reservations.models import Reservation
 
@@ -97,7 +99,7 @@ class JobSubmitForm(forms.Form):
                         f"#{r.pk} {timezone.localtime(r.start):%Y-%m-%d %H:%M}–{timezone.localtime(r.end):%H:%M}",
                     )
                 )
-        self.fields["reservation"].choices = choices
+        cast(forms.TypedChoiceField, self.fields["reservation"]).choices = choices
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

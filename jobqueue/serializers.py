@@ -5,7 +5,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from jobqueue.models import Job, JobEvent, Queue
+from jobqueue.models import Job, JobEvent, Queue, VolumeMount
 
 
 class QueueSerializer(serializers.ModelSerializer[Queue]):
@@ -39,7 +39,9 @@ class JobSerializer(serializers.ModelSerializer[Job]):
     image = serializers.CharField(source="image.reference", read_only=True)
     node = serializers.CharField(source="node.name", read_only=True, default=None)
     gpu_uuids = serializers.SerializerMethodField()
-    mounts = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    mounts: serializers.SlugRelatedField[VolumeMount] = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True
+    )
     pending_reason_text = serializers.CharField(read_only=True)
 
     class Meta:

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from accounts.auth import request_user
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job
@@ -16,13 +17,14 @@ from labportal.errors import DomainError
 
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
-    form = JobSubmitForm(request.POST or None, user=request.user)
+    user = request_user(request)
+    form = JobSubmitForm(request.POST or None, user=user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         hours = data["time_limit_hours"]
         try:
             job = services.job_submit(
-                owner=request.user,  # type: ignore[arg-type]
+                owner=user,
                 queue=data["queue"],
                 image=data["image"].reference,
                 command=data["command"],
@@ -50,7 +52,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     jobs = selectors.jobs_filtered(
-        Job.objects.filter(owner=request.user).select_related("queue", "node"),
+        Job.objects.filter(owner=request_user(request)).select_related("queue", "node"),
         state=request.GET.get("state") or None,
     )
     page = Paginator(jobs, 50).get_page(request.GET.get("page"))
@@ -90,9 +92,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    user = request_user(request)
+    job = get_object_or_404(selectors.jobs_visible_to(user), pk=pk)
     try:
-        services.job_cancel(job_id=job.pk, actor=request.user)  # type: ignore[arg-type]
+        services.job_cancel(job_id=job.pk, actor=user)
     except DomainError as exc:
         messages.error(request, str(exc.message))
     else:
