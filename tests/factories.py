@@ -1,15 +1,11 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import factory
 from factory.django import DjangoModelFactory
 
 from accounts.models import Category, User
 from cluster.models import Gpu, Node
-
-if TYPE_CHECKING:
-    from jobqueue.models import Queue
+from jobqueue.models import ContainerImage, Queue
 
 
 class CategoryFactory(DjangoModelFactory[Category]):
@@ -58,12 +54,10 @@ class GpuFactory(DjangoModelFactory[Gpu]):
 
 
 def default_queue(name: str = "normal") -> Queue:
-    from jobqueue.models import Queue
-
     return Queue.objects.get(name=name)
 
 
-class ContainerImageFactory(DjangoModelFactory["ContainerImage"]):
+class ContainerImageFactory(DjangoModelFactory[ContainerImage]):
     class Meta:
         model = "jobqueue.ContainerImage"
         django_get_or_create = ("reference",)
@@ -77,7 +71,7 @@ def make_cluster(
     """Nodes that are up, each with whole GPUs."""
     made = []
     for n in range(nodes):
-        node = NodeFactory(name=f"gpu{n + 1:02d}", state=Node.State.UP)
+        node = NodeFactory.create(name=f"gpu{n + 1:02d}", state=Node.State.UP)
         for i in range(gpus_per_node):
             GpuFactory(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model=model)
         made.append(node)

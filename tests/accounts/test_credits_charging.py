@@ -33,7 +33,7 @@ def running_job(owner: Any, *, gpus: int = 2, started: datetime = T0, queue: str
     return Job.objects.create(
         owner=owner,
         queue=q,
-        image=ContainerImageFactory(),
+        image=ContainerImageFactory.create(),
         command=["python", "train.py"],
         gpus=gpus,
         time_limit_s=86400,
@@ -122,7 +122,7 @@ def test_a_lost_job_is_refunded_in_full_once_with_a_note(alice: Any) -> None:
 def samples(job: Job, utils: list[float]) -> None:
     from telemetry.models import GpuSample
 
-    gpu = GpuFactory()
+    gpu = GpuFactory.create()
     for i, util in enumerate(utils):
         GpuSample.objects.create(
             gpu=gpu, ts=T0 + timedelta(minutes=i + 1), util_pct=util, job_id=job.pk

@@ -34,6 +34,13 @@ class RecordingApp:
         return [e for e in events if kind is None or e["kind"] == kind]
 
 
+def logs_of(runtime: ContainerRuntime, job_id: int, tail: int) -> str:
+    """The log tail of a job the runtime knows (``logs()`` is ``None`` only for unknown jobs)."""
+    text = runtime.logs(job_id, tail)
+    assert text is not None, f"job {job_id} is unknown to the runtime"
+    return text
+
+
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, poll_s: float = 0.02) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``.
 
@@ -99,9 +106,13 @@ class FakeRuntime(ContainerRuntime):
         self.jobs[spec.job_id] = status
         return StartOutcome(status.container_id, True, status)
 
-    def end(self, job_id: int, exit_code: int, **extra: object) -> None:
+    def end(self, job_id: int, exit_code: int, *, oom_killed: bool = False) -> None:
         self.jobs[job_id] = replace(
-            self.jobs[job_id], state="exited", exit_code=exit_code, finished_at=200.0, **extra
+            self.jobs[job_id],
+            state="exited",
+            exit_code=exit_code,
+            finished_at=200.0,
+            oom_killed=oom_killed,
         )
 
     def stop(self, job_id: int, grace_s: float) -> JobStatus | None:

@@ -19,7 +19,7 @@ from agent.node import NodeAgent
 from agent.reporter import ControlReporter
 from agent.runtime import JobSpec
 from agent.runtime.docker_runtime import DockerRuntime
-from tests.agent.support import RecordingApp, job_spec, wait_until
+from tests.agent.support import RecordingApp, job_spec, logs_of, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -82,7 +82,7 @@ def test_a_job_container_is_hardened_as_docker_inspect_shows(
     assert host["NetworkMode"] != "host" and host["PidMode"] != "host"
     # And inside, the job really is the member's uid with the mounted file.
     logs = wait_until(
-        lambda: "payload" in docker_runtime.logs(101, 10) and docker_runtime.logs(101, 10)
+        lambda: "payload" in logs_of(docker_runtime, 101, 10) and logs_of(docker_runtime, 101, 10)
     )
     assert "uid=1234 gid=2345" in logs
 
@@ -136,7 +136,7 @@ def test_stop_gives_a_job_that_traps_sigterm_its_grace_and_it_exits_cleanly(
     docker_runtime: DockerRuntime,
 ) -> None:
     docker_runtime.start(JobSpec.from_wire(job_spec(104, command=["sh", "-c", TRAP_TERM])))
-    wait_until(lambda: "ready" in docker_runtime.logs(104, 5))
+    wait_until(lambda: "ready" in logs_of(docker_runtime, 104, 5))
 
     began = time.monotonic()
     status = docker_runtime.stop(104, grace_s=2)
@@ -144,7 +144,7 @@ def test_stop_gives_a_job_that_traps_sigterm_its_grace_and_it_exits_cleanly(
     assert status is not None and status.state == "exited"
     assert status.exit_code == 0 and not status.oom_killed
     assert time.monotonic() - began < 2  # ended on SIGTERM, before the kill deadline
-    assert docker_runtime.logs(104, 5).strip().endswith("bye")
+    assert logs_of(docker_runtime, 104, 5).strip().endswith("bye")
 
 
 def test_stop_kills_a_job_that_ignores_sigterm_once_the_grace_is_over(
@@ -152,7 +152,7 @@ def test_stop_kills_a_job_that_ignores_sigterm_once_the_grace_is_over(
 ) -> None:
     script = 'trap "" TERM; echo ready; while true; do sleep 1; done'
     docker_runtime.start(JobSpec.from_wire(job_spec(105, command=["sh", "-c", script])))
-    wait_until(lambda: "ready" in docker_runtime.logs(105, 5))
+    wait_until(lambda: "ready" in logs_of(docker_runtime, 105, 5))
 
     status = docker_runtime.stop(105, grace_s=1)
 

@@ -10,7 +10,7 @@ import pytest
 
 from agent.runtime import JobSpec, RuntimeStartError, RuntimeUnavailable
 from agent.runtime.local import LocalProcessRuntime
-from tests.agent.support import job_spec, wait_until
+from tests.agent.support import job_spec, logs_of, wait_until
 
 TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 0.1; done'
 
@@ -45,7 +45,7 @@ def test_a_job_runs_in_its_own_process_group_with_its_gpus_and_a_clean_env(
     outcome = runtime.start(spec(1, script, gpu_uuids=["GPU-a", "GPU-b"], gpu_indices=[0, 1]))
 
     status = wait_until(lambda: exited(runtime, 1))
-    logs = runtime.logs(1, 10)
+    logs = logs_of(runtime, 1, 10)
     assert outcome.created and status.exit_code == 0
     assert "cuda=GPU-a,GPU-b greeting=hi token=none" in logs
     pgid = int(logs.split("pgid=")[1].split()[0])
@@ -79,21 +79,21 @@ def test_stop_sends_sigterm_and_a_job_that_handles_it_exits_cleanly(
     runtime: LocalProcessRuntime,
 ) -> None:
     runtime.start(spec(3, TRAP_TERM))
-    wait_until(lambda: "ready" in runtime.logs(3, 5))
+    wait_until(lambda: "ready" in logs_of(runtime, 3, 5))
 
     began = time.monotonic()
     status = runtime.stop(3, grace_s=5)
 
     assert status is not None and status.state == "exited" and status.exit_code == 0
     assert time.monotonic() - began < 4  # it ended on SIGTERM, not at the deadline
-    assert runtime.logs(3, 5).strip().endswith("bye")
+    assert logs_of(runtime, 3, 5).strip().endswith("bye")
 
 
 def test_stop_kills_a_job_that_ignores_sigterm_after_the_grace_period(
     runtime: LocalProcessRuntime,
 ) -> None:
     runtime.start(spec(4, 'trap "" TERM; echo ready; while true; do sleep 0.1; done'))
-    wait_until(lambda: "ready" in runtime.logs(4, 5))
+    wait_until(lambda: "ready" in logs_of(runtime, 4, 5))
 
     began = time.monotonic()
     status = runtime.stop(4, grace_s=0.3)
@@ -124,7 +124,8 @@ def test_a_restarted_agent_finds_running_jobs_and_the_exit_code_of_ended_ones(
 
     assert found[6].running
     assert found[7].state == "exited" and found[7].exit_code == 3
-    assert after.stop(6, 1).state == "exited"
+    stopped = after.stop(6, 1)
+    assert stopped is not None and stopped.state == "exited"
     assert not after.start(spec(7, "echo again")).created
 
 
@@ -132,7 +133,7 @@ def test_job_for_pid_finds_the_job_of_any_process_in_its_group(
     runtime: LocalProcessRuntime,
 ) -> None:
     outcome = runtime.start(spec(8, "sleep 30 & echo child=$!; wait"))
-    logs = wait_until(lambda: "child=" in runtime.logs(8, 5) and runtime.logs(8, 5))
+    logs = wait_until(lambda: "child=" in logs_of(runtime, 8, 5) and logs_of(runtime, 8, 5))
     child = int(logs.split("child=")[1].split()[0])
 
     owner = runtime.job_for_pid(child)

@@ -125,7 +125,7 @@ def test_an_unreachable_broker_is_a_clear_error(
 
 
 def _drain(conn: Connection, queue_name: str) -> list[tuple[str, list[Any]]]:
-    got = []
+    got: list[tuple[str, list[Any]]] = []
     with conn.SimpleQueue(queue_name) as queue:
         while True:
             try:
@@ -179,6 +179,8 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    assert proc.stdout is not None  # stdout=PIPE
+    output = proc.stdout
     seen: list[tuple[str, list[Any]]] = []
     try:
         with Connection("filesystem://", transport_options=transport) as conn:
@@ -190,7 +192,7 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
                         if name == task and predicate(args):
                             return args
                     seen.extend(_drain(conn, "control"))
-                    assert proc.poll() is None, proc.stdout.read().decode()
+                    assert proc.poll() is None, output.read().decode()
                     time.sleep(0.1)
                 raise AssertionError(f"no {task} within 30s; saw {[n for n, _ in seen]}")
 

@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from agent.gpu.nvml import MIB, NvmlBackend
 
 CID = "ab" * 32
+
+
+class FakeDevice(TypedDict):
+    uuid: str
+    name: str | bytes  # older pynvml returns bytes
+    total: int
 
 
 class FakeNvml:
@@ -30,7 +36,7 @@ class FakeNvml:
     def __init__(self) -> None:
         self.shut_down = False
         self.xid_queue: list[Any] = []
-        self.devices = {
+        self.devices: dict[str, FakeDevice] = {
             "g0": {"uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "total": 80 * 1024 * MIB},
             "g1": {"uuid": "GPU-1", "name": b"NVIDIA A100-SXM4-40GB", "total": 40 * 1024 * MIB},
             "m0": {
@@ -61,7 +67,7 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: str) -> str:
         return self.devices[h]["uuid"]
 
-    def nvmlDeviceGetName(self, h: str) -> str:
+    def nvmlDeviceGetName(self, h: str) -> str | bytes:
         return self.devices[h]["name"]
 
     def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:

@@ -121,6 +121,10 @@ def test_readings_stay_physically_plausible(steps: list[tuple[str, int, float]])
             backend.detach_job(job_id)
         now += dt
         for sample in backend.sample(now):
+            # The simulator gives every reading.
+            assert sample.util_pct is not None and sample.temp_c is not None
+            assert sample.mem_used_mb is not None and sample.mem_total_mb is not None
+            assert sample.power_w is not None
             assert 0.0 <= sample.util_pct <= 100.0
             assert 0 <= sample.mem_used_mb <= sample.mem_total_mb
             assert 20.0 <= sample.temp_c <= 95.0

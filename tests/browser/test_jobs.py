@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def agent_event(job: Job, kind: str, **extra: Any) -> None:
     job.refresh_from_db()
+    assert job.node is not None
     job_event_apply(
         node_name=job.node.name,
         event={

@@ -61,7 +61,7 @@ def registered_node(issue_token: Any) -> Any:
 
 @pytest.fixture
 def other_node(db: Any) -> Node:
-    node = NodeFactory(name="gpu02", registered_at=timezone.now())
+    node = NodeFactory.create(name="gpu02", registered_at=timezone.now())
     GpuFactory(node=node, index=0, uuid="GPU-other-0")
     return node
 

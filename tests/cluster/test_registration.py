@@ -134,6 +134,7 @@ def test_mig_instances_register_under_their_parent(issue_token: Any) -> None:
     node_register("gpu01", secret, info)
 
     mig = Gpu.objects.get(uuid="MIG-one")
+    assert mig.parent is not None
     assert (mig.kind, mig.parent.uuid, mig.memory_mb) == ("mig", "GPU-parent", 9728)
 
 
@@ -153,7 +154,10 @@ def test_a_mig_instance_whose_parent_was_not_reported_is_refused_and_the_rest_re
 
 def test_malformed_gpu_entries_are_refused_and_the_good_ones_register(issue_token: Any) -> None:
     secret = issue_token("gpu01")
-    info = register_info(gpu_entry("GPU-good", 0), gpu_entry("GPU-bad", index="zero"), "not a gpu")
+    # Raw agent payload, malformed on purpose: an index that is not a number, an entry not a dict.
+    info = register_info(
+        gpus=[gpu_entry("GPU-good", 0), {**gpu_entry("GPU-bad"), "index": "zero"}, "not a gpu"]
+    )
 
     assert node_register("gpu01", secret, info) == "ok"
 
@@ -242,7 +246,9 @@ def test_a_simulated_node_registers_when_simulation_is_allowed(issue_token: Any)
 def test_a_slot_of_a_missing_gpu_goes_missing_with_it(registered_node: Any) -> None:
     node, secret = registered_node
     parent = Gpu.objects.get(uuid="GPU-bbb")
-    slot = GpuFactory(node=node, index=1, uuid="GPU-bbb-slot-0", kind=Gpu.Kind.SLOT, parent=parent)
+    slot = GpuFactory.create(
+        node=node, index=1, uuid="GPU-bbb-slot-0", kind=Gpu.Kind.SLOT, parent=parent
+    )
 
     node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa", 0)))
     slot.refresh_from_db()

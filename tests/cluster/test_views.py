@@ -20,13 +20,13 @@ def busy_lab(alice: Any) -> dict[str, Any]:
     """gpu01 (real, with alice's job on GPU 0) and sim-node-1 (simulated, idle)."""
     from jobqueue.models import Allocation
 
-    node = NodeFactory(
+    node = NodeFactory.create(
         name="gpu01",
         gpu_backend="nvml",
         runtime="docker",
         last_heartbeat=timezone.now() - timedelta(seconds=4),
     )
-    gpu = GpuFactory(
+    gpu = GpuFactory.create(
         node=node,
         index=0,
         uuid="GPU-aaa",
@@ -88,10 +88,10 @@ def test_the_users_of_shared_slots_show_on_their_gpu(
 ) -> None:
     from jobqueue.models import Allocation
 
-    node = NodeFactory(name="gpu03")
+    node = NodeFactory.create(name="gpu03")
     parent = GpuFactory(node=node, index=0, uuid="GPU-shared", shared_slots=2)
     slots = [
-        GpuFactory(
+        GpuFactory.create(
             node=node, index=0, uuid=f"GPU-shared-slot-{i}", kind=Gpu.Kind.SLOT, parent=parent
         )
         for i in range(2)
@@ -197,9 +197,9 @@ def test_the_live_table_costs_the_same_queries_for_many_gpus_and_users(
     client.force_login(bob)
     with CaptureQueriesContext(connection) as few:
         client.get(reverse("gpu_table"))
-    node = NodeFactory(name="gpu09")
+    node = NodeFactory.create(name="gpu09")
     for index in range(6):
-        gpu = GpuFactory(node=node, index=index)
+        gpu = GpuFactory.create(node=node, index=index)
         Allocation.objects.create(job=job_on(node, charlie, name=f"job-{index}"), gpu=gpu)
     with CaptureQueriesContext(connection) as many:
         html = client.get(reverse("gpu_table")).content.decode()

@@ -23,7 +23,7 @@ def waiting_job(owner: Any, state: str = Job.State.PENDING) -> Job:
     return Job.objects.create(
         owner=owner,
         queue=default_queue("normal"),
-        image=ContainerImageFactory(),
+        image=ContainerImageFactory.create(),
         command=["python", "t.py"],
         gpus=1,
         time_limit_s=3600,
@@ -149,6 +149,7 @@ def test_an_approved_emergency_lasts_the_hours_asked_for(alice: Any, admin_user:
     job = waiting_job(alice)
     request = ask(alice, [job], hours=6)
     decided = approvals.emergency_decide(request_id=request.pk, decided_by=admin_user, approve=True)
+    assert decided.decided_at is not None
     assert decided.expires_at == decided.decided_at + timedelta(hours=6)
     assert decided.is_in_force()
     with time_machine.travel(timezone.now() + timedelta(hours=7)):

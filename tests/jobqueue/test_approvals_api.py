@@ -38,7 +38,7 @@ def waiting_job(owner: Any) -> Job:
     return Job.objects.create(
         owner=owner,
         queue=default_queue(),
-        image=ContainerImageFactory(),
+        image=ContainerImageFactory.create(),
         command=["python", "t.py"],
         gpus=1,
         time_limit_s=3600,

@@ -32,6 +32,11 @@ def dispatched(owner: Any, capture: Any, **overrides: Any) -> Job:
     return job
 
 
+def node_name(job: Job) -> str:
+    assert job.node is not None, f"job {job.pk} is on no node"
+    return job.node.name
+
+
 def event(job: Job, kind: str, **extra: Any) -> dict[str, Any]:
     return {
         "event_id": f"{job.pk}:{kind}:c1",
@@ -50,11 +55,11 @@ def test_started_then_exited_zero_completes_and_frees_the_gpus(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING and job.started_at is not None
     job_event_apply(
-        node_name=job.node.name, event=event(job, "exited", exit_code=0, log_tail="done\n")
+        node_name=node_name(job), event=event(job, "exited", exit_code=0, log_tail="done\n")
     )
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED
@@ -66,10 +71,10 @@ def test_the_same_event_twice_changes_nothing(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     exited = event(job, "exited", exit_code=3)
-    job_event_apply(node_name=job.node.name, event=exited)
-    job_event_apply(node_name=job.node.name, event=exited)
+    job_event_apply(node_name=node_name(job), event=exited)
+    job_event_apply(node_name=node_name(job), event=exited)
     job.refresh_from_db()
     assert job.state == Job.State.FAILED and job.exit_code == 3
     assert [e.kind for e in job.events.all()] == ["submitted", "dispatched", "started", "exited"]
@@ -79,7 +84,7 @@ def test_an_event_from_another_node_is_ignored(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    other = "gpu02" if job.node.name == "gpu01" else "gpu01"
+    other = "gpu02" if node_name(job) == "gpu01" else "gpu01"
     job_event_apply(node_name=other, event=event(job, "exited", exit_code=0))
     job.refresh_from_db()
     assert job.state == Job.State.DISPATCHED
@@ -90,7 +95,7 @@ def test_a_start_failure_fails_the_job_with_its_reason(
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     job_event_apply(
-        node_name=job.node.name, event=event(job, "start_failed", reason="image not found on node")
+        node_name=node_name(job), event=event(job, "start_failed", reason="image not found on node")
     )
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
@@ -108,13 +113,13 @@ def test_cancelling_a_running_job_stops_its_container_and_ends_cancelled(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     with django_capture_on_commit_callbacks(execute=True):
         job_cancel(job_id=job.pk, actor=alice)
     [(_name, args, queue)] = sent_tasks.named("agent.stop_job")
     assert args == [job.pk, SchedulingPolicy.current().stop_grace_s, "cancelled"]
-    assert queue == f"node.{job.node.name}"
-    job_event_apply(node_name=job.node.name, event=event(job, "exited", exit_code=143))
+    assert queue == f"node.{node_name(job)}"
+    job_event_apply(node_name=node_name(job), event=event(job, "exited", exit_code=143))
     job.refresh_from_db()
     assert job.state == Job.State.CANCELLED
 
@@ -139,7 +144,7 @@ def test_the_soft_limit_warns_and_the_hard_limit_stops(
     mailoutbox: Any,
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks, time_limit_s=3600)
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     start = timezone.now()
     with time_machine.travel(start + timedelta(minutes=59)):
         assert jobs_enforce_time_limits() == {"warned": 0, "stopped": 0}
@@ -159,7 +164,7 @@ def test_the_soft_limit_warns_and_the_hard_limit_stops(
     ):
         assert jobs_enforce_time_limits()["stopped"] == 1
     assert sent_tasks.named("agent.stop_job")[0][1][2] == "timed_out"
-    job_event_apply(node_name=job.node.name, event=event(job, "exited", exit_code=137))
+    job_event_apply(node_name=node_name(job), event=event(job, "exited", exit_code=137))
     job.refresh_from_db()
     assert job.state == Job.State.TIMED_OUT
 
@@ -169,7 +174,7 @@ def test_warn_only_policy_never_stops_a_job(
 ) -> None:
     SchedulingPolicy.objects.update_or_create(pk=1, defaults={"hard_limit_grace_s": None})
     job = dispatched(alice, django_capture_on_commit_callbacks, time_limit_s=600)
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     with (
         time_machine.travel(timezone.now() + timedelta(days=2)),
         django_capture_on_commit_callbacks(execute=True),
@@ -182,8 +187,10 @@ def test_jobs_on_a_lost_node_become_lost_once(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    assert jobs_mark_lost_on_node(node_id=job.node_id, reason="no heartbeat") == 1
-    assert jobs_mark_lost_on_node(node_id=job.node_id, reason="no heartbeat") == 0
+    node_id = job.node_id
+    assert node_id is not None
+    assert jobs_mark_lost_on_node(node_id=node_id, reason="no heartbeat") == 1
+    assert jobs_mark_lost_on_node(node_id=node_id, reason="no heartbeat") == 0
     job.refresh_from_db()
     assert job.state == Job.State.LOST
     assert not job.allocations.filter(active=True).exists()
@@ -196,9 +203,9 @@ def test_a_preempted_job_returns_to_the_queue_with_its_submit_time(
 
     job = dispatched(alice, django_capture_on_commit_callbacks, preemptible=True)
     submitted = job.submitted_at
-    job_event_apply(node_name=job.node.name, event=event(job, "started"))
+    job_event_apply(node_name=node_name(job), event=event(job, "started"))
     job_request_stop(job_id=job.pk, reason="preempted")
-    job_event_apply(node_name=job.node.name, event=event(job, "exited", exit_code=143))
+    job_event_apply(node_name=node_name(job), event=event(job, "exited", exit_code=143))
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
     assert job.submitted_at == submitted and job.node is None

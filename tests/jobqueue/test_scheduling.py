@@ -34,6 +34,7 @@ def test_a_pass_starts_a_job_on_one_node_and_sends_it_to_that_nodes_queue(
     gpus = [a.gpu for a in job.allocations.filter(active=True)]
     assert len(gpus) == 2 and len({g.node_id for g in gpus}) == 1
     [(name, [spec], queue)] = sent_tasks.named("agent.start_job")
+    assert job.node is not None
     assert queue == f"node.{job.node.name}"
     assert spec["job_id"] == job.pk
     assert sorted(spec["gpu_uuids"]) == sorted(g.uuid for g in gpus)
@@ -126,6 +127,7 @@ def test_a_gpu_cannot_hold_two_active_allocations(
     alice: Any, bob: Any, cluster: Any, image: Any
 ) -> None:
     gpu = Gpu.objects.first()
+    assert gpu is not None
     a, b = submit(alice), submit(bob)
     Allocation.objects.create(job=a, gpu=gpu)
     with pytest.raises(IntegrityError), transaction.atomic():

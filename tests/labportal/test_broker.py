@@ -36,5 +36,7 @@ def test_control_tasks_route_to_the_control_queue_and_nodes_have_their_own() -> 
 def test_every_beat_entry_names_a_registered_control_task() -> None:
     app.loader.import_default_modules()
     for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
-        assert entry["task"] in app.tasks, name
-        assert entry["task"].startswith("control."), name
+        task = entry["task"]
+        assert isinstance(task, str), name
+        assert task in app.tasks, name
+        assert task.startswith("control."), name

@@ -42,9 +42,9 @@ def parse_ics(raw: bytes) -> list[dict[str, str]]:
     assert raw.endswith(b"\r\n")
     assert b"\n" not in raw.replace(b"\r\n", b"")
     physical = raw[:-2].split(b"\r\n")
-    for line in physical:
-        assert len(line) <= 75, f"line over 75 octets: {line!r}"
-        line.decode("utf-8")  # folding never splits a character
+    for octets in physical:
+        assert len(octets) <= 75, f"line over 75 octets: {octets!r}"
+        octets.decode("utf-8")  # folding never splits a character
     logical: list[str] = []
     for line in (p.decode("utf-8") for p in physical):
         if line.startswith((" ", "\t")):
