@@ -10,6 +10,10 @@ import os
 
 from celery import Celery
 
+from agent.fs_broker import install as install_filesystem_broker
+
+install_filesystem_broker()
+
 CONTROL_QUEUE = "control"
 
 

@@ -6,6 +6,11 @@ import os
 
 from celery import Celery
 
+from agent.fs_broker import install as install_filesystem_broker
+
+# The demo's serverless broker writes message files atomically (see agent/fs_broker.py).
+install_filesystem_broker()
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
 
 app = Celery("labportal")

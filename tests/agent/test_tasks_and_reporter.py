@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import uuid
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +131,39 @@ def test_reports_reach_the_control_queue_by_name_through_a_real_broker() -> None
         ("control.samples_ingest", ["gpu01", "tok", [{"gpu_uuid": "GPU-1", "ts": 1.0}]], "application/json"),
         ("control.job_logs_report", ["gpu01", "tok", 1, "text"], "application/json"),
     ]  # fmt: skip
+
+
+def test_filesystem_messages_appear_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer never sees a half-written message file: it is renamed into place."""
+    from kombu import Connection
+
+    from agent.fs_broker import Channel, install
+
+    install()
+    options = {
+        "data_folder_in": str(tmp_path),
+        "data_folder_out": str(tmp_path),
+        "control_folder": str(tmp_path / "control"),
+    }
+    # kombu remembers declared bindings per process, so a fresh name per test.
+    name = f"whole-{uuid.uuid4().hex[:8]}"
+    visible_before_rename: list[str] = []
+    real_rename = os.rename
+
+    def rename(src: str, dst: str) -> None:
+        visible_before_rename.extend(n for n in os.listdir(tmp_path) if n.endswith(f".{name}.msg"))
+        assert os.path.getsize(src) > 0  # written completely under the temporary name
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with Connection("filesystem://", transport_options=options) as conn:
+        assert isinstance(conn.default_channel, Channel)
+        queue = conn.SimpleQueue(name)
+        queue.put({"n": 1})
+        assert visible_before_rename == []
+        message = queue.get(timeout=2)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()
