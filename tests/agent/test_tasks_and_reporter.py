@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
