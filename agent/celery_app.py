@@ -52,13 +52,15 @@ app = create_app()
 
 
 def configure(broker_url: str) -> Celery:
-    """Point the app at ``broker_url`` and return it.
-
-    Call it once, before anything is sent: Celery caches its connection pools
-    on first use.
-    """
+    """Point the app at ``broker_url`` and return it; later messages go there only."""
     _drop_environment_broker()
     app.conf.broker_url = broker_url
+    # Pools made before (for another broker) would keep sending there; Celery resets
+    # the same two attributes after a fork.
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
     return app
 
 
