@@ -4,7 +4,8 @@ A pass has two halves:
 
 1. **Decisions**, judged by time limits. Jobs are taken in order (see ``priority``).
    A job starts if it passes its limits and fits now on one node without running
-   into a reservation of someone else or a backfill guarantee. The first
+   into a reservation of someone else or a backfill guarantee; a job longer than the
+   drain horizon must also leave enough wide nodes draining (the drain reserve). The first
    ``policy.backfill_depth`` jobs that do not fit get a guarantee: the earliest start
    the time limits allow, on named GPUs, which later jobs may not delay (EASY).
    Emergency jobs and reservation jobs inside their window may requeue preemptible
@@ -179,6 +180,7 @@ class _Pass:
                 self.buckets.setdefault(len(free), []).append(node)
 
         self.largest_node_units = max((len(u) for u in self.node_units), default=0)
+        self._init_drain_reserve()
         self._limit_cache: dict[tuple[str, str, str], list[tuple[LimitKey, int, bool, Reason]]] = {}
         self.counters: dict[LimitKey, int] = {}
         for job in state.running:
@@ -188,9 +190,79 @@ class _Pass:
 
         self._class_cache: dict[tuple[bool, bool, str | None, int], tuple[int, ...]] = {}
         self._static_cache: dict[tuple[tuple[int, ...], int], Reason | None] = {}
-        self._fail_cache: dict[tuple[tuple[int, ...], int, float], Reason] = {}
+        self._fail_cache: dict[tuple[tuple[int, ...], int, float, bool], Reason] = {}
         self._no_free: dict[tuple[int, ...], int] = {}
         self.victims: set[int] = set()
+
+    def _init_drain_reserve(self) -> None:
+        """Drain reserve: the wide nodes (up, with the most whole GPUs) are the only ones
+        that can run the widest jobs, so long jobs may not stop all of them from draining.
+
+        A wide node is *pinned* when something on it runs, by its limit, past
+        ``now + drain_horizon_s`` (or a guaranteed long job will start there); the others
+        drain within the horizon. A long job (limit beyond the horizon) may not pin a
+        draining wide node if that leaves no more than the reserve draining.
+        """
+        policy = self.policy
+        n_nodes = len(self.node_names)
+        whole = [0] * n_nodes
+        for u, node in enumerate(self.unit_node):
+            if self.classes[self.unit_class[u]][0] == GpuKind.WHOLE:
+                whole[node] += 1
+        widest = max((w for node, w in enumerate(whole) if self.node_usable[node]), default=0)
+        self.widest = widest
+        self.wide_node = [
+            widest > 0 and self.node_usable[node] and whole[node] == widest
+            for node in range(n_nodes)
+        ]
+        wide = sum(self.wide_node)
+        horizon = policy.drain_horizon_s
+        if horizon is None or policy.drain_reserve_nodes <= 0 or wide < 2:
+            self.drain_long = INF  # no job is long: the rule never applies
+            self.reserve_wide = self.reserve_narrow = 0
+        else:
+            self.drain_long = horizon
+            self.reserve_wide = min(policy.drain_reserve_nodes, wide - 1)
+            self.reserve_narrow = min(policy.drain_reserve_nodes + 1, wide - 1)
+        self.drain_at = self.now + self.drain_long
+        self.pinned = [
+            not self.wide_node[node] or self.node_release[node] > self.drain_at
+            for node in range(n_nodes)
+        ]
+        self.draining = self.pinned.count(False)
+        self._hint_cache: dict[tuple[tuple[int, ...], int], float | None] = {}
+
+    def drain_hint(self, classes: tuple[int, ...], k: int) -> float | None:
+        """For a long job the reserve holds back: the earliest time, by predicted run
+        times, that k units free up on one node it may pin (for its estimate).
+        Memoised per request shape: it only feeds estimates, which err late anyway."""
+        key = (classes, k)
+        if key in self._hint_cache:
+            return self._hint_cache[key]
+        best: float | None = None
+        for node, cand in self.candidate_nodes(classes):
+            if len(cand) < k or not self.keeps_drain_reserve(node, k):
+                continue
+            t = sorted(self.avail_pred[u] if self.busy[u] else self.now for u in cand)[k - 1]
+            if best is None or t < best:
+                best = t
+        self._hint_cache[key] = best
+        return best
+
+    def keeps_drain_reserve(self, node: int, k: int) -> bool:
+        """May a long job of k units pin ``node``? Yes if the node is not a draining
+        wide node, or enough other wide nodes still drain: the reserve, plus one more
+        for a job smaller than a wide node (that one is left for long wide jobs, which
+        have nowhere else to go)."""
+        if self.pinned[node]:
+            return True
+        reserve = self.reserve_wide if k >= self.widest else self.reserve_narrow
+        return self.draining > reserve
+
+    def pin(self, node: int) -> None:
+        if not self.pinned[node]:
+            self.pinned[node] = True
+            self.draining -= 1
 
     # ----------------------------------------------------------------- helpers
     def _running_ends(
@@ -304,14 +376,21 @@ class _Pass:
 
     # --------------------------------------------------------------- placement
     def place_now(
-        self, classes: tuple[int, ...], k: int, limit: float, owner: int, kinds: int = 3
+        self,
+        classes: tuple[int, ...],
+        k: int,
+        limit: float,
+        owner: int,
+        kinds: int = 3,
+        drain: bool = False,
     ) -> list[int] | None:
         """Units on the best-fit node where a job could start now, or None.
 
         Best fit: a partly used node before an idle one (keeps whole nodes for large
         jobs); among those, the node whose release (its last job's end by limit) the
         job extends least, so that long jobs gather and other nodes drain; then the
-        node with the fewest free units.
+        node with the fewest free units. ``drain``: the job is long, so only nodes that
+        keep the drain reserve are considered.
         """
         allowed = set(classes)
         end = self.now + limit
@@ -323,6 +402,8 @@ class _Pass:
             for node in self.buckets[count]:
                 idle = 1 if count == len(self.node_units[node]) else 0
                 if best_key is not None and idle > best_key[0]:
+                    continue
+                if drain and not self.keeps_drain_reserve(node, k):
                     continue
                 cand = [
                     u
@@ -391,6 +472,8 @@ class _Pass:
             self.holder[u] = holder
             node = self.unit_node[u]
             self.node_release[node] = max(self.node_release[node], until_limit)
+            if until_limit > self.drain_at:
+                self.pin(node)
 
     def earliest(
         self, units_by_node: Iterable[tuple[int, list[int]]], k: int, limit: float, owner: int
@@ -565,6 +648,7 @@ class _Pass:
         preempting: dict[int, list[int]] = {}
         guarantees: dict[int, Guarantee] = {}
         guarantees_left = policy.backfill_depth if policy.backfill else 0
+        drain_held: dict[int, float] = {}  # long jobs held back by the drain reserve
         strict_blocked = False
 
         for item in ranked:
@@ -624,11 +708,12 @@ class _Pass:
                     continue
 
             limit = job.time_limit_s
+            drain = not exempt and limit > self.drain_long
             if restrict is not None:
                 units = self.place_in(restrict, classes, k, limit, owner)
                 fail = Reason.RESOURCES
             else:
-                units, fail = self._place_cached(classes, k, limit)
+                units, fail = self._place_cached(classes, k, limit, drain)
             if units is not None:
                 pred = job.predicted_runtime_s
                 runtime = min(pred, limit) if pred is not None else limit
@@ -657,16 +742,27 @@ class _Pass:
                     continue
 
             reasons[job.id] = fail
+            if drain:
+                hint = self.drain_hint(classes, k)
+                if hint is not None:
+                    drain_held[job.id] = hint
             if not policy.backfill:
                 strict_blocked = True
             if guarantees_left > 0 and restrict is None:
-                found_start = self.earliest(self.candidate_nodes(classes), k, limit, owner)
+                nodes = self.candidate_nodes(classes)
+                if drain:
+                    nodes = [(n, c) for n, c in nodes if self.keeps_drain_reserve(n, k)]
+                found_start = self.earliest(nodes, k, limit, owner)
                 if found_start is not None:
                     t, units = found_start
                     guarantees[job.id] = Guarantee(t, tuple(self.unit_ids[u] for u in units))
                     for u in units:
                         for v in (u, *self.conflicts[u]):
                             self.add_block(v, (t, t + limit, GUARANTEE))
+                    if drain:
+                        # Its node counts as pinned already, so that jobs backfilled
+                        # behind it cannot use up the reserve it needs at its start.
+                        self.pin(self.unit_node[units[0]])
                     guarantees_left -= 1
                     if not (job.emergency or reservation is not None):
                         keys = limit_keys(policy, job.user, job.queue, job.category)
@@ -677,7 +773,7 @@ class _Pass:
         position = {item.job.id: i + 1 for i, item in enumerate(ranked)}
         estimated: dict[int, float | None] = {}
         if estimates:
-            estimated = _Forecast(self, ranked, started, preempting, never).run()
+            estimated = _Forecast(self, ranked, started, preempting, never, drain_held).run()
         pending: dict[int, PendingInfo] = {}
         for item in ranked:
             job_id = item.job.id
@@ -698,21 +794,25 @@ class _Pass:
         )
 
     def _place_cached(
-        self, classes: tuple[int, ...], k: int, limit: float
+        self, classes: tuple[int, ...], k: int, limit: float, drain: bool = False
     ) -> tuple[list[int] | None, Reason]:
         """place_now, remembering failures: within a pass free units only disappear and
-        blocks only appear, so a request that failed fails again."""
+        blocks only appear and draining nodes only get pinned, so a request that failed
+        fails again."""
         no_free = self._no_free.get(classes)
         if no_free is not None and k >= no_free:
             return None, Reason.RESOURCES
-        key = (classes, k, limit)
+        key = (classes, k, limit, drain)
         cached = self._fail_cache.get(key)
         if cached is not None:
             return None, cached
-        units = self.place_now(classes, k, limit, -2)
+        units = self.place_now(classes, k, limit, -2, drain=drain)
         if units is not None:
             return units, Reason.RESOURCES
-        if self.place_now(classes, k, INF, -2, kinds=0) is None:
+        if drain and self.place_now(classes, k, limit, -2) is not None:
+            # Free, but only on wide nodes the drain reserve keeps for wide jobs.
+            reason = Reason.RESOURCES
+        elif self.place_now(classes, k, INF, -2, kinds=0) is None:
             reason = Reason.RESOURCES
             self._no_free[classes] = min(k, self._no_free.get(classes, k))
         elif self.place_now(classes, k, limit, -2, kinds=1) is None:
@@ -734,8 +834,10 @@ class _Forecast:
         started: dict[int, list[int]],
         preempting: dict[int, list[int]],
         never: set[int],
+        drain_held: dict[int, float] | None = None,
     ) -> None:
         self.p = p
+        self.drain_held = drain_held or {}
         self.ranked = ranked
         self.started = started
         self.preempting = preempting
@@ -998,6 +1100,7 @@ class _Forecast:
                     limiters = self._limiter_keys(job.user, job.queue, job.category)
                     if limiters:
                         t_min = max(t_min, self._limit_start(limiters, k))
+                t_min = max(t_min, self.drain_held.get(job.id, t_min))
                 if k == 1:
                     single = self._single(classes, t_min, r, owner)
                     found = (single[0], [single[1]]) if single is not None else None

@@ -155,6 +155,12 @@ class Policy:
     ``shortest_first`` (by predicted run time; the simulator's SJF oracle).
     ``backfill_depth``: how many blocked jobs get a guaranteed start (1 = EASY);
     0 with ``backfill=False`` gives strict in-order scheduling.
+    ``drain_horizon_s`` and ``drain_reserve_nodes``: the drain reserve (None turns it
+    off). A job whose limit is longer than the horizon may not stop a wide node (one
+    with the most whole GPUs) from draining within the horizon if fewer than
+    ``drain_reserve_nodes`` wide nodes would still drain, or one more than that for a
+    job smaller than a wide node; both capped at the wide nodes less one (see
+    docs/scheduler.md).
     """
 
     weight_age: float = 1000.0
@@ -171,6 +177,8 @@ class Policy:
     order: str = "multifactor"
     backfill: bool = True
     backfill_depth: int = 1
+    drain_horizon_s: float | None = 2 * DAY_S
+    drain_reserve_nodes: int = 1
     overrun_assumed_s: float = 300.0
     preemption_grace_s: float = 60.0
     unknown_queue_tier: int = 100

@@ -293,13 +293,15 @@ class Simulation:
         else:
             self.policy = Policy(order="fifo", backfill=False)
         if policy_name != "labportal":
-            # Baselines have no per-user limits; only LabPortal enforces them.
+            # Baselines have no per-user limits and no drain reserve; only LabPortal
+            # enforces them.
             self.policy = replace(
                 self.policy,
                 queues={
                     "debug": QueuePolicy("debug", tier=0),
                     "normal": QueuePolicy("normal", tier=1),
                 },
+                drain_horizon_s=None,
             )
         self.oracle = oracle
         self.predictor = RuntimePredictor()

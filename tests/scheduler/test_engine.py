@@ -247,7 +247,8 @@ def test_it_does_not_start_a_job_whose_time_limit_runs_into_a_reservation() -> N
     pending = (job(1, time_limit_s=2 * HOUR), job(2, time_limit_s=HOUR / 2))
     result = plan(state(gpus, pending, reservations=(reservation,)), policy(), NOW)
     assert set(started(result)) == {2}
-    assert result.pending[1].estimated_start >= NOW + 2 * HOUR
+    estimate = result.pending[1].estimated_start
+    assert estimate is not None and estimate >= NOW + 2 * HOUR
 
 
 def test_it_runs_reservation_jobs_only_on_their_reservations_gpus() -> None:

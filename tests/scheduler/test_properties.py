@@ -33,8 +33,10 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
     gpus: list[Gpu] = []
     nodes: list[Node] = []
     for n in range(draw(st.integers(1, 3))):
-        state = draw(st.sampled_from([NodeState.UP] * 4 + [NodeState.DRAINING, NodeState.DOWN]))
-        nodes.append(Node(f"n{n}", state))
+        node_state = draw(
+            st.sampled_from([NodeState.UP] * 4 + [NodeState.DRAINING, NodeState.DOWN])
+        )
+        nodes.append(Node(f"n{n}", node_state))
         model = draw(st.sampled_from(["A100", "V100"]))
         for i in range(draw(st.integers(2, 4))):
             gpus.append(Gpu(f"n{n}-g{i}", f"n{n}", model, 40_000 if model == "A100" else 16_000))
@@ -113,6 +115,9 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
         categories=categories,
         max_running_gpus_per_user=draw(st.sampled_from([None, 3, 6])),
         backfill_depth=draw(st.integers(1, 2)),
+        # Short horizons so that the drain reserve applies to the drawn limits too.
+        drain_horizon_s=draw(st.sampled_from([None, 3 * 86_400.0, 0.5 * HOUR, 2 * HOUR])),
+        drain_reserve_nodes=draw(st.integers(1, 2)),
     )
     state = ClusterState(
         nodes=tuple(nodes),
