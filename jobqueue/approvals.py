@@ -432,10 +432,8 @@ def _notify_emergency_decision(request: EmergencyRequest, approve: bool) -> None
 
 
 def _request_scheduling_pass() -> None:
-    try:
-        from jobqueue.services import request_scheduling_pass
-    except ImportError:  # pragma: no cover - the jobs service is not installed
-        return
+    from jobqueue.services import request_scheduling_pass
+
     request_scheduling_pass()
 
 

@@ -13,7 +13,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -21,6 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.models import Category, User
+from accounts.selectors import users_without_credit
 from cluster.models import Gpu, Node
 from jobqueue import dispatch
 from jobqueue.models import (
@@ -32,6 +32,7 @@ from jobqueue.models import (
     SchedulingPolicy,
 )
 from jobqueue.services import record_event
+from reservations.selectors import reservations_for_scheduler
 from scheduler import model as sm
 from scheduler.engine import plan as engine_plan
 from scheduler.fairshare import UsageRecord, decayed_usage
@@ -150,36 +151,12 @@ def _usage(now: datetime, half_life_s: float) -> dict[str, float]:
     return decayed_usage(records, epoch(now), half_life_s)
 
 
-def _users_without_credit() -> frozenset[str]:
-    try:
-        from accounts.selectors import users_without_credit
-    except ImportError:
-        return frozenset()
-    return users_without_credit()
-
-
 def _emergency_job_ids(now: datetime) -> set[int]:
     return set(
         EmergencyRequest.objects.filter(
             state=EmergencyRequest.State.APPROVED, expires_at__gt=now
         ).values_list("jobs__id", flat=True)
     ) - {None}
-
-
-def _reservations(now: datetime) -> list[Any]:
-    try:
-        from reservations.selectors import reservations_for_scheduler
-
-        return list(reservations_for_scheduler(now=now, horizon=RESERVATION_HORIZON))
-    except ImportError:
-        from reservations.models import Reservation
-
-        return list(
-            Reservation.objects.live()
-            .filter(end__gt=now, start__lt=now + RESERVATION_HORIZON)
-            .select_related("user")
-            .prefetch_related("gpus")
-        )
 
 
 def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
@@ -273,7 +250,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             start=epoch(r.start),
             end=epoch(r.end),
         )
-        for r in _reservations(now)
+        for r in reservations_for_scheduler(now=now, horizon=RESERVATION_HORIZON)
     )
     users = list(User.objects.filter(is_active=True).select_related("category"))
     half_life_s = settings_row.usage_half_life_days * 86400
@@ -285,7 +262,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         reservations=reservations,
         share_tree=_share_tree(users, categories),
         usage=_usage(now, half_life_s),
-        users_without_credit=_users_without_credit(),
+        users_without_credit=users_without_credit(),
     )
     policy = sm.Policy(
         weight_age=settings_row.weight_age,

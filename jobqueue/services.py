@@ -15,10 +15,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from accounts import services as credit_services
 from accounts.models import User
 from cluster.models import Gpu, Node
 from jobqueue import dispatch
@@ -475,19 +476,15 @@ def _finish(
 
 
 def _after_final(job: Job) -> None:
-    """Credits settle on commit; refunds for system failures are the credits service's call."""
-    job_id, state = job.pk, job.state
+    """Credits settle after the commit: a charge for work done, a full refund for a lost job."""
+    job_id, state, started = job.pk, job.state, job.started_at is not None
 
     def settle() -> None:
-        try:
-            from accounts import services as credit_services
-        except ImportError:  # pragma: no cover - credits not installed
-            return
-        if state == Job.State.LOST and hasattr(credit_services, "credits_refund_job"):
+        if state == Job.State.LOST:
             credit_services.credits_refund_job(
                 job_id=job_id, reason=_("The node running it was lost.")
             )
-        elif job.started_at is not None and hasattr(credit_services, "credits_settle_job"):
+        elif started:
             credit_services.credits_settle_job(job_id=job_id)
 
     transaction.on_commit(settle)
@@ -676,24 +673,5 @@ def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
 
 
 def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") -> None:
-    """In the app and by email, through the notifications service when it is installed."""
-    try:
-        from accounts.services import notify
-    except ImportError:
-        from django.core.mail import send_mail
-
-        if user.email:
-            transaction.on_commit(
-                lambda: send_mail(title, body, None, [user.email], fail_silently=True)
-            )
-        return
-    notify(user=user, kind=kind, title=title, body=body, url=url)
-
-
-def jobs_for_queue_page() -> QuerySet[Job]:
-    """Waiting and running jobs for the queue page, in queue order."""
-    return (
-        Job.objects.filter(Q(state__in=Job.WAITING_STATES) | Q(state__in=Job.ACTIVE_STATES))
-        .select_related("owner", "queue", "node")
-        .prefetch_related("allocations__gpu")
-    )
+    """In the app and by email."""
+    credit_services.notify(user=user, kind=kind, title=title, body=body, url=url)
