@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 
@@ -32,7 +31,7 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
                     "This token is unknown, expired or revoked. Create a new one under Account → API tokens."
                 )
             )
-        PersonalAccessToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        token.touch()
         return token.user, token
 
     def authenticate_header(self, request: Any) -> str:

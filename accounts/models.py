@@ -170,7 +170,7 @@ class PersonalAccessToken(models.Model):
     def authenticate(cls, secret: str) -> PersonalAccessToken | None:
         token = (
             cls.objects.usable()
-            .select_related("user")
+            .select_related("user__category")
             .filter(token_hash=cls.hash_secret(secret))
             .first()
         )
@@ -183,6 +183,17 @@ class PersonalAccessToken(models.Model):
         return self.revoked_at is None and (
             self.expires_at is None or self.expires_at > timezone.now()
         )
+
+    # "Last used" is shown to the member to the minute; a write (and its commit) on
+    # every API call would halve what a script can submit per second.
+    LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+    def touch(self) -> None:
+        """Record a use, at most once per LAST_USED_RESOLUTION."""
+        now = timezone.now()
+        if self.last_used_at is None or now - self.last_used_at >= self.LAST_USED_RESOLUTION:
+            self.last_used_at = now
+            PersonalAccessToken.objects.filter(pk=self.pk).update(last_used_at=now)
 
     def revoke(self) -> None:
         if self.revoked_at is None:

@@ -12,6 +12,7 @@ from accounts.auth import request_user
 from jobqueue import dispatch, selectors, services
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
+    JobBatchSerializer,
     JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
@@ -45,6 +46,26 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         data["reservation_id"] = data.pop("reservation", None)
         job = services.job_submit(owner=request_user(request), **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobBatchSerializer, responses={201: JobSerializer(many=True)})
+    @action(detail=False, methods=["post"])
+    def batch(self, request: Request) -> Response:
+        """Submit up to 500 jobs in one request, like a job array: all are queued or none is."""
+        payload = JobBatchSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        specs = []
+        for item in payload.validated_data["jobs"]:
+            spec = dict(item)
+            spec["reservation_id"] = spec.pop("reservation", None)
+            specs.append(spec)
+        jobs = services.jobs_submit_batch(owner=request_user(request), specs=specs)
+        created = (
+            Job.objects.filter(pk__in=[j.pk for j in jobs])
+            .select_related("owner", "queue", "image", "node")
+            .prefetch_related("allocations__gpu", "mounts")
+            .order_by("pk")
+        )
+        return Response(JobSerializer(created, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])

@@ -27,10 +27,11 @@ def job_predict_runtime(job: Job) -> int:
             started_at__isnull=False,
             ended_at__isnull=False,
         )
-        .exclude(pk=job.pk)
         .select_related("owner", "image")
         .order_by("-ended_at")[:HISTORY]
     )
+    if job.pk is not None:
+        finished = finished.exclude(pk=job.pk)
     # Oldest first, so the predictor's window keeps the most recent runs.
     for past in reversed(list(finished)):
         assert past.started_at is not None and past.ended_at is not None

@@ -80,17 +80,20 @@ def scheduling_pass_request() -> None:
     """Enqueue one pass after commit; while one is already requested, further requests coalesce."""
 
     def enqueue() -> None:
-        lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
-        if SchedulerLock.objects.filter(pk=lock.pk, pass_requested=False).update(
+        claimed = SchedulerLock.objects.filter(name=LOCK_NAME, pass_requested=False).update(
             pass_requested=True
-        ):
+        )
+        if not claimed and not SchedulerLock.objects.filter(name=LOCK_NAME).exists():
+            SchedulerLock.objects.get_or_create(name=LOCK_NAME, defaults={"pass_requested": True})
+            claimed = 1
+        if claimed:
             from jobqueue.tasks import scheduling_pass_task
 
             try:
                 scheduling_pass_task.apply_async(countdown=0.5)
             except Exception:  # broker away: beat runs a pass every few seconds anyway
                 logger.exception("could not enqueue a scheduling pass")
-                SchedulerLock.objects.filter(pk=lock.pk).update(pass_requested=False)
+                SchedulerLock.objects.filter(name=LOCK_NAME).update(pass_requested=False)
 
     transaction.on_commit(enqueue)
 

@@ -115,6 +115,12 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
         raise serializers.ValidationError("Give the command as a list of strings or as one string.")
 
 
+class JobBatchSerializer(serializers.Serializer[Any]):
+    """Many jobs in one request, queued together or not at all."""
+
+    jobs = JobSubmitSerializer(many=True, allow_empty=False)
+
+
 class QueueEntrySerializer(serializers.Serializer[Any]):
     """A job as every member may see it in the queue: owner, size and queue, never command or env."""
 

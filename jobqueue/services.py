@@ -46,6 +46,8 @@ from jobqueue.models import (
     SchedulingPolicy,
     VolumeMount,
 )
+from jobqueue.prediction import job_predict_runtime
+from labportal.errors import DomainError
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +265,7 @@ def job_submit(
     if cpus_value <= 0 or memory_mb <= 0:
         raise JobRefused(_("CPUs and memory must be positive."))
 
-    job = Job.objects.create(
+    job = Job(
         owner=owner,
         queue=queue_obj,
         name=name[:120],
@@ -282,11 +284,10 @@ def job_submit(
         state=Job.State.PENDING,
         pending_reason="priority",
     )
-    job.mounts.set(mount_objs)
-    from jobqueue.prediction import job_predict_runtime
-
     job.predicted_runtime_s = job_predict_runtime(job)
-    job.save(update_fields=["predicted_runtime_s"])
+    job.save()
+    if mount_objs:
+        job.mounts.set(mount_objs)
     record_event(
         job,
         "submitted",
@@ -295,6 +296,35 @@ def job_submit(
     )
     request_scheduling_pass()
     return job
+
+
+MAX_BATCH = 500
+
+
+@transaction.atomic
+def jobs_submit_batch(*, owner: User, specs: list[dict[str, Any]]) -> list[Job]:
+    """Submit many jobs at once (like a Slurm job array): all are queued, or none is.
+
+    A refusal names the job it is about (its place in the batch) and says what to change.
+    """
+    if not specs:
+        raise JobRefused(_("The batch is empty: send at least one job."))
+    if len(specs) > MAX_BATCH:
+        raise JobRefused(
+            _("A batch holds at most %(max)d jobs; split it into smaller batches.")
+            % {"max": MAX_BATCH}
+        )
+    jobs = []
+    for place, spec in enumerate(specs, start=1):
+        try:
+            jobs.append(job_submit(owner=owner, **spec))
+        except DomainError as exc:
+            refusal = type(exc)(
+                _("Job %(place)d of %(count)d: %(reason)s")
+                % {"place": place, "count": len(specs), "reason": exc.message}
+            )
+            raise refusal from exc
+    return jobs
 
 
 def _queue_for_submit(queue: str | Queue) -> Queue:

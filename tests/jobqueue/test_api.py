@@ -159,3 +159,46 @@ def test_the_submit_page_queues_a_job_and_shows_it(
     )
     assert job.env == {"A": "1", "B": "two"}
     assert "echo hello" in client.get(response["Location"]).content.decode()
+
+
+def test_a_batch_queues_every_job_in_one_request(alice: Any, cluster: Any, image: Any) -> None:
+    jobs = [
+        {
+            "image": "labportal/busybox:test",
+            "command": ["python", "sweep.py", f"--lr={lr}"],
+            "gpus": 1,
+        }
+        for lr in (0.1, 0.01, 0.001)
+    ]
+    response = api_as(alice).post("/api/jobs/batch/", {"jobs": jobs}, format="json")
+    assert response.status_code == 201, response.content
+    created = body(response)
+    assert [j["command"][-1] for j in created] == ["--lr=0.1", "--lr=0.01", "--lr=0.001"]
+    assert Job.objects.filter(owner=alice, state=Job.State.PENDING).count() == 3
+
+
+def test_a_batch_with_one_bad_job_queues_none_and_names_the_job(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    jobs = [
+        {"image": "labportal/busybox:test", "command": ["echo", "ok"]},
+        {"image": "labportal/busybox:test", "command": ["echo", "too big"], "gpus": 6},
+    ]
+    response = api_as(alice).post("/api/jobs/batch/", {"jobs": jobs}, format="json")
+    assert response.status_code == 400
+    assert body(response)["detail"].startswith("Job 2 of 2: No node has 6 matching GPUs")
+    assert not Job.objects.exists()
+
+
+def test_an_empty_or_oversized_batch_is_refused_with_the_limit(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    api = api_as(alice)
+    assert api.post("/api/jobs/batch/", {"jobs": []}, format="json").status_code == 400
+    many = [{"image": "labportal/busybox:test", "command": ["true"]}] * 501
+    alice.category.max_queued_jobs = 1000
+    alice.category.save()
+    response = api.post("/api/jobs/batch/", {"jobs": many}, format="json")
+    assert response.status_code == 400
+    assert "at most 500 jobs" in body(response)["detail"]
+    assert not Job.objects.exists()
