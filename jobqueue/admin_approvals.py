@@ -6,7 +6,6 @@ decisions go through the approval services so members are notified.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
@@ -21,28 +20,9 @@ from jobqueue.models import EmergencyRequest, PriorityGrant
 from labportal.errors import DomainError
 
 
-def _decide_each(
-    modeladmin: admin.ModelAdmin[Any],
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    decide: Callable[[int], Any],
-) -> None:
-    done = 0
-    for obj in queryset:
-        try:
-            decide(obj.pk)
-        except DomainError as exc:
-            modeladmin.message_user(request, f"{obj}: {exc.message}", messages.WARNING)
-        else:
-            done += 1
-    modeladmin.message_user(
-        request,
-        ngettext("%d request decided.", "%d requests decided.", done) % done,
-        messages.SUCCESS,
-    )
+class ApprovalAdmin(admin.ModelAdmin[Any]):
+    """Requests are an audit trail: read-only, never deleted; staff approve or reject them."""
 
-
-class AuditOnly(admin.ModelAdmin[Any]):
     readonly_fields: ClassVar[tuple[str, ...]] = (
         "user",
         "state",
@@ -50,6 +30,7 @@ class AuditOnly(admin.ModelAdmin[Any]):
         "decided_at",
         "created_at",
     )
+    actions = ("approve", "reject")
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -58,9 +39,42 @@ class AuditOnly(admin.ModelAdmin[Any]):
         # Members apply in the portal; the admin decides.
         return False
 
+    def decide(self, pk: int, *, decided_by: Any, approve: bool, comment: str) -> Any:
+        """Apply the decision through the approval service (so the member is notified)."""
+        raise NotImplementedError
+
+    @admin.action(description=_("Approve the selected requests"))
+    def approve(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._decide_each(request, queryset, approve=True, comment=str(_("Approved in the admin.")))
+
+    @admin.action(description=_("Reject the selected requests"))
+    def reject(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._decide_each(
+            request, queryset, approve=False, comment=str(_("Rejected in the admin."))
+        )
+
+    def _decide_each(
+        self, request: HttpRequest, queryset: QuerySet[Any], *, approve: bool, comment: str
+    ) -> None:
+        done = 0
+        for obj in queryset:
+            try:
+                self.decide(
+                    obj.pk, decided_by=request_user(request), approve=approve, comment=comment
+                )
+            except DomainError as exc:
+                self.message_user(request, f"{obj}: {exc.message}", messages.WARNING)
+            else:
+                done += 1
+        self.message_user(
+            request,
+            ngettext("%d request decided.", "%d requests decided.", done) % done,
+            messages.SUCCESS,
+        )
+
 
 @admin.register(PriorityGrant)
-class PriorityGrantAdmin(AuditOnly):
+class PriorityGrantAdmin(ApprovalAdmin):
     list_display = (
         "user",
         "queue",
@@ -72,70 +86,28 @@ class PriorityGrantAdmin(AuditOnly):
     )
     list_filter = ("state", "queue")
     search_fields = ("user__username", "reason")
-    readonly_fields = (*AuditOnly.readonly_fields, "queue", "reason", "deadline", "gpus_expected")
-    actions = ("approve", "reject")
+    readonly_fields = (
+        *ApprovalAdmin.readonly_fields,
+        "queue",
+        "reason",
+        "deadline",
+        "gpus_expected",
+    )
 
-    @admin.action(description=_("Approve the selected requests"))
-    def approve(self, request: HttpRequest, queryset: QuerySet[PriorityGrant]) -> None:
-        _decide_each(
-            self,
-            request,
-            queryset,
-            lambda pk: approvals.grant_decide(
-                grant_id=pk,
-                decided_by=request_user(request),
-                approve=True,
-                comment=str(_("Approved in the admin.")),
-            ),
-        )
-
-    @admin.action(description=_("Reject the selected requests"))
-    def reject(self, request: HttpRequest, queryset: QuerySet[PriorityGrant]) -> None:
-        _decide_each(
-            self,
-            request,
-            queryset,
-            lambda pk: approvals.grant_decide(
-                grant_id=pk,
-                decided_by=request_user(request),
-                approve=False,
-                comment=str(_("Rejected in the admin.")),
-            ),
+    def decide(self, pk: int, *, decided_by: Any, approve: bool, comment: str) -> Any:
+        return approvals.grant_decide(
+            grant_id=pk, decided_by=decided_by, approve=approve, comment=comment
         )
 
 
 @admin.register(EmergencyRequest)
-class EmergencyRequestAdmin(AuditOnly):
+class EmergencyRequestAdmin(ApprovalAdmin):
     list_display = ("user", "hours", "state", "created_at", "decided_by", "expires_at")
     list_filter = ("state",)
     search_fields = ("user__username", "reason")
-    readonly_fields = (*AuditOnly.readonly_fields, "jobs", "reason", "hours", "expires_at")
-    actions = ("approve", "reject")
+    readonly_fields = (*ApprovalAdmin.readonly_fields, "jobs", "reason", "hours", "expires_at")
 
-    @admin.action(description=_("Approve the selected requests"))
-    def approve(self, request: HttpRequest, queryset: QuerySet[EmergencyRequest]) -> None:
-        _decide_each(
-            self,
-            request,
-            queryset,
-            lambda pk: approvals.emergency_decide(
-                request_id=pk,
-                decided_by=request_user(request),
-                approve=True,
-                comment=str(_("Approved in the admin.")),
-            ),
-        )
-
-    @admin.action(description=_("Reject the selected requests"))
-    def reject(self, request: HttpRequest, queryset: QuerySet[EmergencyRequest]) -> None:
-        _decide_each(
-            self,
-            request,
-            queryset,
-            lambda pk: approvals.emergency_decide(
-                request_id=pk,
-                decided_by=request_user(request),
-                approve=False,
-                comment=str(_("Rejected in the admin.")),
-            ),
+    def decide(self, pk: int, *, decided_by: Any, approve: bool, comment: str) -> Any:
+        return approvals.emergency_decide(
+            request_id=pk, decided_by=decided_by, approve=approve, comment=comment
         )

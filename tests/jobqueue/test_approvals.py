@@ -218,3 +218,43 @@ def test_every_request_and_decision_is_kept_for_audit(alice: Any, admin_user: An
     from jobqueue import admin_approvals  # noqa: F401 - registers the admin
 
     assert not site._registry[EmergencyRequest].has_delete_permission(None)  # type: ignore[arg-type]
+
+
+def test_staff_decide_grants_and_emergencies_from_the_django_admin(
+    client: Any, alice: Any, admin_user: Any
+) -> None:
+    from django.urls import reverse
+
+    grant = apply(alice)
+    emergency = approvals.emergency_request_create(
+        user=alice, job_ids=[waiting_job(alice).pk], reason=REASON, hours=6
+    )
+    client.force_login(admin_user)
+    client.post(
+        reverse("admin:jobqueue_prioritygrant_changelist"),
+        {"action": "approve", "_selected_action": [grant.pk]},
+    )
+    client.post(
+        reverse("admin:jobqueue_emergencyrequest_changelist"),
+        {"action": "reject", "_selected_action": [emergency.pk]},
+    )
+    grant.refresh_from_db()
+    emergency.refresh_from_db()
+    assert grant.state == PriorityGrant.State.APPROVED and grant.decided_by == admin_user
+    assert emergency.state == EmergencyRequest.State.REJECTED
+    assert emergency.comment == "Rejected in the admin."
+    assert Notification.objects.filter(user=alice).count() >= 2
+
+
+def test_members_cannot_reach_the_approval_admin(client: Any, alice: Any, charlie: Any) -> None:
+    from django.urls import reverse
+
+    grant = apply(alice)
+    client.force_login(charlie)
+    response = client.post(
+        reverse("admin:jobqueue_prioritygrant_changelist"),
+        {"action": "approve", "_selected_action": [grant.pk]},
+    )
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    grant.refresh_from_db()
+    assert grant.state == PriorityGrant.State.PENDING
