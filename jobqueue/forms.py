@@ -83,6 +83,10 @@ class JobSubmitForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Everyday work goes to `normal`; `high` needs a grant and `debug` is short.
+        self.fields["queue"].initial = "normal"
+        if not VolumeMount.objects.filter(enabled=True).exists():
+            del self.fields["mounts"]
         models = sorted(
             set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
         )

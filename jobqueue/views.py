@@ -31,7 +31,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
                 gpus=data["gpus"],
                 shared_slot=data["shared_slot"],
                 env=data["env"],
-                mounts=[m.name for m in data["mounts"]],
+                mounts=[m.name for m in data.get("mounts", [])],
                 time_limit_s=int(hours * 3600) if hours else None,
                 min_gpu_memory_mb=(data["min_gpu_memory_gb"] or 0) * 1024,
                 gpu_model=data["gpu_model"],

@@ -78,6 +78,10 @@ class Command(BaseCommand):
             NodeToken.objects.filter(node_name=name, name="demo").delete()
             _token, secret = NodeToken.issue(node_name=name, name="demo")
             agents.append({"name": name, "token": secret, "gpus": DEMO_GPUS_PER_NODE})
+        # Members start the demo with this month's grant (beat would give it within the hour).
+        from accounts.services import credits_monthly_grant
+
+        credits_monthly_grant()
         path = settings.VAR_DIR / "demo-agents.json"
         path.write_text(json.dumps(agents, indent=2))
         path.chmod(0o600)

@@ -1,0 +1,40 @@
+"""The demo lab the README's `make demo` seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from accounts.models import CreditAccount, User
+from agent.gpu.simulated import simulated_gpu_uuid
+from cluster.models import Gpu, Node, NodeToken
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_demo_lab_is_seeded_once_however_often_it_runs(settings: Any, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo")
+    call_command("seed_demo")
+
+    assert set(User.objects.values_list("username", flat=True)) == {
+        "admin",
+        "alice",
+        "bob",
+        "charlie",
+    }
+    assert (
+        User.objects.get(username="alice").category != User.objects.get(username="charlie").category
+    )
+    assert sorted(Node.objects.values_list("name", flat=True)) == ["sim-node-1", "sim-node-2"]
+    # The simulated agents register the same UUIDs, so the seeded GPUs are theirs.
+    assert Gpu.objects.filter(uuid=simulated_gpu_uuid("sim-node-2", 3)).exists()
+    assert Gpu.objects.count() == 8
+    assert all(balance > 0 for balance in CreditAccount.objects.values_list("balance", flat=True))
+    agents = json.loads((tmp_path / "demo-agents.json").read_text())
+    for agent in agents:
+        assert NodeToken.matches(node_name=agent["name"], secret=agent["token"])
