@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -160,6 +161,11 @@ class PriorityGrant(models.Model):
         return self.state == self.State.APPROVED and self.deadline > (at or timezone.now())
 
 
+def command_text(command: object) -> str:
+    """A stored argument vector as one shell-quoted line."""
+    return shlex.join(command) if isinstance(command, list) else str(command)
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def pending(self) -> JobQuerySet:
         return self.filter(state__in=Job.WAITING_STATES)
@@ -267,9 +273,7 @@ class Job(models.Model):
 
     @property
     def command_display(self) -> str:
-        import shlex
-
-        return shlex.join(self.command) if isinstance(self.command, list) else str(self.command)
+        return command_text(self.command)
 
     PENDING_REASONS = {
         "resources": _("Waiting for GPUs to free up."),

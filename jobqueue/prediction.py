@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobqueue.models import Job
+from jobqueue.models import Job, command_text
 from scheduler.predict import JobFeatures, RuntimePredictor
 
 HISTORY = 200
@@ -20,22 +20,21 @@ def features_of(job: Job) -> JobFeatures:
 def job_predict_runtime(job: Job) -> int:
     """Seconds the job will probably run, from the same user's recent completed jobs; at most its limit."""
     predictor = RuntimePredictor()
-    finished = (
-        Job.objects.filter(
-            owner_id=job.owner_id,
-            state=Job.State.COMPLETED,
-            started_at__isnull=False,
-            ended_at__isnull=False,
-        )
-        .select_related("owner", "image")
-        .order_by("-ended_at")[:HISTORY]
+    finished = Job.objects.filter(
+        owner_id=job.owner_id,
+        state=Job.State.COMPLETED,
+        started_at__isnull=False,
+        ended_at__isnull=False,
     )
     if job.pk is not None:
         finished = finished.exclude(pk=job.pk)
+    history = finished.order_by("-ended_at").values_list(
+        "image__reference", "command", "gpus", "started_at", "ended_at", "time_limit_s"
+    )[:HISTORY]
+    username = job.owner.username
     # Oldest first, so the predictor's window keeps the most recent runs.
-    for past in reversed(list(finished)):
-        assert past.started_at is not None and past.ended_at is not None
-        predictor.observe(
-            features_of(past), (past.ended_at - past.started_at).total_seconds(), past.time_limit_s
-        )
+    for image, command, gpus, started, ended, limit in reversed(list(history)):
+        assert started is not None and ended is not None  # filtered above
+        features = JobFeatures(user=username, image=image, command=command_text(command), gpus=gpus)
+        predictor.observe(features, (ended - started).total_seconds(), limit)
     return max(1, round(predictor.predict(features_of(job), float(job.time_limit_s))))

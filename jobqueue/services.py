@@ -348,6 +348,8 @@ def _has_grant(owner: User, queue: Queue) -> bool:
 
 def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:
     wanted = [n for n in dict.fromkeys(names) if n]
+    if not wanted:
+        return []
     found = {m.name: m for m in VolumeMount.objects.filter(name__in=wanted, enabled=True)}
     missing = [n for n in wanted if n not in found]
     if missing:
