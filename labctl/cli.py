@@ -21,6 +21,7 @@ from labctl.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, ApiRefusal, LabctlE
 from labctl.output import dump_json, parse_iso, span, table, when
 from labctl.parsing import (
     argtype,
+    parse_array,
     parse_duration,
     parse_env,
     parse_hours,
@@ -120,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory", type=argtype(parse_size_mb), metavar="SIZE", help="RAM: 16G, 512M (default 16G)"
     )
     p.add_argument("--name", help="a name for the job")
+    p.add_argument(
+        "--array",
+        type=argtype(parse_array),
+        metavar="RANGE",
+        help="a job array: 0-9 or 1,4,7; each job gets LABPORTAL_ARRAY_INDEX (all queued or none)",
+    )
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
     p.add_argument(
         "--preemptible", action="store_true", help="may be preempted for cheaper credits"
@@ -306,6 +313,8 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
         payload["env"] = dict(args.env)
     if args.mount:
         payload["mounts"] = list(args.mount)
+    if args.array:
+        return _submit_array(args, client, payload)
     created = client.post("/api/jobs/", payload)
     job = client.get(f"/api/jobs/{created['id']}/")
     if args.json:
@@ -329,6 +338,24 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
             f"  started:          {when(job['started_at'], relative=True)} on {job.get('node') or '-'}"
         )
     print(f"Follow it with: labctl status {job['id']}   ·   labctl logs {job['id']} --follow")
+    return EXIT_OK
+
+
+def _submit_array(args: argparse.Namespace, client: Client, payload: dict[str, Any]) -> int:
+    """One job per index in one request: the portal queues all of them or none."""
+    jobs = []
+    for index in args.array:
+        job = dict(payload, env={**payload.get("env", {}), "LABPORTAL_ARRAY_INDEX": str(index)})
+        if payload.get("name"):
+            job["name"] = f"{payload['name']}[{index}]"
+        jobs.append(job)
+    created = client.post("/api/jobs/batch/", {"jobs": jobs})
+    if args.json:
+        dump_json(created)
+        return EXIT_OK
+    ids = [job["id"] for job in created]
+    print(f"Submitted {len(ids)} jobs to the {created[0]['queue']} queue: {ids[0]}–{ids[-1]}.")
+    print("Follow them with: labctl status")
     return EXIT_OK
 
 

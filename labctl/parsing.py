@@ -51,6 +51,26 @@ def parse_env(text: str) -> tuple[str, str]:
     return key, value
 
 
+MAX_ARRAY = 500  # the portal's batch limit
+
+
+def parse_array(text: str) -> list[int]:
+    """Array indices: "0-9", "1,4,7" or a mix ("0-3,10"); each at most once, in order."""
+    indices: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"“{text}” is not an array range: use 0-9, 1,4,7 or 0-3,10.")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"“{part}” counts down; write it as {last}-{first}.")
+        indices.extend(range(first, last + 1))
+        if len(indices) > MAX_ARRAY:
+            raise ValueError(f"An array holds at most {MAX_ARRAY} jobs; “{text}” has more.")
+    return list(dict.fromkeys(indices))
+
+
 def parse_when(text: str, *, now: datetime | None = None) -> datetime:
     """An aware datetime from '2026-12-01 14:00', ISO 8601, 'today 14:00' or 'tomorrow 9:30'.
 

@@ -10,6 +10,8 @@ from tests.labctl.conftest import Run, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+IMAGE = "labportal/busybox:test"
+
 
 def submit(labctl: Run, *extra: str) -> dict[str, Any]:
     result = labctl(
@@ -147,3 +149,36 @@ def test_logs_follow_stops_when_the_job_is_final(
     assert result.out == "epoch 1\nepoch 2\ndone\n"
     assert polls == [2.0]
     assert "completed" in result.err
+
+
+def test_an_array_queues_one_job_per_index_with_its_index(labctl: Run, as_alice: str) -> None:
+    from jobqueue.models import Job
+
+    result = labctl(
+        "submit",
+        "--image",
+        IMAGE,
+        "--array",
+        "0-2,7",
+        "--name",
+        "sweep",
+        "--",
+        "python",
+        "sweep.py",
+    )
+
+    assert result.code == 0, result.err
+    assert "Submitted 4 jobs" in result.out
+    jobs = Job.objects.order_by("pk")
+    assert [j.env["LABPORTAL_ARRAY_INDEX"] for j in jobs] == ["0", "1", "2", "7"]
+    assert [j.name for j in jobs] == ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[7]"]
+
+
+def test_an_array_with_a_refused_job_queues_none(labctl: Run, as_alice: str) -> None:
+    from jobqueue.models import Job
+
+    result = labctl("submit", "--image", IMAGE, "--gpus", "6", "--array", "0-1", "--", "true")
+
+    assert result.code == 1
+    assert "Job 1 of 2: No node has 6 matching GPUs" in result.err
+    assert not Job.objects.exists()

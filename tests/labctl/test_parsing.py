@@ -98,3 +98,14 @@ def test_a_bad_time_limit_on_the_command_line_exits_2_without_a_traceback(labctl
     assert result.code == 2
     assert "not a duration" in result.err
     assert "Traceback" not in result.err
+
+
+def test_array_ranges_parse_and_bad_ones_say_how_to_write_them() -> None:
+    from labctl.parsing import parse_array
+
+    assert parse_array("0-3") == [0, 1, 2, 3]
+    assert parse_array("1,4,7") == [1, 4, 7]
+    assert parse_array("0-2,2,10") == [0, 1, 2, 10]
+    for bad, hint in (("a-b", "use 0-9"), ("5-1", "write it as 1-5"), ("0-600", "at most 500")):
+        with pytest.raises(ValueError, match=hint):
+            parse_array(bad)
