@@ -123,7 +123,21 @@ class VolumeMount(models.Model):
         return self.source_template.replace("{username}", username)
 
 
-class PriorityGrant(models.Model):
+class StaffDecision(models.Model):
+    """What grants and emergency requests share: when they were made, and a staff decision."""
+
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(_("admin comment"), blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+
+class PriorityGrant(StaffDecision):
     """A member's approved right to use a grant-only queue (`high`) until a deadline."""
 
     class State(models.TextChoices):
@@ -142,12 +156,6 @@ class PriorityGrant(models.Model):
     state = models.CharField(
         _("state"), max_length=16, choices=State.choices, default=State.PENDING
     )
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
-    comment = models.TextField(_("admin comment"), blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = _("priority grant")
@@ -372,7 +380,7 @@ class SchedulerLock(models.Model):
         return self.name
 
 
-class EmergencyRequest(models.Model):
+class EmergencyRequest(StaffDecision):
     """A member's request for temporary top priority for named jobs; an admin approves it."""
 
     class State(models.TextChoices):
@@ -390,13 +398,7 @@ class EmergencyRequest(models.Model):
     state = models.CharField(
         _("state"), max_length=16, choices=State.choices, default=State.PENDING
     )
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    comment = models.TextField(_("admin comment"), blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = _("emergency request")
