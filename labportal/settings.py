@@ -175,7 +175,8 @@ USE_TZ = True
 
 # --- Static -----------------------------------------------------------------
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "static"
+# The container image collects static files at build time, outside the data volume.
+STATIC_ROOT = Path(env_str("LABPORTAL_STATIC_ROOT", str(VAR_DIR / "static")) or "")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # htmx comes from the npm registry (package htmx.org) into node_modules/; see Makefile.
 STATICFILES_DIRS = [
@@ -278,6 +279,26 @@ LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
 LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
 LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
 LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=1000)
+
+# --- Backups ------------------------------------------------------------------
+# Uploaded files (none yet by default); backed up with the database when present.
+MEDIA_URL = "/media/"
+MEDIA_ROOT = Path(env_str("LABPORTAL_MEDIA_ROOT", str(VAR_DIR / "media")) or "")
+LABPORTAL_BACKUP_DIR = Path(env_str("LABPORTAL_BACKUP_DIR", str(VAR_DIR / "backups")) or "")
+LABPORTAL_BACKUP_KEEP_DAILY = env_int("LABPORTAL_BACKUP_KEEP_DAILY", 7, minimum=1)
+LABPORTAL_BACKUP_KEEP_WEEKLY = env_int("LABPORTAL_BACKUP_KEEP_WEEKLY", 4, minimum=0)
+LABPORTAL_BACKUP_KEEP_MONTHLY = env_int("LABPORTAL_BACKUP_KEEP_MONTHLY", 6, minimum=0)
+LABPORTAL_BACKUP_HOUR = env_int("LABPORTAL_BACKUP_HOUR", 3, minimum=0)
+if LABPORTAL_BACKUP_HOUR > 23:
+    raise ImproperlyConfigured(
+        f"LABPORTAL_BACKUP_HOUR must be an hour from 0 to 23 (got {LABPORTAL_BACKUP_HOUR})"
+    )
+# Nightly backups from beat; off in the demo (DEBUG), on in production.
+LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
+if LABPORTAL_BACKUP_ENABLED:
+    from labportal.beat import backup_beat_schedule  # noqa: E402
+
+    CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 
 LOGGING = {
     "version": 1,
