@@ -27,7 +27,9 @@ class Browser:
     def csrf(self) -> str:
         return next(c.value for c in self.cookies if c.name == "csrftoken")
 
-    def request(self, method: str, path: str, data: bytes | None = None, **headers: str) -> tuple[int, str]:
+    def request(
+        self, method: str, path: str, data: bytes | None = None, **headers: str
+    ) -> tuple[int, str]:
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         try:
             with self.opener.open(req, timeout=30) as response:
@@ -41,7 +43,11 @@ class Browser:
             method,
             path,
             data,
-            **{"Content-Type": "application/json", "X-CSRFToken": self.csrf(), "Referer": self.base + "/"},
+            **{
+                "Content-Type": "application/json",
+                "X-CSRFToken": self.csrf(),
+                "Referer": self.base + "/",
+            },
         )
         try:
             return status, json.loads(text)
@@ -65,7 +71,10 @@ def main(base: str, username: str, password: str, image: str) -> None:
         {"csrfmiddlewaretoken": match.group(1), "login": username, "password": password}
     ).encode()
     status, page = browser.request(
-        "POST", "/accounts/login/", form, Referer=base + "/accounts/login/",
+        "POST",
+        "/accounts/login/",
+        form,
+        Referer=base + "/accounts/login/",
         **{"Content-Type": "application/x-www-form-urlencoded"},
     )
     if status != 200 or not any(c.name == "sessionid" for c in browser.cookies):
@@ -86,7 +95,11 @@ def main(base: str, username: str, password: str, image: str) -> None:
             "time_limit_s": 300,
             "cpus": "0.5",
             "memory_mb": 128,
-            "command": ["sh", "-c", "echo hello-from-the-container-e2e gpus=$NVIDIA_VISIBLE_DEVICES"],
+            "command": [
+                "sh",
+                "-c",
+                "echo hello-from-the-container-e2e gpus=$NVIDIA_VISIBLE_DEVICES",
+            ],
         },
     )
     if status != 201:
@@ -102,11 +115,15 @@ def main(base: str, username: str, password: str, image: str) -> None:
     else:
         fail(f"job {job['id']} did not finish within 180 s; last state {job.get('state')}")
     if job["state"] != "completed" or job["exit_code"] != 0:
-        fail(f"job {job['id']} ended {job['state']} ({job.get('end_reason')}, exit {job.get('exit_code')})")
+        fail(
+            f"job {job['id']} ended {job['state']} ({job.get('end_reason')}, exit {job.get('exit_code')})"
+        )
     status, logs = browser.api("GET", f"/api/jobs/{job['id']}/logs/")
     if "hello-from-the-container-e2e" not in json.dumps(logs):
         fail(f"the job's log does not show its output: {logs}")
-    print(f"job {job['id']} completed on node {job['node']} (GPUs {job['gpu_uuids']}); its log shows its output")
+    print(
+        f"job {job['id']} completed on node {job['node']} (GPUs {job['gpu_uuids']}); its log shows its output"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from labportal.errors import DomainError
 
@@ -370,3 +371,25 @@ def backup_notify_if_stale(*, now: datetime) -> int:
             dedupe_key=f"backup-stale-{now.date().isoformat()}",
         )
     return len(staff)
+
+
+class BackupCollector:
+    """Prometheus gauges of the backups: when the newest archive was made, and how many are kept.
+
+    Registered in the portal's /metrics registry; an alert on
+    ``time() - labportal_backup_last_success_timestamp_seconds > 93600`` pages the admins.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        archives = archives_in()
+        last = GaugeMetricFamily(
+            "labportal_backup_last_success_timestamp_seconds",
+            "Unix time of the newest complete backup archive (0 when there is none).",
+        )
+        last.add_metric([], archives[0].created.timestamp() if archives else 0.0)
+        yield last
+        count = GaugeMetricFamily(
+            "labportal_backup_archives", "Backup archives kept in LABPORTAL_BACKUP_DIR."
+        )
+        count.add_metric([], len(archives))
+        yield count

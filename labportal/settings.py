@@ -76,6 +76,7 @@ LOCAL_APPS = [
     "jobqueue",
     "reservations",
     "telemetry",
+    "handbook",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
@@ -109,6 +110,8 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "accounts.context_processors.portal",
             ],
+            # {% help_link "slug" %} links a page to its part of the manual, on any page.
+            "builtins": ["handbook.templatetags.handbook"],
         },
     },
 ]

@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/", include("jobqueue.urls")),
     path("reservations/", include("reservations.urls")),
     path("telemetry/", include("telemetry.urls")),
+    path("", include("handbook.urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),

@@ -22,8 +22,17 @@ def web_ok() -> bool:
 
 def worker_ok() -> bool:
     result = subprocess.run(
-        ["celery", "-A", "labportal", "inspect", "ping", "--timeout", "5",
-         "--destination", f"control@{os.uname().nodename}"],
+        [
+            "celery",
+            "-A",
+            "labportal",
+            "inspect",
+            "ping",
+            "--timeout",
+            "5",
+            "--destination",
+            f"control@{os.uname().nodename}",
+        ],
         capture_output=True,
         timeout=9,
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.db import connection
 
@@ -63,7 +64,7 @@ def test_a_backup_restored_after_dropping_everything_reproduces_every_table(
     assert every_table() == before
     assert (tmp_path / "media" / "avatars" / "alice.png").read_bytes() == b"\x89PNG fake"
     # Sequences came back too: new rows do not collide with restored ones.
-    assert UserFactory(username="after-restore").pk > max(
+    assert UserFactory.create(username="after-restore").pk > max(
         u.pk for u in User.objects.exclude(username="after-restore")
     )
 
@@ -176,3 +177,39 @@ def call_command_output(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_metric_and_the_staff_page_show_the_last_successful_backup(
+    alice: Any, admin_user: Any, tmp_path: Path, settings: Any
+) -> None:
+    from django.test import Client
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    settings.LABPORTAL_BACKUP_DIR = tmp_path
+    registry = CollectorRegistry()
+    registry.register(backups.BackupCollector())
+
+    def exposed() -> dict[str, float]:
+        text = generate_latest(registry).decode()
+        return {m.name: m.samples[0].value for m in text_string_to_metric_families(text)}
+
+    assert exposed()["labportal_backup_last_success_timestamp_seconds"] == 0
+    archive = backups.backup_create(now=datetime(2026, 12, 1, 3, 7, tzinfo=UTC))
+    assert exposed() == {
+        "labportal_backup_last_success_timestamp_seconds": archive.created.timestamp(),
+        "labportal_backup_archives": 1,
+    }
+
+    staff, member = Client(), Client()
+    staff.force_login(admin_user)
+    member.force_login(alice)
+    assert "Last backup: 2026-12-01 03:07" in staff.get("/").content.decode()
+    assert 'data-testid="backup-status"' not in member.get("/").content.decode()
+    # Where nightly backups are on, an overdue one is flagged to staff on every page.
+    settings.LABPORTAL_BACKUP_ENABLED = True
+    with time_machine.travel(archive.created + timedelta(hours=20), tick=False):
+        assert "Backups are overdue" not in staff.get("/jobs/").content.decode()
+    with time_machine.travel(archive.created + timedelta(hours=30), tick=False):
+        assert "Backups are overdue" in staff.get("/jobs/").content.decode()

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from handbook import views
+
+urlpatterns = [
+    path("help/", views.help_index, name="help_index"),
+    path("help/<slug:slug>/", views.help_page, name="help_page"),
+    path("rules/", views.rules, name="rules"),
+]
