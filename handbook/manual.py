@@ -51,6 +51,8 @@ PAGES_BY_SLUG = {page.slug: page for page in PAGES}
 
 # Links between pages are written as relative .md links, so they also work when the
 # files are read on a code host; the portal turns them into its own URLs.
+# Chinese text wrapped over source lines must not get a space where the line broke.
+_CJK_BREAK = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef])\n(?=[\u3000-\u9fff\uff00-\uffef])")
 _MD_LINK = re.compile(r'href="(?:[\w./-]*/)?([a-z0-9-]+)\.md(#[\w-]*)?"')
 
 
@@ -82,7 +84,9 @@ def render_page(slug: str, language: str) -> RenderedPage:
     first, _, rest = text.partition("\n")
     title = first.removeprefix("# ").strip() if first.startswith("# ") else slug
     body = markdown.markdown(
-        rest, extensions=["tables", "fenced_code", "sane_lists", "toc"], output_format="html"
+        _CJK_BREAK.sub("", rest),
+        extensions=["tables", "fenced_code", "sane_lists", "toc"],
+        output_format="html",
     )
     return RenderedPage(page=page, title=title, html=_MD_LINK.sub(_link, body))
 

@@ -75,7 +75,7 @@ def test_the_rules_page_reads_queues_categories_and_credits_from_the_settings(
     client.force_login(alice)
     html = client.get("/rules/").content.decode()
     debug = Queue.objects.get(name="debug")
-    assert f"A job may ask for up to {debug.max_gpus_per_job} GPUs." in html
+    assert f"A job may ask for up to {debug.max_gpus_per_job} GPU" in html
     assert "monthly grant of 1234 credits" in html
     assert "Each member may have 3 approved emergency requests" in html
     assert alice.category.name in html
