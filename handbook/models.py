@@ -33,3 +33,21 @@ class RuleSuggestion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic} ({self.author})"
+
+
+class OnboardingProgress(models.Model):
+    """What a member's first-steps checklist cannot read from their data: reading the rules,
+    and having put the checklist away."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="onboarding"
+    )
+    rules_read_at = models.DateTimeField(_("read the rules"), null=True, blank=True)
+    dismissed_at = models.DateTimeField(_("checklist put away"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("onboarding progress")
+        verbose_name_plural = _("onboarding progress")
+
+    def __str__(self) -> str:
+        return str(self.user)

@@ -126,3 +126,28 @@ def lab_rules() -> LabRules:
         rules.scheduling_changed,
     ]
     return LabRules(**{**rules.__dict__, "last_changed": _latest(*everything)})
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    key: str
+    done: bool
+
+
+def onboarding_checklist(user: Any) -> list[ChecklistItem] | None:
+    """A member's first steps, each ticked from what they did; None once put away or all done."""
+    from accounts.models import PersonalAccessToken
+    from handbook.models import OnboardingProgress
+    from jobqueue.models import Job
+    from reservations.models import Reservation
+
+    progress = OnboardingProgress.objects.filter(user=user).first()
+    if progress is not None and progress.dismissed_at is not None:
+        return None
+    items = [
+        ChecklistItem("rules", progress is not None and progress.rules_read_at is not None),
+        ChecklistItem("debug_job", Job.objects.filter(owner=user, queue__name="debug").exists()),
+        ChecklistItem("booking", Reservation.objects.filter(user=user).exists()),
+        ChecklistItem("api_token", PersonalAccessToken.objects.filter(user=user).exists()),
+    ]
+    return None if all(item.done for item in items) else items

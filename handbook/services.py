@@ -25,3 +25,18 @@ def rule_suggestion_create(*, author: User, topic: str, text: str) -> RuleSugges
             url=url,
         )
     return suggestion
+
+
+def onboarding_mark(*, user: User, rules_read: bool = False, dismissed: bool = False) -> None:
+    """Record that `user` read the rules or put the checklist away (the first time only)."""
+    from django.utils import timezone
+
+    from handbook.models import OnboardingProgress
+
+    progress, _created = OnboardingProgress.objects.get_or_create(user=user)
+    now = timezone.now()
+    if rules_read and progress.rules_read_at is None:
+        progress.rules_read_at = now
+    if dismissed and progress.dismissed_at is None:
+        progress.dismissed_at = now
+    progress.save()

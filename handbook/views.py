@@ -6,11 +6,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
 from handbook.selectors import lab_rules
-from handbook.services import rule_suggestion_create
+from handbook.services import onboarding_mark, rule_suggestion_create
 
 
 def help_index(request: HttpRequest) -> HttpResponse:
@@ -42,4 +43,12 @@ def rules(request: HttpRequest) -> HttpResponse:
         rule_suggestion_create(author=request.user, **form.cleaned_data)  # type: ignore[arg-type]
         messages.success(request, _("Thank you: the admins will read your suggestion."))
         return redirect("rules")
+    onboarding_mark(user=request.user, rules_read=True)  # type: ignore[arg-type]
     return render(request, "handbook/rules.html", {"rules": lab_rules(), "form": form})
+
+
+@login_required
+@require_POST
+def onboarding_dismiss(request: HttpRequest) -> HttpResponse:
+    onboarding_mark(user=request.user, dismissed=True)  # type: ignore[arg-type]
+    return redirect("dashboard")

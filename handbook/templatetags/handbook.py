@@ -37,3 +37,16 @@ def backup_status(context: template.Context, banner: bool = False) -> dict[str, 
         return {"show": False}
     stale = settings.LABPORTAL_BACKUP_ENABLED and backup_is_stale()
     return {"show": stale or not banner, "banner": banner, "stale": stale, "last": last_backup()}
+
+
+@register.inclusion_tag("handbook/_checklist.html", takes_context=True)
+def onboarding_checklist(context: template.Context) -> dict[str, object]:
+    """A new member's first steps, ticked off as they do them, until done or put away."""
+    from handbook.selectors import onboarding_checklist as checklist_for
+
+    user = context.get("user")
+    items = checklist_for(user) if user is not None and user.is_authenticated else None
+    return {
+        "items": {item.key: item.done for item in items} if items else None,
+        "csrf_token": context.get("csrf_token"),
+    }
