@@ -6,7 +6,8 @@
 #   4. the web and control-worker containers started against this machine's PostgreSQL
 #      and Redis (host networking: both listen on 127.0.0.1), healthchecks passing;
 #   5. an admin created in the container, logged in over HTTP, a job submitted and run
-#      by the agent container in a Docker container on a simulated GPU (no GPU here).
+#      by the agent container in a Docker container on a simulated GPU (no GPU here);
+#   6. `manage.py backup` in the worker container, restored into a new database.
 # Everything it starts is removed at the end, also on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,7 @@ cleanup() {
   docker rm -f "$RUN_ID-web" "$RUN_ID-worker" "$RUN_ID-agent" >/dev/null 2>&1 || true
   docker ps -aq --filter "label=labportal.node=$NODE" | xargs -r docker rm -f >/dev/null 2>&1 || true
   psql "$PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS $DB_NAME" >/dev/null 2>&1 || true
+  psql "$PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS ${DB_NAME}_restored" >/dev/null 2>&1 || true
   rm -rf "${cfg_dir:-}"
   exit $rc
 }
@@ -122,13 +124,22 @@ docker run -d --name "$RUN_ID-agent" --network host \
   --group-add "$(stat -c %g /var/run/docker.sock)" \
   -v /var/run/docker.sock:/var/run/docker.sock \
   labportal/agent:ci --name "$NODE" --broker "$REDIS_URL" --token "$token" \
-  --gpu-backend simulated --sim-gpus 2 --heartbeat-interval 2 >/dev/null
+  --gpu-backend simulated --sim-gpus 2 --heartbeat-interval 2 --allowed-mount-root none >/dev/null
 wait_healthy "$RUN_ID-worker" 90
 
 step "log in over HTTP and run a job through the agent"
 python3 .ci/container_e2e_http.py "http://127.0.0.1:$PORT" admin "$ADMIN_PASSWORD" "$TEST_IMAGE"
 
-step "backup inside the worker container"
-docker exec "$RUN_ID-worker" /opt/labportal/app/deploy/docker/entrypoint.sh manage backup \
-  | grep -q "backup written: /var/lib/labportal/backups/labportal-"
+step "backup inside the worker container, restored into a new database"
+archive="$(docker exec "$RUN_ID-worker" /opt/labportal/app/deploy/docker/entrypoint.sh manage backup \
+  | sed -n 's/^backup written: //p')"
+case "$archive" in /var/lib/labportal/backups/labportal-*.tar) ;; *) log "no archive: $archive"; exit 1 ;; esac
+psql "$PG_SERVER/postgres" -qc "CREATE DATABASE ${DB_NAME}_restored" >/dev/null
+docker exec -e DATABASE_URL="${DB_URL}_restored" "$RUN_ID-worker" \
+  /opt/labportal/app/deploy/docker/entrypoint.sh manage restore "$archive" >/dev/null
+for table in accounts_user jobqueue_job cluster_node; do
+  a="$(psql "$DB_URL" -tAc "SELECT count(*) FROM $table")"
+  b="$(psql "${DB_URL}_restored" -tAc "SELECT count(*) FROM $table")"
+  [ "$a" = "$b" ] && [ "$a" -gt 0 ] || { log "$table: $a rows, $b after restore"; exit 1; }
+done
 step "passed"
