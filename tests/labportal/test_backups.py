@@ -213,3 +213,31 @@ def test_the_metric_and_the_staff_page_show_the_last_successful_backup(
         assert "Backups are overdue" not in staff.get("/jobs/").content.decode()
     with time_machine.travel(archive.created + timedelta(hours=30), tick=False):
         assert "Backups are overdue" in staff.get("/jobs/").content.decode()
+
+
+def test_beat_runs_the_nightly_backup_at_the_configured_hour_and_checks_hourly() -> None:
+    from labportal.beat import backup_beat_schedule
+
+    schedule = backup_beat_schedule(hour=2)
+    nightly = schedule["backup-nightly"]["schedule"]
+    assert schedule["backup-nightly"]["task"] == "control.backup_nightly"
+    assert nightly.hour == {2} and nightly.minute == {7}  # type: ignore[attr-defined]
+    assert schedule["backup-check-freshness"]["task"] == "control.backup_check_freshness"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_nightly_task_writes_an_archive_and_applies_retention(
+    alice: Any, tmp_path: Path, settings: Any
+) -> None:
+    from labportal.tasks import backup_nightly_task
+
+    settings.LABPORTAL_BACKUP_DIR = tmp_path
+    settings.LABPORTAL_BACKUP_KEEP_DAILY = 1
+    settings.LABPORTAL_BACKUP_KEEP_WEEKLY = 0
+    settings.LABPORTAL_BACKUP_KEEP_MONTHLY = 0
+    old = backups.backup_create(now=datetime(2026, 1, 5, 3, 7, tzinfo=UTC))
+
+    written = Path(backup_nightly_task())
+
+    assert written.is_file() and backups.verify_archive(written)["engine"] == connection.vendor
+    assert not old.path.exists() and not old.checksum_path.exists()
