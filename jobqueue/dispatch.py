@@ -21,7 +21,7 @@ def _send(task: str, args: list[Any], queue: str) -> None:
     def send() -> None:
         try:
             app.send_task(task, args=args, queue=queue)
-        except Exception:  # the broker may be briefly away; the next pass or beat retries
+        except Exception:  # broker away: the heartbeat reconcile re-sends a start, the beat a stop
             logger.exception("could not send %s to %s", task, queue)
 
     transaction.on_commit(send)
