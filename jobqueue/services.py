@@ -547,16 +547,17 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         or not isinstance(job_id, int)
         or kind not in ("started", "exited", "start_failed")
     ):
-        logger.warning("malformed job event from %s: %r", node_name, event)
-        return
+        raise MessageRefused(RejectedMessage.Reason.MALFORMED, f"job event {event!r:.200}")
     if JobEvent.objects.filter(event_id=event_id).exists():
         return
     job = (
         Job.objects.select_for_update(of=("self",)).select_related("node").filter(pk=job_id).first()
     )
     if job is None or job.node is None or job.node.name != node_name:
-        logger.warning("event for job %s refused: not on node %s", job_id, node_name)
-        return
+        # Checked before, but the job may have been requeued since: say so, never drop it.
+        raise MessageRefused(
+            RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {job_id} ({kind}) is not on {node_name}"
+        )
     at = _event_time(event, job)
     log_tail = db_text(str(event.get("log_tail") or "")[-LOG_TAIL_CHARS:])
     if log_tail:
