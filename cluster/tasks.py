@@ -1,8 +1,9 @@
 """The control queue's side of the agent protocol (see docs/nodes.md).
 
 Agents send these tasks by name to the `control` queue; the first two arguments
-are always the node name and its token. Each task checks the token, then calls a
-service. A refused message is logged and counted (admin: rejected agent
+are always the node name and a signature over the whole message made with the
+node token's key (`agent.signing`; the token itself never travels on the broker).
+Each task checks the signature, then calls a service. A refused message is logged and counted (admin: rejected agent
 messages) and the task returns normally, so the broker never redelivers it.
 A message that passes validation but fails to apply (a bug, a value the
 database refuses) is rolled back and recorded the same way, as `apply_failed`,
@@ -22,6 +23,7 @@ from django.db import OperationalError, transaction
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
 from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
+from cluster.signing import report_signature_refusal
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +41,40 @@ def _handle(
     node_name: object,
     token: object,
     action: Callable[[str], object],
+    args: list[Any] | None = None,
     *,
     may_retry: bool = False,
 ) -> str:
     """Check the node's identity, run `action`, and turn a refusal or a failure into a logged rejection.
 
+    `token` is the signature envelope an agent of this release sends (checked over
+    the message's `args`), or a bare token string from an agent of an earlier release.
     The action runs in one transaction: a refusal keeps what was done before it
     (a withdrawn registration, say); any other failure rolls everything back.
     A database that is briefly unreachable raises, for Celery to retry, while
     `may_retry`; after the last retry the message is recorded too.
     """
-    if not (
-        node_name_valid(node_name)
-        and isinstance(token, str)
-        and NodeToken.matches(node_name=node_name, secret=token)
-    ):
+    if not node_name_valid(node_name):
+        services.message_reject(
+            node_name=node_name,
+            message=message,
+            reason=RejectedMessage.Reason.BAD_TOKEN,
+            detail=f"node name {str(node_name)[:80]!r} is not a node name",
+        )
+        return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    if isinstance(token, dict):
+        refusal = report_signature_refusal(
+            node_name=node_name, task=f"control.{message}", args=args or [], envelope=token
+        )
+        if refusal is not None:
+            services.message_reject(
+                node_name=node_name,
+                message=message,
+                reason=RejectedMessage.Reason.BAD_TOKEN,
+                detail=refusal,
+            )
+            return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    elif not (isinstance(token, str) and NodeToken.matches(node_name=node_name, secret=token)):
         services.message_reject(
             node_name=node_name,
             message=message,
@@ -61,24 +82,24 @@ def _handle(
             detail=f"token {str(token)[:10]!r}… does not match an active token of this node",
         )
         return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
-    refusal: MessageRefused | None = None
+    failure: MessageRefused | None = None
     try:
         with transaction.atomic():
             try:
                 action(node_name)
             except MessageRefused as exc:
-                refusal = exc
+                failure = exc
     except OperationalError as exc:
         if may_retry:
             raise
-        refusal = _apply_failed(message, node_name, exc)
+        failure = _apply_failed(message, node_name, exc)
     except Exception as exc:
-        refusal = _apply_failed(message, node_name, exc)
-    if refusal is not None:
+        failure = _apply_failed(message, node_name, exc)
+    if failure is not None:
         services.message_reject(
-            node_name=node_name, message=message, reason=refusal.reason, detail=refusal.detail
+            node_name=node_name, message=message, reason=failure.reason, detail=failure.detail
         )
-        return f"refused: {refusal.reason.value}"
+        return f"refused: {failure.reason.value}"
     return "ok"
 
 
@@ -106,6 +127,7 @@ def node_register(self: Any, node_name: str, token: str, info: dict[str, Any]) -
         node_name,
         token,
         lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
+        [info],
         may_retry=_retries_left(self),
     )
 
@@ -118,6 +140,7 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
         node_name,
         token,
         lambda name: services.node_heartbeat_record(node_name=name, info=info),
+        [info],
     )
 
 
@@ -134,6 +157,7 @@ def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> s
         node_name,
         token,
         lambda name: services.job_event_accept(node_name=name, event=event),
+        [event],
         may_retry=_retries_left(self),
     )
 
@@ -153,6 +177,7 @@ def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str
         node_name,
         token,
         lambda name: ingest(node_name=name, samples=samples),
+        [samples],
         may_retry=_retries_left(self),
     )
 
@@ -170,8 +195,24 @@ def job_logs_report(self: Any, node_name: str, token: str, job_id: int, text: st
         node_name,
         token,
         lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
+        [job_id, text],
         may_retry=_retries_left(self),
     )
+
+
+@shared_task(name="control.command_refused", time_limit=30, soft_time_limit=20)
+def command_refused(node_name: str, token: str, task: str, reason: str, detail: str) -> str:
+    """An agent refused a command (unsigned, forged, expired, replayed): show it to admins."""
+
+    def record(name: str) -> None:
+        services.message_reject(
+            node_name=name,
+            message=f"agent refused {str(task)[:20]}",
+            reason=RejectedMessage.Reason.FORGED_COMMAND,
+            detail=f"{str(reason)[:40]}: {str(detail)[:1000]}",
+        )
+
+    return _handle("command_refused", node_name, token, record, [task, reason, detail])
 
 
 @shared_task(name="control.nodes_check_liveness", time_limit=60, soft_time_limit=50)
