@@ -14,6 +14,7 @@ Run on PostgreSQL too (the second pass of CI).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +30,7 @@ from accounts.models import LedgerEntry
 from agent.gpu.simulated import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
+from agent.runtime import JobSpec, JobStatus, StartOutcome
 from agent.runtime.local import LocalProcessRuntime
 from cluster.models import NodeToken, RejectedMessage
 from jobqueue.models import Job
@@ -46,22 +48,33 @@ A_YEAR = 365 * 86400
 class PortalBridge:
     """Stands in for the broker: runs the portal's control task at once, as its worker would."""
 
-    def __init__(self, alter: Callable[[str, list[Any]], list[Any]] = lambda name, args: args):
+    def __init__(self) -> None:
         self.results: list[tuple[str, str]] = []
-        self._alter = alter
 
     def send_task(self, name: str, args: Any = None, **options: Any) -> None:
         import cluster.tasks  # noqa: F401  (registers the control tasks)
         from labportal.celery import app
 
-        self.results.append((name, app.tasks[name](*self._alter(name, list(args or [])))))
+        self.results.append((name, app.tasks[name](*list(args or []))))
 
 
-def year_behind(name: str, args: list[Any]) -> list[Any]:
-    """A node whose clock is a year behind: its event times are a year old."""
-    if name == "control.job_event" and args[2].get("ts") is not None:
-        args[2] = {**args[2], "ts": args[2]["ts"] - A_YEAR}
-    return args
+class YearBehindRuntime(LocalProcessRuntime):
+    """A node whose clock is a year behind: the times it reads for its jobs are a year old."""
+
+    def _shifted(self, status: JobStatus) -> JobStatus:
+        def back(ts: float | None) -> float | None:
+            return None if ts is None else ts - A_YEAR
+
+        return replace(
+            status, started_at=back(status.started_at), finished_at=back(status.finished_at)
+        )
+
+    def start(self, spec: JobSpec) -> StartOutcome:
+        outcome = super().start(spec)
+        return replace(outcome, status=self._shifted(outcome.status))
+
+    def list_jobs(self) -> list[JobStatus]:
+        return [self._shifted(status) for status in super().list_jobs()]
 
 
 @pytest.fixture
@@ -71,12 +84,14 @@ def make_agent(
     settings.LABPORTAL_ALLOW_SIMULATION = True
     _token, secret = NodeToken.issue(node_name=NODE)
 
-    def make(bridge: PortalBridge | None = None) -> tuple[NodeAgent, PortalBridge]:
-        bridge = bridge or PortalBridge()
+    def make(
+        runtime: type[LocalProcessRuntime] = LocalProcessRuntime,
+    ) -> tuple[NodeAgent, PortalBridge]:
+        bridge = PortalBridge()
         agent = NodeAgent(
             node=NODE,
             backend=SimulatedBackend(2, node_name=NODE),
-            runtime=LocalProcessRuntime(tmp_path, enabled=True),
+            runtime=runtime(tmp_path, enabled=True),
             reporter=ControlReporter(bridge, NODE, secret),
         )
         agent.register()
@@ -180,7 +195,7 @@ def test_a_lost_start_that_is_never_received_frees_the_gpus(
 def test_an_agent_clock_a_year_off_charges_nothing_for_a_year(
     make_agent: Any, alice: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
 ) -> None:
-    agent, bridge = make_agent(PortalBridge(alter=year_behind))
+    agent, bridge = make_agent(YearBehindRuntime)
     job, spec = dispatch(alice, "exit 0", django_capture_on_commit_callbacks, sent_tasks)
 
     with django_capture_on_commit_callbacks(execute=True):
