@@ -918,6 +918,10 @@ def _stop_escalate(*, job_id: int, now: datetime, wait: timedelta) -> bool:
             reason=job.end_reason or "cancelled",
         )
         return False
+    if job.end_reason == "preempted":
+        # The member did not ask for an end: the job keeps its place in the queue.
+        _requeue(job, message=_("Back in the queue: its node no longer has it."), at=now)
+        return True
     _force_end(
         job,
         message=_("Ended by the portal: node %(node)s did not confirm the stop after %(n)d tries.")

@@ -32,6 +32,7 @@ from jobqueue.services import (
     job_cancel,
     job_event_apply,
     job_force_end,
+    job_request_stop,
     jobs_escalate_stops,
     jobs_reconcile_with_node,
 )
@@ -260,6 +261,22 @@ def test_the_time_limit_beat_escalates_a_timed_out_job_whose_stop_was_lost(
 
     job.refresh_from_db()
     assert job.state == Job.State.TIMED_OUT
+
+
+def test_a_preempted_job_whose_stop_is_never_confirmed_is_requeued_not_ended(
+    alice: Any, cluster: Any, image: Any, on_commit: Any
+) -> None:
+    job = running_job(alice, on_commit, preemptible=True)
+    with on_commit(execute=True):
+        job_request_stop(job_id=job.pk, reason="preempted")
+    Job.objects.filter(pk=job.pk).update(stop_resends=settings.LABPORTAL_STOP_RETRIES)
+
+    with on_commit(execute=True), time_machine.travel(timezone.now() + timedelta(hours=1)):
+        assert jobs_escalate_stops()["ended_unconfirmed"] == 1
+
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING and job.node is None
+    assert not job.allocations.filter(active=True).exists()
 
 
 def test_a_cancel_that_reached_the_node_before_the_container_is_sent_again_once_it_starts(
