@@ -12,6 +12,7 @@ And event times: clamped to the job's run, refused far outside it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -46,9 +47,7 @@ ACK = timedelta(seconds=settings.LABPORTAL_START_ACK_S)
 GRACE = timedelta(seconds=settings.LABPORTAL_JOB_UNREPORTED_GRACE_S)
 
 
-def heartbeat(
-    job: Job, *, running: set[int] = frozenset(), starting: set[int] = frozenset()
-) -> Any:  # type: ignore[assignment]
+def heartbeat(job: Job, *, running: Collection[int] = (), starting: Collection[int] = ()) -> Any:
     assert job.node_id is not None
     return jobs_reconcile_with_node(
         node_id=job.node_id, running_ids=frozenset(running), starting_ids=frozenset(starting)
