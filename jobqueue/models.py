@@ -437,12 +437,12 @@ class EmergencyRequest(StaffDecision):
 class SchedulingPolicy(models.Model):
     """The lab's scheduler settings (one row): multifactor weights and the time-limit policy."""
 
-    weight_age = models.FloatField(_("weight: age"), default=1000.0)
+    weight_age = models.FloatField(_("weight: age"), default=2000.0)
     weight_fairshare = models.FloatField(_("weight: fair share"), default=10000.0)
     weight_queue = models.FloatField(_("weight: queue"), default=1000.0)
     weight_category = models.FloatField(_("weight: category"), default=1000.0)
     weight_size = models.FloatField(_("weight: job size"), default=100.0)
-    max_age_days = models.FloatField(_("age factor saturates after (days)"), default=7.0)
+    max_age_days = models.FloatField(_("age factor saturates after (days)"), default=2.0)
     usage_half_life_days = models.FloatField(_("usage half-life (days)"), default=7.0)
     hard_limit_grace_s = models.PositiveIntegerField(
         _("hard limit: grace after the time limit (seconds)"),
