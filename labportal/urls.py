@@ -4,11 +4,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from cluster import views as cluster_views
 from labportal import views as portal_views
+from telemetry import views as telemetry_views
 
 urlpatterns = [
     path("", cluster_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
+    path("metrics", telemetry_views.metrics, name="metrics"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),
     path("account/", include("accounts.urls")),
