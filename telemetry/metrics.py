@@ -42,7 +42,8 @@ from reservations.models import Reservation
 from telemetry.models import GpuSample, ObservedHistogram
 
 MIB = 1024 * 1024
-GPU_LABELS = ["node", "gpu", "uuid", "model", "user", "job"]
+# "job" is Prometheus' own target label, so the holding job goes in "job_id".
+GPU_LABELS = ["node", "gpu", "uuid", "model", "user", "job_id"]
 # Seconds; a scheduling pass is tens of milliseconds to seconds.
 SCHEDULING_PASS_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 SCHEDULING_PASS = "scheduling_pass_duration_seconds"

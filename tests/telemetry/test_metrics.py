@@ -86,7 +86,7 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
 
     found = families(scrape_token)
 
-    held = {"node": "gpu01", "gpu": "0", "uuid": "GPU-aaa", "user": "alice", "job": str(job.pk)}
+    held = {"node": "gpu01", "gpu": "0", "uuid": "GPU-aaa", "user": "alice", "job_id": str(job.pk)}
     assert found["labportal_gpu_utilization_ratio"].type == "gauge"
     assert by_labels(found["labportal_gpu_utilization_ratio"], **held) == pytest.approx(0.87)
     assert by_labels(found["labportal_gpu_memory_used_bytes"], **held) == 1024 * 1024 * 1024
@@ -97,7 +97,7 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
     assert found["labportal_gpu_ecc_errors"].type == "counter"
     assert by_labels(found["labportal_gpu_ecc_errors"], "_total", **held) == 3
     assert by_labels(found["labportal_gpu_xid_errors"], "_total", **held) == 1
-    idle = {"uuid": "GPU-bbb", "user": "", "job": ""}
+    idle = {"uuid": "GPU-bbb", "user": "", "job_id": ""}
     assert by_labels(found["labportal_gpu_allocated"], **idle) == 0
     assert by_labels(found["labportal_gpu_utilization_ratio"], **idle) == pytest.approx(0.05)
     assert set(found["labportal_gpu_utilization_ratio"].samples[0].labels) == {
@@ -106,7 +106,7 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
         "uuid",
         "model",
         "user",
-        "job",
+        "job_id",
     }
 
 
