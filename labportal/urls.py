@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),
     path("api/", include("jobqueue.approval_api_urls")),
+    path("api/", include("telemetry.api_urls")),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api_docs"),
