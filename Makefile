@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml $(wildcard */__init__.py)
 
 install: $(STAMP) assets
 
-# htmx comes from the npm registry; the portal serves it itself (no CDN).
-assets: node_modules/htmx.org/dist/htmx.min.js
-node_modules/htmx.org/dist/htmx.min.js: package.json
+# htmx and uPlot come from the npm registry; the portal serves them itself (no CDN).
+ASSETS := node_modules/htmx.org/dist/htmx.min.js node_modules/uplot/dist/uPlot.iife.min.js
+assets: $(ASSETS)
+$(ASSETS): package.json
 	@command -v npm >/dev/null || { echo "LabPortal installs htmx with npm: install Node.js and npm (apt-get install npm)."; exit 1; }
 	npm install --no-audit --no-fund --silent
 	touch $@

@@ -2,12 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from cluster import views as cluster_views
 from labportal import views as portal_views
 from telemetry import views as telemetry_views
 
 urlpatterns = [
-    path("", cluster_views.dashboard, name="dashboard"),
+    path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
     path("metrics", telemetry_views.metrics, name="metrics"),
