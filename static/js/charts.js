@@ -58,7 +58,7 @@
     const opts = {
       width: Math.max(280, el.clientWidth),
       height: Number(el.dataset.height || 220),
-      series: [{}].concat(chart.series.map((s, i) => ({
+      series: [{ label: el.dataset.labelTime || "Time" }].concat(chart.series.map((s, i) => ({
         label: s.label,
         stroke: PALETTE[i % PALETTE.length],
         width: 1.5,
