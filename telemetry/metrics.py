@@ -95,7 +95,12 @@ class PortalCollector(Collector):
 
     def _gpus(self, now: datetime) -> Iterator[Metric]:
         stale_before = now - timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
-        latest = GpuSample.objects.filter(gpu=OuterRef("pk")).order_by("-ts")
+        # Ordered like the (gpu, ts) unique index, and bounded in time, so each GPU's
+        # latest row is one index probe (ordering by ts alone lets PostgreSQL walk the
+        # ts index across every GPU's rows for a GPU that has none).
+        latest = GpuSample.objects.filter(gpu=OuterRef("pk"), ts__gte=stale_before).order_by(
+            "-gpu_id", "-ts"
+        )
         gpus = Gpu.objects.values(
             "pk",
             "index",

@@ -11,9 +11,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
-from django.db.models import F, Max, Q, QuerySet, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import F, FloatField, Func, Max, Q, QuerySet, Sum
+from django.db.models.functions import Floor, TruncDate
 
 from cluster.models import Gpu
 from telemetry.models import GpuHourRollup, GpuMinuteRollup
@@ -117,6 +118,22 @@ def usage_per_user(
 
 # --- Chart series -------------------------------------------------------------
 
+
+class EpochSeconds(Func):
+    """Seconds since 1970 of a timestamp, on PostgreSQL and SQLite."""
+
+    output_field = FloatField()
+    template = "EXTRACT(EPOCH FROM %(expressions)s)"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler,
+            connection,
+            template="CAST(strftime('%%%%s', %(expressions)s) AS REAL)",
+            **extra,
+        )
+
+
 MAX_POINTS = 2000
 DEFAULT_POINTS = 400
 
@@ -186,19 +203,25 @@ def gpu_series(
     util_sum: dict[int, list[float]] = {g.pk: [0.0] * count for g in gpu_list}
     util_weight: dict[int, list[int]] = {g.pk: [0] * count for g in gpu_list}
     mem: dict[int, list[int | None]] = {g.pk: [None] * count for g in gpu_list}
-    rows = model._default_manager.filter(
-        bucket__gte=start, bucket__lt=end, gpu_id__in=list(util_sum)
-    ).values_list("gpu_id", "bucket", "util_mean", "samples", "mem_used_max_mb")
-    for gpu_id, bucket, util, samples, mem_used in rows.order_by():
-        index = int((bucket - start).total_seconds() // step)
+    # The database bins the rows: a year of one node's hours is 70,000 rows, 3,200 bins.
+    bins = (
+        model._default_manager.filter(bucket__gte=start, bucket__lt=end, gpu_id__in=list(util_sum))
+        .annotate(bin=Floor((EpochSeconds("bucket") - start.timestamp()) / step))
+        .values("gpu_id", "bin")
+        .annotate(
+            util_total=Sum(F("util_mean") * F("samples")),
+            weight=Sum("samples", filter=Q(util_mean__isnull=False)),
+            mem_max=Max("mem_used_max_mb"),
+        )
+        .order_by()
+    )
+    for row in bins:
+        index, gpu_id = int(row["bin"]), row["gpu_id"]
         if not 0 <= index < count:
             continue
-        if util is not None:
-            util_sum[gpu_id][index] += util * samples
-            util_weight[gpu_id][index] += samples
-        if mem_used is not None:
-            current = mem[gpu_id][index]
-            mem[gpu_id][index] = mem_used if current is None else max(current, mem_used)
+        util_sum[gpu_id][index] = row["util_total"] or 0.0
+        util_weight[gpu_id][index] = row["weight"] or 0
+        mem[gpu_id][index] = row["mem_max"]
 
     lines = [
         GpuLine(
