@@ -140,10 +140,11 @@ def test_a_busy_job_dips_at_its_periodic_evaluation_and_recovers() -> None:
     every, length = job.dip_every_s, job.dip_len_s
     assert 900 <= every <= 1800 and 30 <= length <= 90
 
-    readings = {}
+    readings: dict[float, float] = {}
     t = 0.0
     while t <= 2 * every:
         (sample,) = backend.sample(t)
+        assert sample.util_pct is not None
         readings[t] = sample.util_pct
         t += 5.0
 
