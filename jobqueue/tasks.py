@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from jobqueue import scheduling, services
+from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
 
 
 @shared_task(
@@ -14,6 +15,9 @@ from jobqueue import scheduling, services
 )
 def scheduling_pass_task() -> dict[str, Any]:
     result = scheduling.scheduling_pass()
+    histogram_observe(
+        name=SCHEDULING_PASS, value=result.duration_ms / 1000, bounds=SCHEDULING_PASS_BUCKETS
+    )
     return {
         "started": result.started,
         "preempted": result.preempted,

@@ -176,13 +176,13 @@ def test_drain_needs_a_post_and_a_clear_choice(
     assert client.post(reverse("node_drain", args=["nope"]), {"drain": "1"}).status_code == 404
 
 
-def test_the_dashboard_still_renders_without_the_cluster_urls_included(
+def test_the_gpus_page_still_renders_without_the_cluster_urls_included(
     client: Client, admin_user: Any, busy_lab: Any, settings: Any
 ) -> None:
     settings.ROOT_URLCONF = "labportal.urls"
     client.force_login(admin_user)
 
-    response = client.get("/")
+    response = client.get("/gpus/")
 
     assert response.status_code == 200
     assert "resnet-sweep" in response.content.decode()
