@@ -40,6 +40,7 @@ from scheduler.fairshare import UsageRecord, decayed_usage
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = "main"
+REQUEST_ROW = "main:requests"  # the coalescing flag, apart from the lock a pass holds
 UNCATEGORISED = "uncategorised"
 RESERVATION_HORIZON = timedelta(days=14)
 # Usage older than this many half-lives weighs < 1/256 and is not loaded.
@@ -77,25 +78,42 @@ class PassResult:
 
 
 def scheduling_pass_request() -> None:
-    """Enqueue one pass after commit; while one is already requested, further requests coalesce."""
+    """Enqueue one pass after commit; while one is already requested, further requests coalesce.
+
+    The flag lives on its own row (REQUEST_ROW), which a pass clears in a short
+    transaction of its own *before* it loads the state. So a request either
+    finds the flag set by a pass that has not loaded yet (and that pass sees its
+    job), or sets it again and enqueues the next pass: no request is lost. The
+    row is never held locked for a pass's length, so a submit never waits for one.
+    """
 
     def enqueue() -> None:
-        claimed = SchedulerLock.objects.filter(name=LOCK_NAME, pass_requested=False).update(
+        claimed = SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=False).update(
             pass_requested=True
         )
-        if not claimed and not SchedulerLock.objects.filter(name=LOCK_NAME).exists():
-            SchedulerLock.objects.get_or_create(name=LOCK_NAME, defaults={"pass_requested": True})
-            claimed = 1
+        if not claimed:
+            _row, created = SchedulerLock.objects.get_or_create(
+                name=REQUEST_ROW, defaults={"pass_requested": True}
+            )
+            claimed = int(created)
         if claimed:
             from jobqueue.tasks import scheduling_pass_task
 
             try:
-                scheduling_pass_task.apply_async(countdown=0.5)
+                scheduling_pass_task.apply_async()
             except Exception:  # broker away: beat runs a pass every few seconds anyway
                 logger.exception("could not enqueue a scheduling pass")
-                SchedulerLock.objects.filter(name=LOCK_NAME).update(pass_requested=False)
+                SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
     transaction.on_commit(enqueue)
+
+
+def _requests_take() -> None:
+    """Clear the request flag, committed before the pass reads anything (see above)."""
+    with transaction.atomic():
+        SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).update(
+            pass_requested=False
+        )
 
 
 # --- Loading the state -----------------------------------------------------------
@@ -304,10 +322,10 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
 def scheduling_pass(*, now: datetime | None = None) -> PassResult:
     """Run one pass: decide starts and preemptions, store positions and estimates, dispatch on commit."""
     began = time.perf_counter()
+    _requests_take()
     with transaction.atomic():
         lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
         lock = SchedulerLock.objects.select_for_update().get(pk=lock.pk)
-        SchedulerLock.objects.filter(pk=lock.pk).update(pass_requested=False)
         now = now or timezone.now()
         state, policy, gpu_by_uuid = build_engine_input(now)
         result = engine_plan(state, policy, epoch(now))
