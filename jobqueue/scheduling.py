@@ -305,32 +305,58 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
                 emergency=job.pk in emergency_ids,
             )
         )
-    pending = []
-    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).select_related(
-        "owner__category", "queue"
+    # Plain rows, not model instances: a busy queue has thousands of waiting jobs.
+    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).values_list(
+        "pk",
+        "owner__username",
+        "owner__category__name",
+        "queue__name",
+        "submitted_at",
+        "gpus",
+        "shared_slot",
+        "min_gpu_memory_mb",
+        "gpu_model",
+        "time_limit_s",
+        "predicted_runtime_s",
+        "reservation_id",
+        "preemptible",
+        "state",
     )
-    for job in waiting:
-        pending.append(
-            sm.PendingJob(
-                id=job.pk,
-                user=job.owner.username,
-                queue=job.queue.name,
-                submit_time=epoch(job.submitted_at),
-                gpus=job.gpus,
-                shared_slot=job.shared_slot,
-                min_memory_mb=job.min_gpu_memory_mb,
-                gpu_model=job.gpu_model or None,
-                time_limit_s=float(job.time_limit_s),
-                predicted_runtime_s=float(job.predicted_runtime_s)
-                if job.predicted_runtime_s
-                else None,
-                reservation_id=job.reservation_id,
-                emergency=job.pk in emergency_ids,
-                preemptible=job.preemptible,
-                held=job.state == Job.State.HELD,
-                category=_category_name(job.owner),
-            )
+    pending = [
+        sm.PendingJob(
+            id=pk,
+            user=username,
+            queue=queue_name,
+            submit_time=epoch(submitted_at),
+            gpus=gpus,
+            shared_slot=shared_slot,
+            min_memory_mb=min_memory_mb,
+            gpu_model=gpu_model or None,
+            time_limit_s=float(time_limit_s),
+            predicted_runtime_s=float(predicted) if predicted else None,
+            reservation_id=reservation_id,
+            emergency=pk in emergency_ids,
+            preemptible=preemptible,
+            held=state == Job.State.HELD,
+            category=category_name if category_name is not None else UNCATEGORISED,
         )
+        for (
+            pk,
+            username,
+            category_name,
+            queue_name,
+            submitted_at,
+            gpus,
+            shared_slot,
+            min_memory_mb,
+            gpu_model,
+            time_limit_s,
+            predicted,
+            reservation_id,
+            preemptible,
+            state,
+        ) in waiting
+    ]
     reservations = tuple(
         sm.Reservation(
             id=r.pk,
