@@ -90,14 +90,7 @@ def scheduling_pass_request() -> None:
     """
 
     def enqueue() -> None:
-        claimed = SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=False).update(
-            pass_requested=True
-        )
-        if not claimed:
-            _row, created = SchedulerLock.objects.get_or_create(
-                name=REQUEST_ROW, defaults={"pass_requested": True}
-            )
-            claimed = int(created)
+        claimed = _request_claim()
         if claimed:
             from jobqueue.tasks import scheduling_pass_task
 
@@ -108,6 +101,32 @@ def scheduling_pass_request() -> None:
                 SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
     transaction.on_commit(enqueue)
+
+
+def _request_claim() -> bool:
+    """Set the request flag; True if this call set it (so it must enqueue the pass)."""
+    if connection.vendor == "postgresql":
+        # One statement whether or not the row exists yet (a submit pays for each).
+        table = SchedulerLock._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                INSERT INTO {table} AS l (name, pass_requested) VALUES (%s, true)
+                ON CONFLICT (name) DO UPDATE SET pass_requested = true
+                WHERE l.pass_requested = false
+                RETURNING l.id
+                """,
+                [REQUEST_ROW],
+            )
+            return cursor.fetchone() is not None
+    if SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=False).update(
+        pass_requested=True
+    ):
+        return True
+    _row, created = SchedulerLock.objects.get_or_create(
+        name=REQUEST_ROW, defaults={"pass_requested": True}
+    )
+    return created
 
 
 def _requests_take() -> None:
