@@ -75,9 +75,14 @@ class NodeAgent:
         self._running: dict[int, JobStatus] = {}  # job id -> status, jobs running now
         self._reported_exits: set[str] = set()  # container ids whose exit was reported
         self._starting: set[int] = set()  # job ids inside start_job right now
+        self._ended_while_starting: set[int] = set()
         self._stop_reasons: dict[int, str] = {}
         self._samples: list[dict[str, Any]] = []
         self._sample_rounds = 0
+        self._sync_lock = threading.Lock()
+        # The runtime tells us the moment a job's process ends (where it can),
+        # so its exit reaches the portal now rather than at the next watch tick.
+        self.runtime.on_exit(self._job_ended)
 
     # -- registration and reconcile -------------------------------------------
 
@@ -189,6 +194,12 @@ class NodeAgent:
         finally:
             with self._lock:
                 self._starting.discard(job_id)
+                ended_meanwhile = job_id in self._ended_while_starting
+                self._ended_while_starting.discard(job_id)
+            if ended_meanwhile:
+                # The process ended before "started" went out; its exit was
+                # held back so as not to overtake it. Report it now.
+                self._job_ended(job_id)
 
     def _check_gpus_are_here(self, spec: JobSpec) -> None:
         with self._lock:
@@ -223,20 +234,43 @@ class NodeAgent:
 
     # -- watching ---------------------------------------------------------------
 
+    def _job_ended(self, job_id: int) -> None:
+        """Called by the runtime from its own thread when a job's process has ended."""
+        with self._lock:
+            if job_id in self._starting:
+                self._ended_while_starting.add(job_id)
+                return
+        try:
+            self._sync()
+        except Exception:  # the watch loop will find it; never kill the runtime's thread
+            log.exception("could not report the end of job %s at once", job_id)
+
     def watch_once(self) -> None:
         """Report jobs that ended since the last look; adopt running ones we did not know."""
         self._sync()
 
     def _sync(self, *, at_startup: bool = False) -> None:
-        statuses = self.runtime.list_jobs()
+        # One sync at a time: the runtime's exit callback and the background
+        # loop may both ask, and two would report the same exit twice.
+        with self._sync_lock:
+            self._sync_locked(at_startup=at_startup)
+
+    def _sync_locked(self, *, at_startup: bool) -> None:
+        # Snapshot what we know BEFORE listing: a job whose start completes
+        # while the runtime is being listed is then either still in
+        # ``starting`` or not yet in ``known_running``, so it cannot be taken
+        # for a job whose container vanished.
         with self._lock:
             starting = set(self._starting)
-        seen_running: set[int] = set()
+            known_running = set(self._running)
+        statuses = self.runtime.list_jobs()
+        with self._lock:
+            starting |= self._starting  # began starting while we listed
+        listed = {s.job_id for s in statuses}
         for status in statuses:
             if status.job_id in starting:
                 continue  # start_job reports it; avoid "exited" overtaking "started"
             if status.running:
-                seen_running.add(status.job_id)
                 with self._lock:
                     known = status.job_id in self._running
                 if not known:
@@ -246,14 +280,12 @@ class NodeAgent:
             elif status.state == "exited" and status.container_id not in self._reported_exits:
                 self._report_exit(status, at_startup=at_startup)
         with self._lock:
-            # A running job whose container vanished (removed by hand) ended
-            # without an exit code we can learn.
+            # A job we knew to be running before the listing whose container
+            # is not in it (removed by hand) ended without an exit code we can learn.
             vanished = [
-                s
-                for job_id, s in self._running.items()
-                if job_id not in seen_running
-                and job_id not in starting
-                and not any(x.job_id == job_id for x in statuses)
+                self._running[job_id]
+                for job_id in known_running - listed - starting
+                if job_id in self._running
             ]
         for status in vanished:
             self._report_exit(

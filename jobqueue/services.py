@@ -299,6 +299,12 @@ def job_submit(
         actor=owner,
     )
     request_scheduling_pass()
+    # A new job has no GPUs yet and only the mounts just set: whoever shows it
+    # (the API's answer) need not ask the database again.
+    job._prefetched_objects_cache = {  # type: ignore[attr-defined]
+        "allocations": Allocation.objects.none(),
+        **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
+    }
     return job
 
 

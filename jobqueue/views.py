@@ -74,7 +74,29 @@ def queue_overview(request: HttpRequest) -> HttpResponse:
         if request.headers.get("HX-Request")
         else "jobqueue/queue.html"
     )
-    return render(request, template, selectors.queue_overview())
+    page = _page_number(request.GET.get("page"))
+    context = selectors.queue_overview(
+        waiting_offset=(page - 1) * QUEUE_PAGE_SIZE, waiting_limit=QUEUE_PAGE_SIZE
+    )
+    total = context["waiting_total"]
+    context.update(
+        page=page,
+        first_shown=min(total, context["waiting_offset"] + 1),
+        last_shown=context["waiting_offset"] + len(context["waiting"]),
+        previous_page=page - 1 if page > 1 else None,
+        next_page=page + 1 if page * QUEUE_PAGE_SIZE < total else None,
+    )
+    return render(request, template, context)
+
+
+QUEUE_PAGE_SIZE = 100  # waiting jobs per page: a busy lab has thousands
+
+
+def _page_number(raw: str | None) -> int:
+    try:
+        return max(1, int(raw or 1))
+    except ValueError:
+        return 1
 
 
 @login_required

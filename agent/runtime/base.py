@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -281,6 +281,14 @@ class ContainerRuntime(ABC):
 
     def job_for_pid(self, pid: int) -> JobStatus | None:
         """The job a host pid belongs to, when the runtime can tell without cgroups."""
+        return None
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(job_id)`` from a runtime thread as soon as a job's process ends.
+
+        Optional: a runtime that cannot tell keeps this no-op, and the agent's
+        watch loop finds ended jobs by listing them.
+        """
         return None
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,19 @@ class LocalProcessRuntime(ContainerRuntime):
         self._root.mkdir(parents=True, exist_ok=True)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.RLock()
+        self._exit_callbacks: list[Callable[[int], None]] = []
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        self._exit_callbacks.append(callback)
+
+    def _wait_and_tell(self, job_id: int, proc: subprocess.Popen[bytes]) -> None:
+        """A job's waiter thread: reap the wrapper the moment it ends, then tell the listeners."""
+        proc.wait()
+        for callback in list(self._exit_callbacks):
+            try:
+                callback(job_id)
+            except Exception:
+                log.exception("exit callback for job %s failed", job_id)
 
     # -- state files ---------------------------------------------------------
 
@@ -200,6 +214,12 @@ class LocalProcessRuntime(ContainerRuntime):
             }
             (job_dir / "meta.json").write_text(json.dumps(meta))
             self._procs[spec.job_id] = proc
+        threading.Thread(
+            target=self._wait_and_tell,
+            args=(spec.job_id, proc),
+            name=f"local-job-{spec.job_id}-wait",
+            daemon=True,
+        ).start()
         status = self._status(spec.job_id)
         assert status is not None
         return StartOutcome(status.container_id, True, status)
