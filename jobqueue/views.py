@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
+from alerts.selectors import alerts_for_job
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job
@@ -80,6 +81,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job": job,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
+        "job_alerts": alerts_for_job(job_id=job.pk),
     }
     if request.headers.get("HX-Request"):
         # 286 tells htmx to stop polling once the job has ended.
