@@ -128,9 +128,15 @@ def _action_due(finding: rules.Finding, now: datetime) -> datetime | None:
     return None
 
 
+# Parameters the services add to an alert; a rule's fresh reading keeps them.
+SERVICE_PARAMS = ("cleanup_at", "drained")
+
+
 def _alert_refresh(alert: Alert, finding: rules.Finding, *, now: datetime) -> None:
-    Alert.objects.filter(pk=alert.pk).update(last_seen_at=now, params=finding.params)
-    alert.last_seen_at, alert.params = now, finding.params
+    kept = {key: alert.params[key] for key in SERVICE_PARAMS if key in alert.params}
+    params = {**finding.params, **kept}
+    Alert.objects.filter(pk=alert.pk).update(last_seen_at=now, params=params)
+    alert.last_seen_at, alert.params = now, params
 
 
 def _alert_tell(alert: Alert, *, rule: AlertRule) -> None:
