@@ -42,3 +42,9 @@ def stop_job(job_id: int, grace_s: int, reason: str) -> dict[str, Any]:
 def job_logs(job_id: int, tail: int) -> None:
     """Answer with ``control.job_logs_report`` carrying the last ``tail`` lines."""
     get_node_agent().job_logs(int(job_id), int(tail))
+
+
+@app.task(name="agent.cleanup_ended_jobs")
+def cleanup_ended_jobs(job_ids: list[int]) -> dict[str, Any]:
+    """Kill leftover processes and remove containers of these ended jobs (only theirs)."""
+    return get_node_agent().cleanup_ended_jobs(list(job_ids or []))

@@ -165,7 +165,7 @@ class DockerRuntime(ContainerRuntime):
             "init": self._use_init,
             "stop_signal": "SIGTERM",
         }
-        requests = device_requests_for(spec.gpu_uuids) if self._gpu_device_requests else []
+        requests = device_requests_for(spec.device_uuids) if self._gpu_device_requests else []
         if requests:
             kwargs["device_requests"] = requests
         return kwargs
