@@ -70,7 +70,11 @@ class GpuSample:
     processes: list[ProcessSample] = field(default_factory=list)
 
     def as_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        wire = asdict(self)
+        for process in wire["processes"]:
+            if process["unix_user"] is None:  # only a stray's owner is worth the bytes
+                del process["unix_user"]
+        return wire
 
 
 class GpuBackend(ABC):
