@@ -7,7 +7,6 @@ and takes each rule's action after its warning and grace.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,10 +138,10 @@ def idle_jobs(cluster: Cluster) -> list[Finding]:
                 params={
                     "job_id": job.pk,
                     "threshold": _num(threshold),
-                    "minutes": round(window_s / 60),
+                    "minutes": max(1, round(window_s / 60)),
                     "util": _num(peak),
                     "action": action,
-                    "grace_min": round(grace_s / 60),
+                    "grace_min": max(1, round(grace_s / 60)),
                 },
                 job_id=job.pk,
                 user_id=job.owner_id,
@@ -211,16 +210,19 @@ def memory_high(cluster: Cluster) -> list[Finding]:
     return findings
 
 
-def memory_leaks(cluster: Cluster, ended_job_ids: set[int]) -> list[Finding]:
+def memory_leaks(cluster: Cluster, ended_jobs: dict[int, datetime]) -> list[Finding]:
     """GPU memory held with no job on the GPU, or held by processes of jobs that have ended."""
     rule = cluster.rules[Kind.MEMORY_LEAK]
     windows = cluster.windows(rule.window_s)
+    # A job that ended moments ago may still show in a sample taken before its end.
+    zombie_before = cluster.now - timedelta(seconds=ZOMBIE_AFTER_S)
     findings = []
     for gpu_id, latest in cluster.latest.items():
         gpu = cluster.gpus.get(gpu_id)
         if gpu is None or gpu.kind == Gpu.Kind.SLOT:
             continue
-        zombies = [p for p in latest.processes if p.get("job_id") in ended_job_ids]
+        of_ended = [p for p in latest.processes if p.get("job_id") in ended_jobs]
+        zombies = [p for p in of_ended if ended_jobs[int(p["job_id"])] < zombie_before]
         zombie_mb = sum(p.get("used_mb") or 0 for p in zombies)
         window = windows.get(gpu_id)
         idle_held = (
@@ -233,7 +235,10 @@ def memory_leaks(cluster: Cluster, ended_job_ids: set[int]) -> list[Finding]:
         )
         if not (idle_held or (zombies and zombie_mb >= rule.threshold)):
             continue
-        held = latest.mem_used_mb or 0 if idle_held else zombie_mb
+        if idle_held:
+            # Nothing of a live job is here: every ended job's process on it is a zombie.
+            zombies = of_ended
+        held = (latest.mem_used_mb or 0) if idle_held else zombie_mb
         findings.append(
             Finding(
                 kind=Kind.MEMORY_LEAK,
@@ -365,8 +370,8 @@ def silent_nodes(cluster: Cluster) -> list[Finding]:
     return findings
 
 
-def ended_job_ids_in(cluster: Cluster) -> set[int]:
-    """Jobs named by processes on the GPUs that are no longer running."""
+def ended_jobs_in(cluster: Cluster) -> dict[int, datetime]:
+    """Jobs named by processes on the GPUs that have ended, with when they ended."""
     named = {
         int(p["job_id"])
         for latest in cluster.latest.values()
@@ -374,22 +379,11 @@ def ended_job_ids_in(cluster: Cluster) -> set[int]:
         if p.get("job_id") is not None
     }
     if not named:
-        return set()
-    # A job that ended moments ago may still show in a sample taken before its end.
-    ended_before = cluster.now - timedelta(seconds=ZOMBIE_AFTER_S)
-    return set(
-        Job.objects.filter(
-            pk__in=named, state__in=Job.FINAL_STATES, ended_at__lt=ended_before
-        ).values_list("pk", flat=True)
+        return {}
+    rows = Job.objects.filter(pk__in=named, state__in=Job.FINAL_STATES).values_list(
+        "pk", "ended_at"
     )
-
-
-def jobs_by_node_ended(job_ids: set[int]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = defaultdict(list)
-    for job_id, node_id in Job.objects.filter(pk__in=job_ids).values_list("pk", "node_id"):
-        if node_id is not None:
-            out[node_id].append(job_id)
-    return out
+    return {pk: ended_at or cluster.now for pk, ended_at in rows}
 
 
 def _pick(value: float | int | None, default: float | int) -> float:

@@ -50,7 +50,7 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationReport:
     """
     now = now or timezone.now()
     cluster = rules.cluster_read(now=now)
-    ended = rules.ended_job_ids_in(cluster)
+    ended = rules.ended_jobs_in(cluster)
     found: dict[str, list[rules.Finding]] = {
         Kind.IDLE_JOB: rules.idle_jobs(cluster),
         Kind.MEMORY_HIGH: rules.memory_high(cluster),

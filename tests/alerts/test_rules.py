@@ -43,9 +43,7 @@ def test_an_idle_job_is_warned_once_and_nothing_else_happens_by_default(
     [alert] = open_alerts(Kind.IDLE_JOB)
     assert report.fired == {Kind.IDLE_JOB: 1}
     assert alert.job_id == job.pk and alert.user_id == alice.pk and alert.warned_at == t0
-    assert (
-        "Job #%d has kept its GPUs under 5%% utilisation for 30 minutes" % job.pk in alert.message
-    )
+    assert f"Job #{job.pk} has kept its GPUs under 5% utilisation for 30 minutes" in alert.message
     notes = Notification.objects.filter(user=alice, kind="alert_idle_job")
     assert notes.count() == 1
     assert "cancel the job" in notes.get().body and "this queue only warns" in notes.get().body

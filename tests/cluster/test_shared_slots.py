@@ -131,7 +131,7 @@ def test_the_admin_sets_shared_slots_and_is_told_why_when_it_is_refused(
     Allocation.objects.create(job=job, gpu=slots_of(gpu)[0])
     refused = client.post(f"/admin/cluster/gpu/{gpu.pk}/change/", {**form, "shared_slots": 0})
     assert refused.status_code == 200
-    assert "in use by job(s) #%d" % job.pk in refused.content.decode()
+    assert f"in use by job(s) #{job.pk}" in refused.content.decode()
     assert len(slots_of(gpu)) == 2 and Gpu.objects.get(pk=gpu.pk).shared_slots == 2
 
 
