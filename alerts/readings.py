@@ -1,16 +1,18 @@
 """What the rules read: per-GPU aggregates over a window, and each GPU's latest sample.
 
-`gpu_windows` is the one place that reads the raw `telemetry.GpuSample` rows; when
-the 1-minute rollups land, it reads them instead and nothing else changes.
+`gpu_windows` is the one place that reads the raw `telemetry.GpuSample` rows for
+windows; when the 1-minute rollups land, it reads them instead and nothing else
+changes. It reads every window a evaluation needs in one scan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, Max, Min
+from django.db.models import Count, F, Max, Min, Q
 
 from telemetry.models import GpuSample
 
@@ -42,43 +44,72 @@ class LatestSample:
     processes: list[dict[str, Any]]
 
 
-def gpu_windows(*, since: datetime) -> dict[int, GpuWindow]:
-    """Every GPU's aggregates over [since, now], one query."""
+# Always read: how many samples, and the span they cover.
+BASE_METRICS = ("n", "first", "last")
+METRIC_GROUPS = {
+    "util": ("max_util",),
+    "mem": ("min_mem",),
+    "temp": ("min_temp", "max_temp"),
+    "errors": ("ecc_low", "ecc_high", "xid_low", "xid_high"),
+}
+
+
+def gpu_windows(
+    *, since: Mapping[datetime, Collection[str]]
+) -> dict[datetime, dict[int, GpuWindow]]:
+    """Every GPU's aggregates over [start, now] for each start, in one scan of the samples.
+
+    `since` maps each window's start to the metric groups wanted there (keys of
+    `METRIC_GROUPS`); a metric not asked for is None.
+    """
+    starts = sorted(since)
+    if not starts:
+        return {}
+    metrics = {
+        "n": (Count, "id"),
+        "first": (Min, "ts"),
+        "last": (Max, "ts"),
+        "max_util": (Max, "util_pct"),
+        "min_mem": (Min, "mem_used_mb"),
+        "min_temp": (Min, "temp_c"),
+        "max_temp": (Max, "temp_c"),
+        "ecc_low": (Min, "ecc_errors"),
+        "ecc_high": (Max, "ecc_errors"),
+        "xid_low": (Min, "xid_errors"),
+        "xid_high": (Max, "xid_errors"),
+    }
+    aggregates = {}
+    for i, start in enumerate(starts):
+        wanted = set(BASE_METRICS).union(*(METRIC_GROUPS[g] for g in since[start]))
+        for name in wanted:
+            function, column = metrics[name]
+            aggregates[f"{name}_{i}"] = function(column, filter=Q(ts__gte=start))  # type: ignore[operator]
     rows = (
-        GpuSample.objects.filter(ts__gte=since)
+        GpuSample.objects.filter(ts__gte=starts[0])
         .values("gpu_id")
-        .annotate(
-            n=Count("id"),
-            first=Min("ts"),
-            last=Max("ts"),
-            max_util=Max("util_pct"),
-            min_mem=Min("mem_used_mb"),
-            min_temp=Min("temp_c"),
-            max_temp=Max("temp_c"),
-            ecc_low=Min("ecc_errors"),
-            ecc_high=Max("ecc_errors"),
-            xid_low=Min("xid_errors"),
-            xid_high=Max("xid_errors"),
-        )
+        .annotate(**aggregates)
         .order_by()
     )
-    return {
-        row["gpu_id"]: GpuWindow(
-            gpu_id=row["gpu_id"],
-            samples=row["n"],
-            first_ts=row["first"],
-            last_ts=row["last"],
-            max_util=row["max_util"],
-            min_mem_mb=row["min_mem"],
-            min_temp_c=row["min_temp"],
-            max_temp_c=row["max_temp"],
-            ecc_low=row["ecc_low"],
-            ecc_high=row["ecc_high"],
-            xid_low=row["xid_low"],
-            xid_high=row["xid_high"],
-        )
-        for row in rows
-    }
+    out: dict[datetime, dict[int, GpuWindow]] = {start: {} for start in starts}
+    for row in rows:
+        for i, start in enumerate(starts):
+            if not row[f"n_{i}"]:
+                continue
+            out[start][row["gpu_id"]] = GpuWindow(
+                gpu_id=row["gpu_id"],
+                samples=row[f"n_{i}"],
+                first_ts=row[f"first_{i}"],
+                last_ts=row[f"last_{i}"],
+                max_util=row.get(f"max_util_{i}"),
+                min_mem_mb=row.get(f"min_mem_{i}"),
+                min_temp_c=row.get(f"min_temp_{i}"),
+                max_temp_c=row.get(f"max_temp_{i}"),
+                ecc_low=row.get(f"ecc_low_{i}"),
+                ecc_high=row.get(f"ecc_high_{i}"),
+                xid_low=row.get(f"xid_low_{i}"),
+                xid_high=row.get(f"xid_high_{i}"),
+            )
+    return out
 
 
 def gpu_latest_samples(*, since: datetime) -> dict[int, LatestSample]:

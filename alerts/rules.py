@@ -41,27 +41,70 @@ class Finding:
     grace_s: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """What the rules need of a `cluster.Gpu`, read as plain values (thousands per evaluation)."""
+
+    pk: int
+    kind: str
+    parent_id: int | None
+    node_id: int
+    node_name: str
+    index: int
+    uuid: str
+    memory_mb: int
+    shared_slots: int
+
+    @property
+    def label(self) -> str:
+        if self.kind == Gpu.Kind.WHOLE:
+            return f"{self.node_name}/gpu{self.index}"
+        return f"{self.node_name}/gpu{self.index}/{self.kind}-{self.uuid[-4:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    pk: int
+    owner_id: int
+    queue_id: int
+    node_id: int | None
+    started_at: datetime | None
+
+
 @dataclass
 class Cluster:
     """What every rule needs, read once per evaluation."""
 
     now: datetime
     rules: dict[str, AlertRule]
-    gpus: dict[int, Gpu]
-    running: list[Job]
-    # job id -> the physical GPUs (slot -> its parent) and the units it holds
-    job_units: dict[int, list[Gpu]] = field(default_factory=dict)
+    gpus: dict[int, GpuRow]
+    running: list[JobRow]
+    # job id -> the units it holds (a slot's physical GPU is `physical(unit)`)
+    job_units: dict[int, list[GpuRow]] = field(default_factory=dict)
     busy_physical: set[int] = field(default_factory=set)
     recently_released: set[int] = field(default_factory=set)
     latest: dict[int, LatestSample] = field(default_factory=dict)
+    policies: dict[int, QueueAlertPolicy] = field(default_factory=dict)
     _windows: dict[int, dict[int, GpuWindow]] = field(default_factory=dict)
 
     def windows(self, seconds: int) -> dict[int, GpuWindow]:
-        if seconds not in self._windows:
-            self._windows[seconds] = gpu_windows(since=self.now - timedelta(seconds=seconds))
+        if seconds not in self._windows:  # a window not announced to `prefetch`
+            self.prefetch(
+                [(seconds, "util"), (seconds, "mem"), (seconds, "temp"), (seconds, "errors")]
+            )
         return self._windows[seconds]
 
-    def physical(self, gpu: Gpu) -> Gpu:
+    def prefetch(self, wanted: list[tuple[int, str]]) -> None:
+        """Read every window the rules will ask for, with only the metrics each needs, in one scan."""
+        groups: dict[int, set[str]] = {}
+        for seconds, group in wanted:
+            groups.setdefault(seconds, set()).add(group)
+        starts = {seconds: self.now - timedelta(seconds=seconds) for seconds in groups}
+        read = gpu_windows(since={starts[seconds]: g for seconds, g in groups.items()})
+        for seconds, start in starts.items():
+            self._windows[seconds] = read.get(start, {})
+
+    def physical(self, gpu: GpuRow) -> GpuRow:
         return (
             self.gpus.get(gpu.parent_id, gpu)
             if gpu.kind == Gpu.Kind.SLOT and gpu.parent_id
@@ -71,12 +114,26 @@ class Cluster:
 
 def cluster_read(*, now: datetime) -> Cluster:
     rules = AlertRule.effective()
-    gpus = {g.pk: g for g in Gpu.objects.select_related("node").exclude(state=Gpu.State.MISSING)}
-    running = list(
-        Job.objects.filter(state=Job.State.RUNNING, started_at__isnull=False).only(
-            "id", "owner_id", "queue_id", "node_id", "started_at", "shared_slot"
+    gpus = {
+        row[0]: GpuRow(*row)
+        for row in Gpu.objects.exclude(state=Gpu.State.MISSING).values_list(
+            "pk",
+            "kind",
+            "parent_id",
+            "node_id",
+            "node__name",
+            "index",
+            "uuid",
+            "memory_mb",
+            "shared_slots",
         )
-    )
+    }
+    running = [
+        JobRow(*row)
+        for row in Job.objects.filter(
+            state=Job.State.RUNNING, started_at__isnull=False
+        ).values_list("pk", "owner_id", "queue_id", "node_id", "started_at")
+    ]
     cluster = Cluster(now=now, rules=rules, gpus=gpus, running=running)
     for job_id, gpu_id in Allocation.objects.filter(active=True).values_list("job_id", "gpu_id"):
         gpu = gpus.get(gpu_id)
@@ -93,10 +150,22 @@ def cluster_read(*, now: datetime) -> Cluster:
         if gpu_id in gpus
     }
     cluster.latest = gpu_latest_samples(since=now - timedelta(seconds=FRESH_SAMPLE_S))
+    cluster.policies = {p.queue_id: p for p in QueueAlertPolicy.objects.all()}
+    idle_windows = {rules[Kind.IDLE_JOB].window_s} | {
+        p.idle_window_s for p in cluster.policies.values() if p.idle_window_s is not None
+    }
+    cluster.prefetch(
+        [
+            *((seconds, "util") for seconds in idle_windows),
+            (rules[Kind.MEMORY_LEAK].window_s, "mem"),
+            (hot_window_s(rules[Kind.GPU_HOT]), "temp"),
+            (errors_window_s(rules[Kind.GPU_ERRORS]), "errors"),
+        ]
+    )
     return cluster
 
 
-def _label(gpu: Gpu) -> str:
+def _label(gpu: GpuRow) -> str:
     return gpu.label
 
 
@@ -106,19 +175,17 @@ def _label(gpu: Gpu) -> str:
 def idle_jobs(cluster: Cluster) -> list[Finding]:
     """Running jobs whose every GPU stayed under the threshold for the whole window."""
     rule = cluster.rules[Kind.IDLE_JOB]
-    policies = {p.queue_id: p for p in QueueAlertPolicy.objects.all()}
     findings = []
     for job in cluster.running:
-        policy = policies.get(job.queue_id)
+        policy = cluster.policies.get(job.queue_id)
         threshold = _pick(policy.idle_threshold_pct if policy else None, rule.threshold)
         window_s = int(_pick(policy.idle_window_s if policy else None, rule.window_s))
         grace_s = int(_pick(policy.idle_grace_s if policy else None, rule.grace_s))
         action = policy.idle_action if policy else QueueAlertPolicy.Action.WARN
         if action in (QueueAlertPolicy.Action.STOP, QueueAlertPolicy.Action.REQUEUE):
             grace_s = max(grace_s, MIN_WARNING_BEFORE_STOP_S)
-        assert job.started_at is not None
         since = cluster.now - timedelta(seconds=window_s)
-        if job.started_at > since:
+        if job.started_at is None or job.started_at > since:
             continue  # not running long enough to judge
         units = cluster.job_units.get(job.pk, [])
         physical = {cluster.physical(g).pk for g in units}
@@ -168,7 +235,7 @@ def memory_high(cluster: Cluster) -> list[Finding]:
     rule = cluster.rules[Kind.MEMORY_HIGH]
     findings = []
     for job in cluster.running:
-        worst: tuple[float, int, int, Gpu] | None = None
+        worst: tuple[float, int, int, GpuRow] | None = None
         for unit in cluster.job_units.get(job.pk, []):
             parent = cluster.physical(unit)
             latest = cluster.latest.get(parent.pk)
@@ -249,7 +316,7 @@ def memory_leaks(cluster: Cluster, ended_jobs: dict[int, datetime]) -> list[Find
                     "used_mb": held,
                     "job_ids": sorted({int(p["job_id"]) for p in zombies}),
                     "pids": sorted(int(p["pid"]) for p in zombies),
-                    "reset": f"ssh {gpu.node.name} nvidia-smi --gpu-reset -i {gpu.index}",
+                    "reset": f"ssh {gpu.node_name} nvidia-smi --gpu-reset -i {gpu.index}",
                 },
                 gpu_id=gpu.pk,
                 node_id=gpu.node_id,
@@ -292,7 +359,7 @@ def stray_processes(cluster: Cluster) -> list[Finding]:
 def hot_gpus(cluster: Cluster) -> list[Finding]:
     """GPUs above the temperature threshold for the whole window."""
     rule = cluster.rules[Kind.GPU_HOT]
-    window_s = max(rule.window_s, 30)
+    window_s = hot_window_s(rule)
     findings = []
     for gpu_id, window in cluster.windows(window_s).items():
         gpu = cluster.gpus.get(gpu_id)
@@ -320,10 +387,18 @@ def hot_gpus(cluster: Cluster) -> list[Finding]:
 ERRORS_WINDOW_S = 15 * 60
 
 
+def hot_window_s(rule: AlertRule) -> int:
+    return max(rule.window_s, 30)
+
+
+def errors_window_s(rule: AlertRule) -> int:
+    return max(rule.window_s, ERRORS_WINDOW_S)
+
+
 def gpu_errors(cluster: Cluster) -> list[Finding]:
     """New ECC or XID errors (the counters grew) within the last window."""
     rule = cluster.rules[Kind.GPU_ERRORS]
-    window_s = max(rule.window_s, ERRORS_WINDOW_S)
+    window_s = errors_window_s(rule)
     findings = []
     for gpu_id, window in cluster.windows(window_s).items():
         gpu = cluster.gpus.get(gpu_id)

@@ -62,6 +62,7 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationReport:
     }
     report = EvaluationReport()
     open_alerts = {(a.kind, a.subject): a for a in Alert.objects.open()}
+    still_seen: list[int] = []
     for kind, findings in found.items():
         rule = cluster.rules[kind]
         if not rule.enabled:
@@ -76,7 +77,8 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationReport:
                     continue
                 report.fired[kind] = report.fired.get(kind, 0) + 1
             else:
-                _alert_refresh(alert, finding, now=now)
+                still_seen.append(alert.pk)
+                _alert_refresh(alert, finding)
             action = _alert_act_if_due(alert, finding, rule=rule, now=now)
             if action:
                 report.actions.append(f"{alert.subject}:{action}")
@@ -87,6 +89,8 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationReport:
                 and alert_resolve(alert_id=alert.pk, now=now)
             ):
                 report.resolved += 1
+    # One statement for every alert that still holds, not one per alert.
+    Alert.objects.filter(pk__in=still_seen).update(last_seen_at=now)
     report.open = Alert.objects.open().count()
     return report
 
@@ -132,11 +136,13 @@ def _action_due(finding: rules.Finding, now: datetime) -> datetime | None:
 SERVICE_PARAMS = ("cleanup_at", "drained")
 
 
-def _alert_refresh(alert: Alert, finding: rules.Finding, *, now: datetime) -> None:
+def _alert_refresh(alert: Alert, finding: rules.Finding) -> None:
+    """Keep the alert's figures current (a rising temperature, more memory held)."""
     kept = {key: alert.params[key] for key in SERVICE_PARAMS if key in alert.params}
     params = {**finding.params, **kept}
-    Alert.objects.filter(pk=alert.pk).update(last_seen_at=now, params=params)
-    alert.last_seen_at, alert.params = now, params
+    if params != alert.params:
+        Alert.objects.filter(pk=alert.pk).update(params=params)
+        alert.params = params
 
 
 def _alert_tell(alert: Alert, *, rule: AlertRule) -> None:
