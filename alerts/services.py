@@ -256,15 +256,9 @@ def _leak_cleanup_request(alert: Alert, *, now: datetime) -> None:
     Alert.objects.filter(pk=alert.pk).update(params=params)
     alert.params = params
     AlertEvent.objects.create(alert=alert, kind="cleanup_requested", data={"job_ids": job_ids})
-    from labportal.celery import app
+    from jobqueue.dispatch import send_cleanup
 
-    def send() -> None:
-        try:
-            app.send_task("agent.cleanup_ended_jobs", args=[job_ids], queue=node.queue_name)
-        except Exception:  # the broker may be away; the next evaluation asks again
-            log.exception("could not ask node %s to clean up", node.name)
-
-    transaction.on_commit(send)
+    send_cleanup(node=node, job_ids=job_ids)  # signed, after commit; the next evaluation retries
 
 
 @transaction.atomic
