@@ -66,6 +66,9 @@ def test_the_owner_sees_the_idle_warning_on_the_job_page_and_others_do_not(
     page = client.get(f"/jobs/{idle_alert.job_id}/").content.decode()
     assert 'data-testid="job-alerts"' in page
     assert "has kept its GPUs under 5% utilisation for 30 minutes" in page
+    # Warn, never surprise: the time left and when the hard limit would stop it.
+    assert 'data-testid="time-left"' in page and "Time limit in 23" in page
+    assert "It will be stopped at" in page and "save a checkpoint" in page
     client.login(username="charlie", password=PASSWORD)
     assert client.get(f"/jobs/{idle_alert.job_id}/").status_code == 404
 
