@@ -1,20 +1,26 @@
 """What the rules read: per-GPU aggregates over a window, and each GPU's latest sample.
 
-`gpu_windows` is the one place that reads the raw `telemetry.GpuSample` rows for
-windows; when the 1-minute rollups land, it reads them instead and nothing else
-changes. It reads every window a evaluation needs in one scan.
+`gpu_windows` is the one place that reads measurements over a window. Utilisation
+over a long window (the idle rule: 10 minutes and more) comes from the 1-minute
+rollups (`telemetry.GpuMinuteRollup`); short windows, and the metrics the rollups do
+not keep (minimum memory and temperature, error counters), come from the raw
+samples, all the windows of one evaluation in one scan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Min, Q
+from django.db.models import Count, F, Max, Min, Q, Sum
 
-from telemetry.models import GpuSample
+from telemetry.models import GpuMinuteRollup, GpuSample
+
+# Windows at least this long read utilisation from the minute rollups; a shorter one
+# needs the raw samples' resolution (a minute bucket is only complete once it ends).
+ROLLUP_MIN_WINDOW = timedelta(minutes=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +61,52 @@ METRIC_GROUPS = {
 
 
 def gpu_windows(
-    *, since: Mapping[datetime, Collection[str]]
+    *, since: Mapping[datetime, Collection[str]], now: datetime
 ) -> dict[datetime, dict[int, GpuWindow]]:
-    """Every GPU's aggregates over [start, now] for each start, in one scan of the samples.
+    """Every GPU's aggregates over [start, now] for each start.
 
     `since` maps each window's start to the metric groups wanted there (keys of
-    `METRIC_GROUPS`); a metric not asked for is None.
+    `METRIC_GROUPS`); a metric not asked for is None. A long window that wants only
+    utilisation reads the minute rollups; the rest share one scan of the raw samples.
     """
+    from_rollups = {
+        start: groups
+        for start, groups in since.items()
+        if set(groups) == {"util"} and now - start >= ROLLUP_MIN_WINDOW
+    }
+    out = {start: _rollup_window(start) for start in from_rollups}
+    out.update(_raw_windows({s: g for s, g in since.items() if s not in from_rollups}))
+    return out
+
+
+def _rollup_window(start: datetime) -> dict[int, GpuWindow]:
+    rows = (
+        GpuMinuteRollup.objects.filter(bucket__gte=start)
+        .values("gpu_id")
+        .annotate(n=Sum("samples"), first=Min("bucket"), last=Max("bucket"), peak=Max("util_max"))
+        .order_by()
+    )
+    return {
+        row["gpu_id"]: GpuWindow(
+            gpu_id=row["gpu_id"],
+            samples=row["n"] or 0,
+            first_ts=row["first"],
+            # A bucket covers its whole minute.
+            last_ts=row["last"] + timedelta(minutes=1),
+            max_util=row["peak"],
+            min_mem_mb=None,
+            min_temp_c=None,
+            max_temp_c=None,
+            ecc_low=None,
+            ecc_high=None,
+            xid_low=None,
+            xid_high=None,
+        )
+        for row in rows
+    }
+
+
+def _raw_windows(since: Mapping[datetime, Collection[str]]) -> dict[datetime, dict[int, GpuWindow]]:
     starts = sorted(since)
     if not starts:
         return {}

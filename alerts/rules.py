@@ -100,7 +100,9 @@ class Cluster:
         for seconds, group in wanted:
             groups.setdefault(seconds, set()).add(group)
         starts = {seconds: self.now - timedelta(seconds=seconds) for seconds in groups}
-        read = gpu_windows(since={starts[seconds]: g for seconds, g in groups.items()})
+        read = gpu_windows(
+            since={starts[seconds]: g for seconds, g in groups.items()}, now=self.now
+        )
         for seconds, start in starts.items():
             self._windows[seconds] = read.get(start, {})
 

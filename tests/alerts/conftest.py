@@ -89,10 +89,14 @@ def proc(pid: int, used_mb: int, job: Job | None = None, **extra: Any) -> dict[s
 
 @pytest.fixture
 def evaluate(django_capture_on_commit_callbacks: Any) -> Any:
-    """`alerts_evaluate` at a given time, with its after-commit messages sent."""
+    """`alerts_evaluate` at a given time, after the minute rollups of the samples so far
+    (as the telemetry beat keeps them), with its after-commit messages sent."""
     from alerts.services import alerts_evaluate
+    from telemetry.rollups import rollups_rewind, rollups_run
 
     def run(now: datetime) -> Any:
+        rollups_rewind(to=now - timedelta(hours=6), now=now)  # samples written out of order
+        rollups_run(now=now)
         with django_capture_on_commit_callbacks(execute=True):
             return alerts_evaluate(now=now)
 

@@ -51,6 +51,9 @@ def alerting_lab(cluster: Any, alice: Any, admin_user: Any) -> dict[str, Any]:
     samples(gpus[0], start=now - 35 * MIN, end=now, util=1.5)
     samples(gpus[1], start=now - 3 * MIN, end=now, temp_c=93.0)
     samples(gpus[2], start=now - MIN, end=now, processes=[proc(31337, 6144, unix_user="mallory")])
+    from telemetry.rollups import rollups_run
+
+    rollups_run(now=now)  # the idle rule reads the minute rollups, as the telemetry beat keeps them
     alerts_evaluate(now=now)
     return {"job": job, "idle": Alert.objects.get(kind=Kind.IDLE_JOB)}
 
