@@ -64,7 +64,7 @@ def test_a_slot_job_runs_on_its_parent_gpu(
     wait_until(lambda: "cuda=" in (local_agent.runtime.logs(2, 5) or ""))
     assert f"cuda={gpu}\n" in (local_agent.runtime.logs(1, 5) or "")
     [sample] = [s for s in backend.sample(10.0) if s.gpu_uuid == gpu]
-    assert sorted(p.job_id for p in sample.processes) == [1, 2]  # two jobs on one GPU
+    assert sorted(p.job_id or 0 for p in sample.processes) == [1, 2]  # two jobs on one GPU
     for job_id in (1, 2):
         local_agent.stop_job(job_id, 0, "test over")
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from cluster.models import Gpu
-from jobqueue.models import Allocation, Job, Queue
+from jobqueue.models import Allocation, ContainerImage, Job, Queue
 from telemetry.models import GpuSample
 
 
@@ -21,12 +21,10 @@ def t0() -> datetime:
 def run_job(
     owner: Any, gpus: list[Gpu], *, started: datetime, queue: str = "normal", image: Any = None
 ) -> Job:
-    from tests.factories import ContainerImageFactory
-
     job = Job.objects.create(
         owner=owner,
         queue=Queue.objects.get(name=queue),
-        image=image or ContainerImageFactory(),
+        image=image or ContainerImage.objects.get_or_create(reference="labportal/busybox:test")[0],
         command=["python", "train.py"],
         time_limit_s=86400,
         state=Job.State.RUNNING,
