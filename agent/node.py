@@ -10,11 +10,13 @@ twice, because the broker may deliver a task twice.
 from __future__ import annotations
 
 import logging
+import pwd
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from agent import __version__
@@ -26,6 +28,8 @@ from agent.runtime.base import (
     JobStatus,
     RuntimeStartError,
     SpecRejected,
+    device_uuid,
+    device_uuids,
 )
 from agent.signing import CommandVerifier, SignatureRefused
 
@@ -34,6 +38,22 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 50
 LOG_TAIL_MAX_CHARS = 8000
 MAX_BUFFERED_SAMPLES = 50_000
+
+
+def unix_user_of(pid: int) -> str | None:
+    """The login name (or uid) owning host process ``pid``; ``None`` if it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 @dataclass(frozen=True)
@@ -179,6 +199,10 @@ class NodeAgent:
                     job_id, f"the container runtime failed: {exc}", delivery_id=delivery_id
                 )
             status = outcome.status
+            # Only a simulated backend acts on it: trouble to order, for the demo and tests.
+            conditions = spec.env.get("LABPORTAL_SIMULATE", "")
+            if conditions:
+                self.backend.simulate(job_id, conditions.split(","))
             if outcome.created or status.running:
                 # A repeat of "started" for a running job carries the same
                 # event id, so the portal drops it if the first one arrived.
@@ -206,7 +230,8 @@ class NodeAgent:
             known = set(self._gpu_uuids)
         if not known:
             known = {g.uuid for g in self.backend.discover()}
-        missing = [u for u in spec.gpu_uuids if u not in known]
+        # A shared slot (``<gpu uuid>::slot<n>``) runs on its GPU, which must be here.
+        missing = [u for u in spec.gpu_uuids if device_uuid(u) not in known]
         if missing:
             raise SpecRejected(f"GPU(s) {', '.join(missing)} are not on node {self.node}")
 
@@ -296,7 +321,7 @@ class NodeAgent:
     def _adopt(self, status: JobStatus, gpu_uuids: Sequence[str]) -> None:
         with self._lock:
             self._running[status.job_id] = status
-        self.backend.attach_job(status.job_id, gpu_uuids, status.container_id)
+        self.backend.attach_job(status.job_id, device_uuids(gpu_uuids), status.container_id)
 
     def _report_exit(
         self, status: JobStatus, *, at_startup: bool = False, reason: str | None = None
@@ -376,6 +401,39 @@ class NodeAgent:
                 with self._lock:
                     self._reported_exits.discard(status.container_id)
 
+    def cleanup_ended_jobs(self, job_ids: Sequence[object]) -> dict[str, Any]:
+        """Remove what the portal's ended jobs left on this node: their processes and containers.
+
+        Only what the runtime can prove is one of these jobs' (its labelled
+        container, its process group) is touched, never any other process, and
+        never a job this agent is running or starting now.
+        """
+        wanted = {j for j in job_ids if isinstance(j, int) and not isinstance(j, bool)}
+        with self._lock:
+            busy = set(self._running) | set(self._starting)
+        killed: list[int] = []
+        removed: list[int] = []
+        for status in self.runtime.list_jobs():
+            if status.job_id not in wanted or status.job_id in busy:
+                continue
+            killed += self.runtime.kill_leftovers(status.job_id)
+            with self._lock:
+                reported = status.container_id in self._reported_exits
+            if status.running or reported:
+                # A container still running for an ended job, or one whose end was
+                # reported: removing it ends every process inside.
+                self.runtime.remove(status.job_id)
+                removed.append(status.job_id)
+                with self._lock:
+                    self._reported_exits.discard(status.container_id)
+        for job_id in sorted(wanted - busy):
+            self.backend.release_job(job_id)
+        if killed or removed:
+            log.warning(
+                "cleaned up after ended jobs: killed pids %s, removed jobs %s", killed, removed
+            )
+        return {"killed_pids": killed, "removed_jobs": removed}
+
     # -- telemetry --------------------------------------------------------------
 
     def running_job_ids(self) -> list[int]:
@@ -428,9 +486,16 @@ class NodeAgent:
                 owner = self.runtime.job_for_pid(proc.pid)
                 if owner is not None:
                     job_id, container_id = owner.job_id, owner.container_id
+            unix_user = proc.unix_user
+            if job_id is None and container_id is None and unix_user is None:
+                unix_user = unix_user_of(proc.pid)  # a stray: staff want to know whose
             processes.append(
                 ProcessSample(
-                    pid=proc.pid, used_mb=proc.used_mb, container_id=container_id, job_id=job_id
+                    pid=proc.pid,
+                    used_mb=proc.used_mb,
+                    container_id=container_id,
+                    job_id=job_id,
+                    unix_user=unix_user,
                 )
             )
         return replace(sample, processes=processes)

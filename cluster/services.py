@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from cluster import selectors
+from cluster.errors import SlotsRefused
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import (
     MAX_LOG_CHARS,
@@ -203,9 +204,15 @@ def _gpus_mark_missing(*, node: Node, present_ids: set[int]) -> None:
     gone.update(state=Gpu.State.MISSING)
     slots = Gpu.objects.filter(node=node, kind=Gpu.Kind.SLOT)
     slots.filter(parent__state=Gpu.State.MISSING).update(state=Gpu.State.MISSING)
-    slots.filter(state=Gpu.State.MISSING, parent__state=Gpu.State.AVAILABLE).update(
-        state=Gpu.State.AVAILABLE
-    )
+    for slot in (
+        slots.filter(state=Gpu.State.MISSING, parent__state=Gpu.State.AVAILABLE)
+        .only("pk", "uuid", "parent__shared_slots")
+        .select_related("parent")
+    ):
+        # A slot the admin removed stays missing; one the GPU still exposes comes back.
+        number = _slot_number(slot.uuid)
+        if slot.parent is not None and number is not None and number < slot.parent.shared_slots:
+            Gpu.objects.filter(pk=slot.pk).update(state=Gpu.State.AVAILABLE)
 
 
 def node_heartbeat_record(*, node_name: str, info: object) -> None:
@@ -339,3 +346,82 @@ def _node_known(*, node_name: str) -> Node:
     if node is None:
         raise MessageRefused(RejectedMessage.Reason.NOT_REGISTERED, "unknown node")
     return node
+
+
+# --- Shared slots ------------------------------------------------------------------
+
+SLOT_SEPARATOR = "::slot"
+MAX_SHARED_SLOTS = 16
+
+
+def slot_uuid(parent_uuid: str, number: int) -> str:
+    """A slot's UUID names its GPU, so an agent can tell which device runs it."""
+    return f"{parent_uuid}{SLOT_SEPARATOR}{number}"
+
+
+def _slot_number(uuid: str) -> int | None:
+    _parent, sep, number = uuid.rpartition(SLOT_SEPARATOR)
+    return int(number) if sep and number.isdigit() else None
+
+
+def gpu_shared_slots_check(*, gpu: Gpu, slots: int) -> None:
+    """Raise `SlotsRefused` if the GPU cannot be exposed as `slots` shared slots now."""
+    from jobqueue.models import Allocation
+
+    if slots < 0 or slots > MAX_SHARED_SLOTS or slots == 1:
+        raise SlotsRefused(
+            gettext("Shared slots must be 0 (whole GPU) or 2 to %(max)d.")
+            % {"max": MAX_SHARED_SLOTS}
+        )
+    if slots and gpu.kind != Gpu.Kind.WHOLE:
+        raise SlotsRefused(gettext("Only a whole GPU can be shared; a MIG instance cannot."))
+    if slots == gpu.shared_slots:
+        return
+    in_use = Allocation.objects.filter(active=True).filter(
+        models.Q(gpu=gpu) | models.Q(gpu__parent=gpu, gpu__kind=Gpu.Kind.SLOT)
+    )
+    if in_use.exists():
+        jobs = sorted(set(in_use.values_list("job_id", flat=True)))
+        raise SlotsRefused(
+            gettext(
+                "%(gpu)s is in use by job(s) %(jobs)s; change its shared slots when it is free "
+                "(drain it first so that nothing new starts)."
+            )
+            % {"gpu": gpu.label, "jobs": ", ".join(f"#{j}" for j in jobs)}
+        )
+
+
+@transaction.atomic
+def gpu_set_shared_slots(*, gpu_id: int, slots: int) -> Gpu:
+    """Expose a whole GPU as `slots` shared slots (0: whole again); never while it is in use.
+
+    Slots keep their UUIDs across changes. A slot that goes away is deleted, or
+    marked missing when past jobs ran on it (their history keeps pointing at it).
+    """
+    from jobqueue.models import Allocation
+
+    gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu_id)
+    gpu_shared_slots_check(gpu=gpu, slots=slots)
+    gpu.shared_slots = slots
+    gpu.save(update_fields=["shared_slots"])
+    existing = {
+        _slot_number(s.uuid): s
+        for s in Gpu.objects.select_for_update().filter(parent=gpu, kind=Gpu.Kind.SLOT)
+    }
+    share_mb = gpu.memory_mb // slots if slots else 0
+    state = Gpu.State.AVAILABLE if gpu.state == Gpu.State.AVAILABLE else gpu.state
+    for number in range(slots):
+        slot = existing.pop(number, None) or Gpu(
+            uuid=slot_uuid(gpu.uuid, number), kind=Gpu.Kind.SLOT, parent=gpu
+        )
+        slot.node, slot.index, slot.model = gpu.node, gpu.index, gpu.model
+        slot.memory_mb, slot.state = share_mb, state
+        slot.save()
+    for slot in existing.values():
+        if Allocation.objects.filter(gpu=slot).exists():
+            slot.state = Gpu.State.MISSING
+            slot.save(update_fields=["state"])
+        else:
+            slot.delete()
+    log.info("%s now has %d shared slot(s)", gpu.label, slots)
+    return gpu

@@ -67,3 +67,8 @@ def send_stop(*, node: Node, job_id: int, grace_s: int, reason: str) -> None:
 
 def send_logs_request(*, node: Node, job_id: int, tail: int = 200) -> None:
     _send("agent.job_logs", [job_id, tail], node)
+
+
+def send_cleanup(*, node: Node, job_ids: list[int]) -> None:
+    """Ask the agent to remove what these ended jobs left behind (alerts: memory leaks)."""
+    _send("agent.cleanup_ended_jobs", [job_ids], node)

@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
+from alerts.selectors import alerts_for_job
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
-from jobqueue.models import Job
+from jobqueue.models import Job, SchedulingPolicy
 from labportal.errors import DomainError
 
 
@@ -106,6 +110,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job": job,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
+        "job_alerts": alerts_for_job(job_id=job.pk),
+        "now": timezone.now(),
+        "hard_stop_at": _hard_stop_at(job),
     }
     if request.headers.get("HX-Request"):
         # 286 tells htmx to stop polling once the job has ended.
@@ -113,6 +120,14 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
             request, "jobqueue/_job_live.html", context, status=286 if job.is_final else 200
         )
     return render(request, "jobqueue/job_detail.html", context)
+
+
+def _hard_stop_at(job: Job) -> datetime | None:
+    """When the admin's hard limit stops this running job; None where the policy only warns."""
+    grace = SchedulingPolicy.current().hard_limit_grace_s
+    if job.expected_end is None or grace is None:
+        return None
+    return job.expected_end + timedelta(seconds=grace)
 
 
 @login_required

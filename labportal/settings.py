@@ -77,6 +77,7 @@ LOCAL_APPS = [
     "reservations",
     "telemetry",
     "handbook",
+    "alerts",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
@@ -273,11 +274,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 # Each app keeps its periodic work next to its tasks; these modules import only Celery.
 from accounts.beat import CREDITS_BEAT_SCHEDULE  # noqa: E402
+from alerts.beat import ALERTS_BEAT_SCHEDULE  # noqa: E402
 from reservations.beat import RESERVATIONS_BEAT_SCHEDULE  # noqa: E402
 from telemetry.beat import TELEMETRY_BEAT_SCHEDULE  # noqa: E402
 
 CELERY_BEAT_SCHEDULE.update(CREDITS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
+CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
 
 # --- LabPortal policy -------------------------------------------------------

@@ -203,12 +203,16 @@ def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
             container_id = identifier_field(process, "container_id", max_length=128)
         if job_id is not None and (not is_int(job_id) or not 0 < job_id < 2**63):
             raise malformed("a process's job_id must be null or a positive integer")
-        clean.append(
-            {
-                "pid": process["pid"],
-                "used_mb": used_mb,
-                "container_id": container_id,
-                "job_id": job_id,
-            }
-        )
+        unix_user = process.get("unix_user")
+        if unix_user is not None and (not isinstance(unix_user, str) or len(unix_user) > 64):
+            raise malformed("a process's unix_user must be null or a user name")
+        entry = {
+            "pid": process["pid"],
+            "used_mb": used_mb,
+            "container_id": container_id,
+            "job_id": job_id,
+        }
+        if unix_user is not None:  # only a stray's owner is worth the bytes
+            entry["unix_user"] = unix_user
+        clean.append(entry)
     return clean

@@ -65,6 +65,22 @@ def _proc_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def _exit_code(returncode: int) -> int:
     # Popen reports death by signal N as -N; shells and Docker report 128+N.
     return 128 - returncode if returncode < 0 else returncode
@@ -317,6 +333,27 @@ class LocalProcessRuntime(ContainerRuntime):
         with self._lock:
             self._procs.pop(job_id, None)
             shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+    def kill_leftovers(self, job_id: int) -> list[int]:
+        """SIGKILL what is left of an ended job's process group (a child it put in the background).
+
+        A process is the job's only if it is in the job's process group and
+        started no earlier than the job's leader: a group id cannot be reused
+        while any member lives, so nothing else can match.
+        """
+        with self._lock:
+            meta = self._meta(job_id)
+            if meta is None or self._alive(job_id, meta):
+                return []
+            pgid, since = meta["pid"], meta["start_ticks"]
+            killed = []
+            for pid in _group_members(pgid):
+                ticks = _proc_start_ticks(pid)
+                if ticks is not None and ticks >= since:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+            return killed
 
     def job_for_pid(self, pid: int) -> JobStatus | None:
         try:
