@@ -141,7 +141,7 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet[Queue]):
 
 
 def _bounded_int(raw: str | None, name: str, default: int, low: int, high: int) -> int:
-    if raw in (None, ""):
+    if raw is None or raw == "":
         return default
     try:
         value = int(raw)

@@ -83,7 +83,7 @@ def big_lab(
             user_id=rng.choice(user_ids), start=start, end=start + timedelta(hours=4), note="bench"
         )
         reservation.gpus.add(gpu)
-    params = {
+    params: dict[str, Any] = {
         "users": user_ids,
         "gpus": gpu_ids,
         "image": image.pk,

@@ -27,10 +27,17 @@ from typing import Any
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
-def _which(name: str) -> str | None:
+def _which_or_none(name: str) -> str | None:
     return shutil.which(name) or next(
         (str(p) for d in ("/usr/sbin", "/sbin") if (p := Path(d) / name).exists()), None
     )
+
+
+def _which(name: str) -> str:
+    found = _which_or_none(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed (apt-get install slurm-wlm munge)")
+    return found
 
 
 class LocalSlurm:
@@ -48,7 +55,7 @@ class LocalSlurm:
     @staticmethod
     def missing() -> str | None:
         """Why Slurm cannot run here, or None."""
-        absent = [b for b in BINARIES if _which(b) is None]
+        absent = [b for b in BINARIES if _which_or_none(b) is None]
         if absent:
             return "Slurm is not installed (apt-get install slurm-wlm): no " + ", ".join(absent)
         if os.geteuid() != 0:

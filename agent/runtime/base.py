@@ -309,6 +309,7 @@ class ContainerRuntime(ABC):
         watch loop finds ended jobs by listing them.
         """
         return None
+
     def kill_leftovers(self, job_id: int) -> list[int]:
         """Kill processes an ended job left behind; return their pids.
 

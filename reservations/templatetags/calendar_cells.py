@@ -55,7 +55,7 @@ def calendar_cells(
     context: template.Context, row: Any, columns: list[Any], now: datetime
 ) -> SafeString:
     """One GPU row's cells: a booking link per future column if the GPU is bookable, else a blank."""
-    cache = context.render_context.setdefault("calendar_cells", {})
+    cache: dict[str, Any] = context.render_context.setdefault("calendar_cells", {})  # type: ignore[arg-type, assignment]
     texts = cache.get("columns")
     if texts is None:
         texts = cache["columns"] = _column_texts(columns, now)
