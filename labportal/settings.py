@@ -76,6 +76,7 @@ LOCAL_APPS = [
     "jobqueue",
     "reservations",
     "telemetry",
+    "reports",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
