@@ -91,7 +91,7 @@ def weekly_demand(*, now: dt.datetime | None = None) -> tuple[list[dt.date], lis
     return weeks, [totals.get(w, 0.0) for w in weeks]
 
 
-def _fit(history: np.ndarray) -> tuple[Any, str]:
+def _fit(history: Any) -> tuple[Any, str]:
     """The ETS model with the lowest AIC among the candidates that suit this much history."""
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
@@ -123,7 +123,9 @@ def _fit(history: np.ndarray) -> tuple[Any, str]:
 
 
 def _predict(history: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    fit, name = _fit(history)
+    import pandas as pd
+
+    fit, name = _fit(pd.Series(history))
     frame = fit.get_prediction(start=len(history), end=len(history) + steps - 1).summary_frame(
         alpha=1 - BAND
     )
@@ -142,6 +144,22 @@ def mape_pct(actual: list[float], predicted: list[float]) -> float | None:
     if not pairs:
         return None
     return 100 * sum(abs(a - p) / a for a, p in pairs) / len(pairs)
+
+
+def lab_demand_forecast() -> Forecast | None:
+    """The forecast from the lab's whole history, cached until more jobs start or a week ends."""
+    from django.core.cache import cache
+
+    key = "reports:forecast:%s:%s" % (
+        week_start(timezone.localdate()),
+        Job.objects.filter(started_at__isnull=False).count(),
+    )
+    cached = cache.get(key)
+    if cached is None:
+        weeks, history = weekly_demand()
+        cached = {"forecast": demand_forecast(weeks=weeks, history=history)}
+        cache.set(key, cached, 3600)
+    return cached["forecast"]
 
 
 def demand_forecast(

@@ -10,7 +10,7 @@ from django.utils import translation
 
 from accounts.models import User
 from reports import charts
-from reports.forecast import demand_forecast, weekly_demand
+from reports.forecast import lab_demand_forecast
 from reports.periods import Period
 from reports.selectors import usage_report
 from reports.tables import report_tables
@@ -23,8 +23,7 @@ def _data_uri(png: bytes) -> str:
 def report_context(*, period: Period, viewer: User) -> dict[str, object]:
     """What the page and the PDF both show: the report, its tables and the forecast."""
     report = usage_report(period=period, viewer=viewer)
-    weeks, history = weekly_demand()
-    forecast = demand_forecast(weeks=weeks, history=history)
+    forecast = lab_demand_forecast()
     return {
         "report": report,
         "period": period,

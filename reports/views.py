@@ -17,7 +17,7 @@ from cluster.models import Gpu
 from labportal.errors import DomainError
 from reports import charts, services
 from reports.errors import BadPeriod, BadReplay
-from reports.forecast import demand_forecast, weekly_demand
+from reports.forecast import lab_demand_forecast
 from reports.models import ReportTask
 from reports.pdf import report_context
 from reports.periods import Period, period_from_params
@@ -81,8 +81,7 @@ def report_chart(request: HttpRequest, name: str) -> HttpResponse:
     if name == "weekly":
         png = charts.weekly_chart(usage_report(period=period, viewer=user))
     elif name == "forecast":
-        weeks, history = weekly_demand()
-        forecast = demand_forecast(weeks=weeks, history=history)
+        forecast = lab_demand_forecast()
         if forecast is None:
             raise Http404(_("Not enough history for a forecast yet."))
         png = charts.forecast_chart(forecast)
