@@ -150,10 +150,8 @@ def lab_demand_forecast() -> Forecast | None:
     """The forecast from the lab's whole history, cached until more jobs start or a week ends."""
     from django.core.cache import cache
 
-    key = "reports:forecast:%s:%s" % (
-        week_start(timezone.localdate()),
-        Job.objects.filter(started_at__isnull=False).count(),
-    )
+    started = Job.objects.filter(started_at__isnull=False).count()
+    key = f"reports:forecast:{week_start(timezone.localdate())}:{started}"
     cached = cache.get(key)
     if cached is None:
         weeks, history = weekly_demand()
