@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 
 from accounts.models import Category, User
 from cluster.models import Gpu
-from jobqueue.models import Job, Queue, SchedulingPolicy
+from jobqueue.models import Job, Queue, SchedulingPolicy, command_text
 from jobqueue.scheduling import KIND_TO_ENGINE, engine_policy, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
@@ -140,9 +140,10 @@ def workload_from_history(period: Period) -> tuple[Workload, list[SimJob]]:
                 shared_slot=shared,
                 submit=_epoch(submitted),
                 duration=duration,
-                time_limit=float(max(limit, duration)),
+                # The limit it was accepted with: a job may run past it (warn, don't kill).
+                time_limit=float(limit),
                 preemptible=preemptible,
-                features=JobFeatures(user, image, command_shape(command), gpus),
+                features=JobFeatures(user, image, command_shape(command_text(command)), gpus),
                 gpu_model=model or None,
             )
         )

@@ -51,13 +51,12 @@ def make_job(
         image=ContainerImageFactory.create(),
         command=["python", "train.py"],
         gpus=len(gpus),
-        time_limit_s=86400,
         state=state,
         node=gpus[0].node,
         submitted_at=submitted,
         started_at=started,
         ended_at=ended,
-        **extra,
+        **{"time_limit_s": 86400, **extra},
     )
     for gpu in gpus:
         Allocation.objects.create(
@@ -95,7 +94,9 @@ def week(queues: Any, alice: Any, bob: Any, charlie: Any) -> dict[str, Any]:
     ls = [GpuFactory.create(node=n2, index=i, uuid=f"GPU-l{i}", model="L40S") for i in range(2)]
     j1 = make_job(alice, "normal", a, at(0, 0), at(0, 2), at(0, 12), "completed")
     j2 = make_job(bob, "normal", [ls[0]], at(0, 1), at(0, 1), at(0, 5), "failed")
-    j3 = make_job(charlie, "debug", [ls[1]], at(1, 0), at(1, 6), at(1, 10), "completed")
+    j3 = make_job(
+        charlie, "debug", [ls[1]], at(1, 0), at(1, 6), at(1, 10), "completed", time_limit_s=3600
+    )
     j4 = make_job(alice, "normal", a + ls, at(0, 3), at(0, 12), at(0, 14), "completed")
     for gpu in a:
         GpuSample.objects.create(gpu=gpu, ts=at(0, 3), util_pct=40, job_id=j1.pk)
