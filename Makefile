@@ -27,6 +27,7 @@ node_modules/htmx.org/dist/htmx.min.js: package.json
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo_history
 	$(PY) manage.py rundemo
 
 test: install

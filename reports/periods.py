@@ -69,10 +69,14 @@ def _parse_date(value: str, field: str) -> dt.date:
 def period_from_params(params: Mapping[str, str], *, today: dt.date | None = None) -> Period:
     """Read `period` (month | quarter | year | custom) and, for custom, `from` and `to`.
 
-    Month, quarter and year are the calendar ones containing `at` (default: today).
+    Month, quarter and year are the calendar ones containing `at` (default: today);
+    without `period`, the last 90 days.
     """
     today = today or timezone.localdate()
-    kind = params.get("period") or "month"
+    if not params.get("period"):
+        # The last 90 days: a default that always has history in it, whatever the date.
+        return period_of("custom", today - dt.timedelta(days=89), today)
+    kind = params["period"]
     if kind not in KINDS:
         raise BadPeriod(
             _("“period” must be one of month, quarter, year or custom, got “%(value)s”.")

@@ -41,10 +41,14 @@ def report_page(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
     context: dict[str, Any] = report_context(period=period, viewer=user)
     context.update(
-        params=request.GET,
+        params={
+            "from": period.first_day.isoformat(),
+            "to": period.last_day.isoformat(),
+            **request.GET.dict(),
+        },
         models=sorted(set(Gpu.objects.filter(kind=Gpu.Kind.WHOLE).values_list("model", flat=True))),
         policy_fields=list(POLICY_FIELDS),
-        period_kind=request.GET.get("period") or "month",
+        period_kind=request.GET.get("period") or "custom",
         period_choices=[
             ("month", _("Month")),
             ("quarter", _("Quarter")),
