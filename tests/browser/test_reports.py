@@ -20,9 +20,9 @@ QUERY = "period=custom&from=2026-03-02&to=2026-03-08"
 def test_staff_change_the_period_and_download_csv_and_pdf(
     page: Any,
     live_server: Any,
-    week: Any,
+    week: Any,  # noqa: F811
     admin_user: Any,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     log_in(page, live_server, "admin", PASSWORD)
     page.wait_for_selector("[data-testid=username]")
@@ -55,8 +55,8 @@ def test_staff_change_the_period_and_download_csv_and_pdf(
 def test_a_member_sees_the_lab_totals_and_only_their_own_line(
     page: Any,
     live_server: Any,
-    week: Any,
-    bob: Any,  # noqa: F811
+    week: Any,  # noqa: F811
+    bob: Any,
 ) -> None:
     log_in(page, live_server, "bob", PASSWORD)
     page.wait_for_selector("[data-testid=username]")
