@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,7 +22,11 @@ if TYPE_CHECKING:
 
 # Fonts that carry Chinese; the first one installed wins (fonts-wqy-microhei in CI).
 CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Source Han Sans SC")
-_lock = threading.Lock()  # matplotlib's font cache and text layout are not thread-safe
+_lock = threading.Lock()
+# Week labels are strings that look like dates; matplotlib's note about that is noise here.
+logging.getLogger("matplotlib.category").setLevel(
+    logging.WARNING
+)  # matplotlib's font cache and text layout are not thread-safe
 
 
 def _font_family() -> list[str]:

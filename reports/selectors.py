@@ -314,7 +314,7 @@ def _credits(period: Period) -> tuple[dict[str, dict[str, float]], float]:
     ):
         spent["model"][row["model"] or "—"] -= float(row["total"] or Decimal(0))
     total = entries.aggregate(total=Sum("amount"))["total"] or Decimal(0)
-    return spent, -float(total)
+    return spent, 0.0 - float(total)  # 0.0 - x: never a negative zero
 
 
 def unmet_demand(

@@ -72,10 +72,14 @@ def _history(
         target = capacity_h * (0.30 + 0.35 * week / max(1, weeks - 1))
         week_start = start + dt.timedelta(weeks=week)
         asked = 0.0
+        wanted: list[tuple[dt.datetime, int, float]] = []
         while asked < target:
             size = rng.choices([s for s, _ in SHAPES], [w for _, w in SHAPES])[0]
-            hours = rng.uniform(1, 20)
-            submitted = week_start + dt.timedelta(hours=rng.uniform(0, 168))
+            short = size == 1 and rng.random() < 0.25
+            hours = rng.uniform(0.2, 0.9) if short else rng.uniform(1, 20)
+            wanted.append((week_start + dt.timedelta(hours=rng.uniform(0, 168)), size, hours))
+            asked += size * hours
+        for submitted, size, hours in sorted(wanted):
             node = min(by_node, key=lambda n: sorted(free_at[g.pk] for g in by_node[n])[size - 1])
             chosen = sorted(by_node[node], key=lambda g: free_at[g.pk])[:size]
             started = max([submitted, *(free_at[g.pk] for g in chosen)])
@@ -84,7 +88,6 @@ def _history(
                 break
             for gpu in chosen:
                 free_at[gpu.pk] = ended
-            asked += size * hours
             state = rng.choices(["completed", "failed", "cancelled"], [0.85, 0.1, 0.05])[0]
             small = size == 1 and hours < 1
             job = Job(
