@@ -8,6 +8,7 @@ not in the used figure or the mean utilisation.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from collections import Counter, defaultdict
@@ -199,6 +200,27 @@ def week_start(day: dt.date) -> dt.date:
     return day - dt.timedelta(days=day.weekday())
 
 
+class WeekGrid:
+    """The weeks of [start, end), found by bisection (a report looks up weeks per job)."""
+
+    def __init__(self, start: dt.datetime, end: dt.datetime) -> None:
+        self.weeks = list(weeks_of(start, end))
+        self.ends = [w1 for _m, _w0, w1 in self.weeks]
+
+    def spanning(
+        self, a: dt.datetime, b: dt.datetime
+    ) -> Iterator[tuple[dt.date, dt.datetime, dt.datetime]]:
+        """The weeks that meet [a, b)."""
+        i = bisect.bisect_right(self.ends, a)
+        while i < len(self.weeks) and self.weeks[i][1] < b:
+            yield self.weeks[i]
+            i += 1
+
+    def monday_of(self, t: dt.datetime) -> dt.date | None:
+        i = bisect.bisect_right(self.ends, t)
+        return self.weeks[i][0] if i < len(self.weeks) else None
+
+
 def weeks_of(
     start: dt.datetime, end: dt.datetime
 ) -> Iterator[tuple[dt.date, dt.datetime, dt.datetime]]:
@@ -342,7 +364,8 @@ def unmet_demand(
         if wait_end > start and job.submitted < end:
             events.append((max(job.submitted, start), 1, 0.0, job.gpus))
             events.append((min(wait_end, end), 2, 0.0, job.gpus))
-    for _monday, _w0, w1 in weeks_of(start, end):
+    grid = WeekGrid(start, end)
+    for w1 in grid.ends:
         events.append((w1, 3, 0.0, 0))
     events.sort(key=lambda e: e[0])
     busy = 0.0
@@ -353,7 +376,8 @@ def unmet_demand(
             free = capacity - busy
             short = sum(s * n for s, n in waiting.items() if s > free + 1e-9)
             if short:
-                week = weeks.get(week_start(timezone.localtime(t_prev).date()))
+                monday = grid.monday_of(t_prev)
+                week = weeks.get(monday) if monday is not None else None
                 if week is not None:
                     week.unmet_gpu_hours += short * (t - t_prev).total_seconds() / 3600
         t_prev = max(t_prev, t)
@@ -407,8 +431,9 @@ def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None
 
     totals = UsageLine("lab")
     tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
-    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in weeks_of(period.start, end)}
-    for monday, w0, w1 in weeks_of(period.start, end):
+    grid = WeekGrid(period.start, end)
+    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
+    for monday, w0, w1 in grid.weeks:
         weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
     for job in jobs:
         lines = [totals] + [
@@ -433,7 +458,7 @@ def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None
             if mean is not None:
                 line.used_gpu_hours += hours * mean
                 line.measured_gpu_hours += hours
-        for monday, w0, w1 in weeks_of(max(job.started, period.start), min(run_end, end)):
+        for monday, w0, w1 in grid.spanning(max(job.started, period.start), min(run_end, end)):
             week_hours = job.units * _overlap_h(job.started, run_end, w0, w1)
             weeks[monday].gpu_hours += week_hours
             if mean is not None:
