@@ -51,10 +51,10 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
     account_of = {a.user_id: a for a in accounts}
     gpus = []
     for n in range(NODES):
-        node = Node.objects.create(name=f"node{n:02d}", state=Node.State.UP)
+        node_row = Node.objects.create(name=f"node{n:02d}", state=Node.State.UP)
         gpus += [
             Gpu(
-                node=node,
+                node=node_row,
                 index=i,
                 uuid=f"GPU-{n}-{i}",
                 model="A100" if n < 6 else "L40S",
@@ -73,7 +73,7 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
         hours = rng.uniform(0.1, 0.9) if short else min(72.0, rng.lognormvariate(0.6, 1.0))
         submitted = start + dt.timedelta(seconds=span * i / jobs + rng.uniform(0, 600))
         started = submitted + dt.timedelta(hours=rng.expovariate(1 / 1.5))
-        node = rng.randrange(NODES)
+        node_index = rng.randrange(NODES)
         rows.append(
             Job(
                 owner=users[rng.randrange(len(users))],
@@ -83,7 +83,7 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
                 gpus=size,
                 time_limit_s=3600 if short else 72 * 3600,
                 state=rng.choices(("completed", "failed", "cancelled"), (0.85, 0.1, 0.05))[0],
-                node_id=gpus[node * PER_NODE].node_id,
+                node_id=gpus[node_index * PER_NODE].node_id,
                 submitted_at=submitted,
                 started_at=started,
                 ended_at=started + dt.timedelta(hours=hours),
@@ -91,13 +91,14 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
         )
     Job.objects.bulk_create(rows, batch_size=2000)
     allocations, samples, charges = [], [], []
+    node_ids = [g.node_id for g in gpus[::PER_NODE]]
     for job in rows:
         assert job.started_at is not None and job.ended_at is not None
-        node = [g.node_id for g in gpus[::PER_NODE]].index(job.node_id)
+        node_index = node_ids.index(job.node_id or 0)
         first = rng.randrange(PER_NODE - job.gpus + 1)
         util = rng.uniform(20, 95)
         for k in range(job.gpus):
-            gpu = gpus[node * PER_NODE + first + k]
+            gpu = gpus[node_index * PER_NODE + first + k]
             allocations.append(
                 Allocation(
                     job=job,
