@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         end = _fill(args.jobs, args.seed)
         fill_s = time.perf_counter() - began
+        print(f"fill_s {fill_s:.1f}", file=sys.stderr, flush=True)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
         from accounts.models import User
@@ -195,9 +196,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
         baseline = _timed(lambda: Job.objects.aggregate(n=Count("id"), g=Sum("gpus")), args.repeat)
+        print(f"baseline_job_aggregate_s {baseline:.3f}", file=sys.stderr, flush=True)
         report_s = _timed(
             lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
         )
+        print(f"year_report_s {report_s:.3f}", file=sys.stderr, flush=True)
         quarter_jobs = Job.objects.filter(
             submitted_at__gte=quarter.start, submitted_at__lt=quarter.end
         ).count()
