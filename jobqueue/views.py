@@ -18,7 +18,11 @@ from labportal.errors import DomainError
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
-    form = JobSubmitForm(request.POST or None, user=user)
+    # Links (e.g. the first-steps checklist) may prefill a few fields: ?queue=debug&command=...
+    prefill = {
+        k: v for k, v in request.GET.items() if k in ("queue", "command", "time_limit_hours")
+    }
+    form = JobSubmitForm(request.POST or None, user=user, initial=prefill)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         hours = data["time_limit_hours"]

@@ -2,13 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from cluster import views as cluster_views
 from labportal import views as portal_views
+from telemetry import views as telemetry_views
 
 urlpatterns = [
-    path("", cluster_views.dashboard, name="dashboard"),
+    path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
+    path("metrics", telemetry_views.metrics, name="metrics"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),
     path("account/", include("accounts.urls")),
@@ -16,11 +17,13 @@ urlpatterns = [
     path("reservations/", include("reservations.urls")),
     path("telemetry/", include("telemetry.urls")),
     path("reports/", include("reports.urls")),
+    path("", include("handbook.urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),
     path("api/", include("jobqueue.approval_api_urls")),
     path("api/", include("reports.api_urls")),
+    path("api/", include("telemetry.api_urls")),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api_docs"),

@@ -2,7 +2,8 @@
 
 It reports ``count`` identical GPUs whose readings follow the jobs the agent
 says run on them: an idle GPU sits cool at a few percent, a busy one warms up
-and draws power in proportion to its load. Everything random comes from one
+and draws power in proportion to its load, which wobbles slowly and drops for a
+minute or so at each of the job's periodic evaluations or checkpoints. Everything random comes from one
 ``random.Random(seed)``, and time only enters through the ``now`` argument, so
 the same seed and the same calls give the same samples (no sleeping in tests).
 """
@@ -40,6 +41,22 @@ class _SimJob:
     target_util: float  # the load this job puts on each of its GPUs
     footprint_mb: int  # the GPU memory it settles at per GPU
     started_at: float | None = None
+    # Training-like phases: a slow wobble of the load, and every `dip_every_s` an
+    # evaluation or checkpoint of `dip_len_s` during which the GPU mostly waits.
+    wobble_period_s: float = 600.0
+    dip_every_s: float = 1200.0
+    dip_len_s: float = 60.0
+
+    def load_at(self, now: float) -> float:
+        """The load this job puts on its GPUs at `now` (its phases, before noise and lag)."""
+        if self.started_at is None:
+            return self.target_util
+        elapsed = now - self.started_at
+        if elapsed >= self.dip_every_s and elapsed % self.dip_every_s < self.dip_len_s:
+            return self.target_util * 0.25
+        return self.target_util * (
+            1.0 + 0.06 * math.sin(2 * math.pi * elapsed / self.wobble_period_s)
+        )
 
 
 @dataclass
@@ -99,6 +116,13 @@ class SimulatedBackend(GpuBackend):
             # idle-GPU alert has something to find in the demo.
             idle = job_rng.random() < 0.125
             target = job_rng.uniform(1.0, 4.0) if idle else job_rng.uniform(55.0, 98.0)
+            # Its phases from a stream of their own, so adding them changed no other draw.
+            phases = random.Random(f"{job_id}/phases")
+            wobble, every, length = (
+                phases.uniform(300.0, 900.0),
+                phases.uniform(900.0, 1800.0),
+                phases.uniform(30.0, 90.0),
+            )
             for gpu_uuid in gpu_uuids:
                 gpu = self._by_uuid.get(gpu_uuid)
                 if gpu is None:
@@ -110,6 +134,9 @@ class SimulatedBackend(GpuBackend):
                     pid=100_000 + job_id,
                     target_util=target,
                     footprint_mb=footprint,
+                    wobble_period_s=wobble,
+                    dip_every_s=every,
+                    dip_len_s=length,
                 )
 
     def detach_job(self, job_id: int) -> None:
@@ -131,7 +158,7 @@ class SimulatedBackend(GpuBackend):
         gpu.last_ts = now
         noise = self._rng.gauss(0.0, 1.0)
 
-        target_util = min(100.0, sum(j.target_util for j in gpu.jobs.values()))
+        target_util = min(100.0, sum(j.load_at(now) for j in gpu.jobs.values()))
         target_util = target_util if gpu.jobs else 0.0
         # First-order lag towards the target, so a job start ramps rather than jumps.
         alpha = 1.0 - math.exp(-dt / UTIL_TAU_S) if dt else (1.0 if gpu.jobs else 0.0)
