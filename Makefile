@@ -28,6 +28,7 @@ $(ASSETS): package.json
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo_history
 	$(PY) manage.py rundemo
 
 test: install

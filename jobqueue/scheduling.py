@@ -140,7 +140,8 @@ def _requests_take() -> None:
 # --- Loading the state -----------------------------------------------------------
 
 
-def _share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
+def share_tree(users: list[User], categories: list[Category]) -> sm.ShareNode:
+    """The fair-share tree: the lab, its categories (by weight), their users (equal shares)."""
     by_category: dict[str, list[str]] = defaultdict(list)
     for user in users:
         by_category[_category_name(user)].append(user.username)
@@ -265,6 +266,41 @@ def _emergency_job_ids(now: datetime) -> set[int]:
             state=EmergencyRequest.State.APPROVED, expires_at__gt=now
         ).values_list("jobs__id", flat=True)
     ) - {None}
+
+
+def engine_policy(
+    settings_row: SchedulingPolicy, queues: list[Queue], categories: list[Category]
+) -> sm.Policy:
+    """The engine's policy from the admin's settings, queues and categories."""
+    half_life_s = settings_row.usage_half_life_days * 86400
+    return sm.Policy(
+        weight_age=settings_row.weight_age,
+        weight_fairshare=settings_row.weight_fairshare,
+        weight_queue=settings_row.weight_queue,
+        weight_category=settings_row.weight_category,
+        weight_size=settings_row.weight_size,
+        max_age_s=settings_row.max_age_days * 86400,
+        half_life_s=half_life_s,
+        queues={
+            q.name: sm.QueuePolicy(
+                name=q.name,
+                tier=q.tier,
+                priority_factor=q.priority_factor,
+                usage_factor=q.usage_factor,
+                max_gpus_per_job=q.max_gpus_per_job,
+                max_wall_s=float(q.max_time_limit_s),
+                max_running_jobs_per_user=q.max_running_jobs_per_user,
+                max_running_gpus_per_user=q.max_running_gpus_per_user,
+            )
+            for q in queues
+        },
+        categories={
+            c.name: sm.CategoryPolicy(
+                name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus
+            )
+            for c in categories
+        },
+    )
 
 
 def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
@@ -394,38 +430,11 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         pending=tuple(pending),
         running=tuple(running),
         reservations=reservations,
-        share_tree=_share_tree(users, categories),
+        share_tree=share_tree(users, categories),
         usage=_usage_recent(now, half_life_s),
         users_without_credit=users_without_credit(),
     )
-    policy = sm.Policy(
-        weight_age=settings_row.weight_age,
-        weight_fairshare=settings_row.weight_fairshare,
-        weight_queue=settings_row.weight_queue,
-        weight_category=settings_row.weight_category,
-        weight_size=settings_row.weight_size,
-        max_age_s=settings_row.max_age_days * 86400,
-        half_life_s=half_life_s,
-        queues={
-            q.name: sm.QueuePolicy(
-                name=q.name,
-                tier=q.tier,
-                priority_factor=q.priority_factor,
-                usage_factor=q.usage_factor,
-                max_gpus_per_job=q.max_gpus_per_job,
-                max_wall_s=float(q.max_time_limit_s),
-                max_running_jobs_per_user=q.max_running_jobs_per_user,
-                max_running_gpus_per_user=q.max_running_gpus_per_user,
-            )
-            for q in queues
-        },
-        categories={
-            c.name: sm.CategoryPolicy(
-                name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus
-            )
-            for c in categories
-        },
-    )
+    policy = engine_policy(settings_row, queues, categories)
     return state, policy, gpu_by_uuid
 
 

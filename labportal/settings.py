@@ -76,6 +76,7 @@ LOCAL_APPS = [
     "jobqueue",
     "reservations",
     "telemetry",
+    "reports",
     "handbook",
     "alerts",
 ]

@@ -86,6 +86,7 @@ class SimJob:
     features: JobFeatures
     predicted: float = 0.0
     eta: float | None = None
+    gpu_model: str | None = None
     start: float | None = None
     end: float | None = None
     gpu_ids: tuple[str, ...] = ()
@@ -348,13 +349,17 @@ class Simulation:
         slot_gpus: int,
         slots_per_gpu: int,
         timeslot_s: float,
+        cluster: tuple[tuple[Node, ...], tuple[Gpu, ...]] | None = None,
+        policy: Policy | None = None,
     ) -> None:
+        """``cluster`` and ``policy`` replace the built-in homogeneous cluster and the
+        named policy (the portal's what-if replays pass the lab's own)."""
         self.workload = workload
         self.policy_name = policy_name
         self.gpus = gpus
         self.slots_per_gpu = slots_per_gpu
         self.timeslot_s = timeslot_s
-        self.nodes, self.units = build_cluster(gpus, per_node, slot_gpus, slots_per_gpu)
+        self.nodes, self.units = cluster or build_cluster(gpus, per_node, slot_gpus, slots_per_gpu)
         self.jobs = [replace(j) for j in workload.jobs]
         oracle = policy_name == "sjf-oracle"
         if oracle:
@@ -379,6 +384,8 @@ class Simulation:
                 },
                 drain_horizon_s=None,
             )
+        if policy is not None:
+            self.policy = policy
         self.oracle = oracle
         self.predictor = RuntimePredictor()
         self.runtime_errors: list[float] = []
@@ -450,6 +457,7 @@ class Simulation:
                     predicted_runtime_s=job.predicted,
                     preemptible=job.preemptible,
                     category=job.category,
+                    gpu_model=job.gpu_model,
                 )
                 next_arrival += 1
                 arrived = True

@@ -1,0 +1,236 @@
+"""Reports benchmarks: the usage report of a year, and a what-if replay of a quarter.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m reports.bench --json
+
+It creates (and afterwards drops) a database `<name>_bench` next to the one in
+DATABASE_URL and fills it with a made-up year of a 64-GPU lab (8 nodes of 8 GPUs,
+about 100,000 finished jobs, one telemetry sample per GPU-hour of each job, one
+credit charge per job). It then measures, in the same run:
+
+- the baseline: one aggregate over all jobs (`COUNT`, `SUM` of GPUs), the least a report must read;
+- the usage report of the whole year (every table, as the page builds it);
+- a what-if replay of one quarter (about 25,000 jobs) with the lab's GPUs and with 8 more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+from labportal.bench import bench_database_url, recreate_database
+
+NODES, PER_NODE = 8, 8
+
+
+def _fill(jobs: int, seed: int) -> dt.datetime:
+    from decimal import Decimal
+
+    from accounts.models import Category, CreditAccount, LedgerEntry, User
+    from cluster.models import Gpu, Node
+    from jobqueue.models import Allocation, ContainerImage, Job, Queue
+    from telemetry.models import GpuSample
+
+    rng = random.Random(seed)
+    end = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    start = end - dt.timedelta(days=365)
+    categories = [
+        Category.objects.create(name=n, fairshare_weight=w)
+        for n, w in (("PhD", 30), ("Master", 10), ("Staff", 20))
+    ]
+    users = User.objects.bulk_create(
+        [User(username=f"user{i:02d}", category=categories[i % 3]) for i in range(60)]
+    )
+    accounts = CreditAccount.objects.bulk_create([CreditAccount(user=u) for u in users])
+    account_of = {a.user_id: a for a in accounts}
+    gpus = []
+    for n in range(NODES):
+        node_row = Node.objects.create(name=f"node{n:02d}", state=Node.State.UP)
+        gpus += [
+            Gpu(
+                node=node_row,
+                index=i,
+                uuid=f"GPU-{n}-{i}",
+                model="A100" if n < 6 else "L40S",
+                memory_mb=81920,
+            )
+            for i in range(PER_NODE)
+        ]
+    gpus = Gpu.objects.bulk_create(gpus)
+    image = ContainerImage.objects.create(reference="bench/image")
+    normal, debug = Queue.objects.get(name="normal"), Queue.objects.get(name="debug")
+    span = (end - start).total_seconds()
+    rows: list[Job] = []
+    for i in range(jobs):
+        size = rng.choices((1, 2, 4, 8), (0.6, 0.2, 0.15, 0.05))[0]
+        short = size == 1 and rng.random() < 0.2
+        hours = rng.uniform(0.1, 0.9) if short else min(72.0, rng.lognormvariate(0.6, 1.0))
+        submitted = start + dt.timedelta(seconds=span * i / jobs + rng.uniform(0, 600))
+        started = submitted + dt.timedelta(hours=rng.expovariate(1 / 1.5))
+        node_index = rng.randrange(NODES)
+        rows.append(
+            Job(
+                owner=users[rng.randrange(len(users))],
+                queue=debug if short else normal,
+                image=image,
+                command=["python", "train.py"],
+                gpus=size,
+                time_limit_s=3600 if short else 72 * 3600,
+                state=rng.choices(("completed", "failed", "cancelled"), (0.85, 0.1, 0.05))[0],
+                node_id=gpus[node_index * PER_NODE].node_id,
+                submitted_at=submitted,
+                started_at=started,
+                ended_at=started + dt.timedelta(hours=hours),
+            )
+        )
+    Job.objects.bulk_create(rows, batch_size=2000)
+    allocations, samples, charges = [], [], []
+    node_ids = [g.node_id for g in gpus[::PER_NODE]]
+    for job in rows:
+        assert job.started_at is not None and job.ended_at is not None
+        node_index = node_ids.index(job.node_id or 0)
+        first = rng.randrange(PER_NODE - job.gpus + 1)
+        util = rng.uniform(20, 95)
+        for k in range(job.gpus):
+            gpu = gpus[node_index * PER_NODE + first + k]
+            allocations.append(
+                Allocation(
+                    job=job,
+                    gpu=gpu,
+                    active=False,
+                    allocated_at=job.started_at,
+                    released_at=job.ended_at,
+                )
+            )
+            ts = job.started_at + dt.timedelta(seconds=job.pk % 3600)
+            while ts < job.ended_at:
+                samples.append(GpuSample(gpu=gpu, ts=ts, util_pct=util, job_id=job.pk))
+                ts += dt.timedelta(hours=1)
+        hours = (job.ended_at - job.started_at).total_seconds() / 3600
+        charges.append(
+            LedgerEntry(
+                account=account_of[job.owner_id],
+                kind="charge",
+                amount=-Decimal(f"{hours * job.gpus:.3f}"),
+                balance_after=Decimal(0),
+                idempotency_key=f"bench-{job.pk}",
+                job=job,
+                created_at=job.ended_at,
+            )
+        )
+    Allocation.objects.bulk_create(allocations, batch_size=5000)
+    GpuSample.objects.bulk_create(samples, batch_size=5000, ignore_conflicts=True)
+    LedgerEntry.objects.bulk_create(charges, batch_size=5000)
+    return end
+
+
+def _timed(call: Any, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports.bench", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the year report spends its time"
+    )
+    args = parser.parse_args(argv)
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        sys.exit("reports.bench needs DATABASE_URL=postgres://… (the 2 s target is for PostgreSQL)")
+    bench_url, admin_url, bench_name = bench_database_url(url)
+    recreate_database(admin_url, bench_name)
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.models import Count, Sum
+
+    try:
+        call_command("migrate", verbosity=0)
+        began = time.perf_counter()
+        end = _fill(args.jobs, args.seed)
+        fill_s = time.perf_counter() - began
+        print(f"fill_s {fill_s:.1f}", file=sys.stderr, flush=True)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        from accounts.models import User
+        from jobqueue.models import Job
+        from reports.periods import period_of
+        from reports.replay import ReplayOption, replay_options
+        from reports.selectors import usage_report
+        from reports.tables import report_tables
+        from telemetry.models import GpuSample
+
+        staff = User.objects.create(username="bench-admin", is_staff=True)
+        year = period_of(
+            "custom", (end - dt.timedelta(days=365)).date(), (end - dt.timedelta(days=1)).date()
+        )
+        quarter = period_of(
+            "custom", (end - dt.timedelta(days=91)).date(), (end - dt.timedelta(days=1)).date()
+        )
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(
+                lambda: report_tables(usage_report(period=year, viewer=staff, now=end))
+            )
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+        baseline = _timed(lambda: Job.objects.aggregate(n=Count("id"), g=Sum("gpus")), args.repeat)
+        print(f"baseline_job_aggregate_s {baseline:.3f}", file=sys.stderr, flush=True)
+        report_s = _timed(
+            lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
+        )
+        print(f"year_report_s {report_s:.3f}", file=sys.stderr, flush=True)
+        quarter_jobs = Job.objects.filter(
+            submitted_at__gte=quarter.start, submitted_at__lt=quarter.end
+        ).count()
+        began = time.perf_counter()
+        outcomes = replay_options(
+            period=quarter,
+            options=[ReplayOption("lab"), ReplayOption("+8 A100", gpu_delta=8, gpu_model="A100")],
+        )
+        replay_s = time.perf_counter() - began
+        result = {
+            "jobs": Job.objects.count(),
+            "samples": GpuSample.objects.count(),
+            "gpus": NODES * PER_NODE,
+            "fill_s": round(fill_s, 1),
+            "baseline_job_aggregate_s": round(baseline, 3),
+            "year_report_s": round(report_s, 3),
+            "quarter_jobs": quarter_jobs,
+            "quarter_replay_s": round(replay_s, 1),
+            "replay_outcomes": [o.as_dict() for o in outcomes],
+        }
+    finally:
+        connection.close()
+        recreate_database(admin_url, bench_name, drop_only=True)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:28} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

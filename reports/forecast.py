@@ -1,0 +1,187 @@
+"""Demand forecast: weekly GPU-hours of demand for the next weeks, with an uncertainty band.
+
+The model is statsmodels' exponential smoothing state-space model (ETS): additive
+errors, an optional damped trend and an optional 4-week season, chosen by AIC. It is
+back-tested by hiding the last weeks of history and forecasting them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.utils import timezone
+
+from jobqueue.models import Job
+from reports.selectors import week_start
+
+HORIZON_WEEKS = 8
+BACKTEST_WEEKS = 4
+MIN_HISTORY_WEEKS = 8
+SEASON_WEEKS = 4
+BAND = 0.80
+# A shared slot is a quarter of a GPU (the default of 4 slots per GPU).
+SHARED_SLOT_UNITS = 0.25
+
+
+@dataclass
+class Forecast:
+    history_weeks: list[dt.date]
+    history: list[float]
+    weeks: list[dt.date]
+    mean: list[float]
+    lower: list[float]
+    upper: list[float]
+    model: str
+    backtest_mape_pct: float | None
+    backtest_weeks: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "band": BAND,
+            "backtest_weeks": self.backtest_weeks,
+            "backtest_mape_pct": None
+            if self.backtest_mape_pct is None
+            else round(self.backtest_mape_pct, 1),
+            "history": [
+                {"week": w.isoformat(), "gpu_hours": round(v, 2)}
+                for w, v in zip(self.history_weeks, self.history, strict=True)
+            ],
+            "forecast": [
+                {
+                    "week": w.isoformat(),
+                    "gpu_hours": round(m, 2),
+                    "lower": round(lo, 2),
+                    "upper": round(hi, 2),
+                }
+                for w, m, lo, hi in zip(self.weeks, self.mean, self.lower, self.upper, strict=True)
+            ],
+        }
+
+
+def weekly_demand(*, now: dt.datetime | None = None) -> tuple[list[dt.date], list[float]]:
+    """GPU-hours asked for per week of submission, for every complete week of history."""
+    now = now or timezone.now()
+    this_week = week_start(timezone.localtime(now).date())
+    totals: dict[dt.date, float] = defaultdict(float)
+    rows = (
+        Job.objects.filter(started_at__isnull=False)
+        .order_by()
+        .values_list("submitted_at", "started_at", "ended_at", "gpus", "shared_slot")
+    )
+    for submitted, started, ended, gpus, shared in rows.iterator(chunk_size=5000):
+        assert started is not None  # filtered above
+        week = week_start(timezone.localtime(submitted).date())
+        if week >= this_week:
+            continue
+        units = SHARED_SLOT_UNITS if shared else float(gpus)
+        totals[week] += units * max(0.0, ((ended or now) - started).total_seconds()) / 3600
+    if not totals:
+        return [], []
+    weeks = []
+    week = min(totals)
+    while week < this_week:
+        weeks.append(week)
+        week += dt.timedelta(days=7)
+    return weeks, [totals.get(w, 0.0) for w in weeks]
+
+
+def _fit(history: Any) -> tuple[Any, str]:
+    """The ETS model with the lowest AIC among the candidates that suit this much history."""
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+    candidates: list[tuple[str, dict[str, Any]]] = [("ETS(A,N,N)", {})]
+    if len(history) >= 6:
+        candidates.append(("ETS(A,Ad,N)", {"trend": "add", "damped_trend": True}))
+    if len(history) >= 3 * SEASON_WEEKS:
+        candidates.append(("ETS(A,N,A)", {"seasonal": "add", "seasonal_periods": SEASON_WEEKS}))
+        candidates.append(
+            (
+                "ETS(A,Ad,A)",
+                {
+                    "trend": "add",
+                    "damped_trend": True,
+                    "seasonal": "add",
+                    "seasonal_periods": SEASON_WEEKS,
+                },
+            )
+        )
+    best: tuple[float, Any, str] | None = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence chatter on short series
+        for name, options in candidates:
+            fit = ETSModel(history, error="add", **options).fit(disp=False)
+            if best is None or fit.aic < best[0]:
+                best = (fit.aic, fit, name)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _predict(history: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    import pandas as pd
+
+    fit, name = _fit(pd.Series(history))
+    frame = fit.get_prediction(start=len(history), end=len(history) + steps - 1).summary_frame(
+        alpha=1 - BAND
+    )
+    clip = np.clip  # demand is never negative
+    return (
+        clip(frame["mean"].to_numpy(), 0, None),
+        clip(frame["pi_lower"].to_numpy(), 0, None),
+        clip(frame["pi_upper"].to_numpy(), 0, None),
+        name,
+    )
+
+
+def mape_pct(actual: list[float], predicted: list[float]) -> float | None:
+    """Mean absolute percentage error over the weeks with demand."""
+    pairs = [(a, p) for a, p in zip(actual, predicted, strict=True) if a > 0]
+    if not pairs:
+        return None
+    return 100 * sum(abs(a - p) / a for a, p in pairs) / len(pairs)
+
+
+def lab_demand_forecast() -> Forecast | None:
+    """The forecast from the lab's whole history, cached until more jobs start or a week ends."""
+    from django.core.cache import cache
+
+    started = Job.objects.filter(started_at__isnull=False).count()
+    key = f"reports:forecast:{week_start(timezone.localdate())}:{started}"
+    cached = cache.get(key)
+    if cached is None:
+        weeks, history = weekly_demand()
+        cached = {"forecast": demand_forecast(weeks=weeks, history=history)}
+        cache.set(key, cached, 3600)
+    return cached["forecast"]
+
+
+def demand_forecast(
+    *, weeks: list[dt.date], history: list[float], horizon: int = HORIZON_WEEKS
+) -> Forecast | None:
+    """Forecast `horizon` weeks after `history`; None with under MIN_HISTORY_WEEKS weeks."""
+    if len(history) < MIN_HISTORY_WEEKS:
+        return None
+    series = np.asarray(history, dtype=float)
+    mean, lower, upper, name = _predict(series, horizon)
+    backtest = min(BACKTEST_WEEKS, len(history) - MIN_HISTORY_WEEKS + 2)
+    mape = None
+    if backtest >= 1:
+        held_out, _lo, _hi, _name = _predict(series[:-backtest], backtest)
+        mape = mape_pct(history[-backtest:], [float(v) for v in held_out])
+    future = [weeks[-1] + dt.timedelta(days=7 * (i + 1)) for i in range(horizon)]
+    return Forecast(
+        history_weeks=weeks,
+        history=history,
+        weeks=future,
+        mean=[float(v) for v in mean],
+        lower=[float(v) for v in lower],
+        upper=[float(v) for v in upper],
+        model=name,
+        backtest_mape_pct=mape,
+        backtest_weeks=max(backtest, 0),
+    )

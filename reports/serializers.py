@@ -1,0 +1,154 @@
+"""API shapes of the reports (documented in the OpenAPI schema); the rows are the CSV rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from reports.models import ReportTask
+from reports.periods import KINDS
+from reports.selectors import FINAL_STATES
+
+
+class PeriodQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    period = serializers.ChoiceField(choices=KINDS, required=False, default="month")
+    at = serializers.DateField(required=False, help_text="A day in the month, quarter or year.")
+    from_ = serializers.DateField(required=False, help_text="First day of a custom period.")
+    to = serializers.DateField(required=False, help_text="Last day of a custom period.")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
+class PeriodSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(help_text="The first moment after the period.")
+    label = serializers.CharField()  # type: ignore[assignment]  # DRF's Field.label is a str
+
+
+def _usage_line_fields() -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+    fields: dict[str, serializers.Field] = {  # type: ignore[type-arg]
+        "name": serializers.CharField(),
+        "gpu_hours": serializers.FloatField(help_text="GPU-hours allocated."),
+        "used_gpu_hours": serializers.FloatField(
+            help_text="Allocated GPU-hours weighted by measured utilisation."
+        ),
+        "mean_util_pct": serializers.FloatField(allow_null=True),
+        "credits": serializers.FloatField(help_text="Credits spent, net of refunds."),
+    }
+    for state in FINAL_STATES:
+        fields[f"jobs_{state}"] = serializers.IntegerField()
+    return fields
+
+
+UsageLineSerializer = type("UsageLineSerializer", (serializers.Serializer,), _usage_line_fields())
+
+
+class WaitLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    queue = serializers.CharField()
+    jobs_started = serializers.IntegerField()
+    wait_mean_h = serializers.FloatField()
+    wait_p50_h = serializers.FloatField()
+    wait_p95_h = serializers.FloatField()
+
+
+class WeekLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    week = serializers.DateField(help_text="The Monday of the week.")
+    capacity_gpu_hours = serializers.FloatField()
+    gpu_hours = serializers.FloatField()
+    allocation_pct = serializers.FloatField(allow_null=True)
+    used_gpu_hours = serializers.FloatField()
+    utilisation_pct = serializers.FloatField(allow_null=True)
+    unmet_gpu_hours = serializers.FloatField(
+        help_text="GPU-hours that waited while fewer GPUs were free than the job asked for."
+    )
+
+
+class BookingLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    user = serializers.CharField(help_text="“lab” on the last row: the lab's totals.")
+    bookings = serializers.IntegerField()
+    booked_gpu_hours = serializers.FloatField()
+    used_gpu_hours = serializers.FloatField()
+    released_gpu_hours = serializers.FloatField()
+    no_show_gpu_hours = serializers.FloatField()
+
+
+class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    period = PeriodSerializer()
+    capacity_gpus = serializers.IntegerField()
+    scoped_to = serializers.CharField(
+        allow_null=True, help_text="For a member: their user name; only their own lines are in."
+    )
+    totals = UsageLineSerializer(many=True)
+    user = UsageLineSerializer(many=True)
+    category = UsageLineSerializer(many=True, required=False, help_text="Staff only.")
+    queue = UsageLineSerializer(many=True)
+    node = UsageLineSerializer(many=True)
+    model = UsageLineSerializer(many=True)
+    waits = WaitLineSerializer(many=True)
+    weeks = WeekLineSerializer(many=True)
+    bookings = BookingLineSerializer(many=True)
+
+
+class ReplayOptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    label = serializers.CharField(max_length=80, required=False, allow_blank=True)  # type: ignore[assignment]
+    gpu_delta = serializers.IntegerField(required=False, default=0)
+    gpu_model = serializers.CharField(max_length=120, required=False, allow_blank=True)
+    policy_changes = serializers.DictField(
+        child=serializers.FloatField(), required=False, help_text="weight_age, weight_fairshare, …"
+    )
+
+
+class ReportTaskCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    kind = serializers.ChoiceField(choices=ReportTask.Kind.choices)
+    period = serializers.ChoiceField(choices=KINDS, required=False, default="month")
+    at = serializers.DateField(required=False)
+    from_ = serializers.DateField(required=False)
+    to = serializers.DateField(required=False)
+    language = serializers.ChoiceField(choices=["en", "zh-hans"], required=False, default="en")
+    options = ReplayOptionSerializer(many=True, required=False, help_text="Replays only.")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
+class ReportTaskSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    progress_pct = serializers.IntegerField(read_only=True)
+    pdf_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ReportTask
+        fields = [
+            "id",
+            "kind",
+            "state",
+            "period_start",
+            "period_end",
+            "language",
+            "params",
+            "progress_done",
+            "progress_total",
+            "progress_pct",
+            "result",
+            "error",
+            "created_at",
+            "finished_at",
+            "pdf_url",
+        ]
+        read_only_fields = fields
+
+    def get_pdf_url(self, task: ReportTask) -> str | None:
+        from django.urls import reverse
+
+        if task.kind == ReportTask.Kind.PDF and task.state == ReportTask.State.DONE:
+            return reverse("report_task_pdf", args=[task.pk])
+        return None
+
+
+class ApplyPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    option = serializers.IntegerField(min_value=0, help_text="Index of the replayed option.")

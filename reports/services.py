@@ -1,0 +1,161 @@
+"""Report work that writes: queue a replay or a PDF, run it, apply a replayed policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from accounts.models import User
+from jobqueue.models import SchedulingPolicy
+from labportal.errors import NotAllowed
+from reports.errors import BadReplay
+from reports.models import PolicyChange, ReportTask
+from reports.periods import Period
+from reports.replay import MAX_GPU_DELTA, POLICY_FIELDS, ReplayOption, replay_options
+
+log = logging.getLogger(__name__)
+MAX_OPTIONS = 6
+
+
+def _enqueue(task: ReportTask) -> None:
+    from reports.tasks import report_task_run
+
+    transaction.on_commit(lambda: report_task_run.delay(task.pk))
+
+
+def replay_options_parse(raw: object) -> list[ReplayOption]:
+    """Validate what-if options given as a list of {label, gpu_delta, gpu_model, policy_changes}."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_OPTIONS:
+        raise BadReplay(_("Give between 1 and %(n)s what-if options.") % {"n": MAX_OPTIONS})
+    options = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise BadReplay(_("Each what-if option must be an object."))
+        delta = item.get("gpu_delta", 0)
+        if not isinstance(delta, int) or isinstance(delta, bool) or abs(delta) > MAX_GPU_DELTA:
+            raise BadReplay(
+                _("“gpu_delta” must be a whole number from -%(n)s to %(n)s.") % {"n": MAX_GPU_DELTA}
+            )
+        changes = item.get("policy_changes") or {}
+        if not isinstance(changes, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in changes.values()
+        ):
+            raise BadReplay(_("“policy_changes” must map setting names to numbers."))
+        unknown = set(changes) - set(POLICY_FIELDS)
+        if unknown:
+            raise BadReplay(
+                _("“%(name)s” is not a setting a replay can change; use one of %(names)s.")
+                % {"name": sorted(unknown)[0][:40], "names": ", ".join(POLICY_FIELDS)}
+            )
+        options.append(
+            ReplayOption(
+                label=str(item.get("label") or "")[:80],
+                gpu_delta=delta,
+                gpu_model=str(item.get("gpu_model") or "")[:120],
+                policy_changes={k: float(v) for k, v in changes.items()},
+            )
+        )
+    return options
+
+
+@transaction.atomic
+def report_task_create(
+    *, kind: str, requester: User, period: Period, language: str = "en", options: object = None
+) -> ReportTask:
+    """Queue a replay (staff only) or a PDF for the control worker; returns the task row."""
+    params: dict[str, Any] = {}
+    total = 1
+    if kind == ReportTask.Kind.REPLAY:
+        if not requester.is_staff:
+            raise NotAllowed(_("Only lab admins can run what-if replays."))
+        parsed = replay_options_parse(options)
+        params = {"options": [dataclasses.asdict(o) for o in parsed]}
+        total = len(parsed)
+    elif kind != ReportTask.Kind.PDF:
+        raise BadReplay(_("Unknown report task kind “%(kind)s”.") % {"kind": kind[:20]})
+    task = ReportTask.objects.create(
+        kind=kind,
+        requested_by=requester,
+        period_start=period.start,
+        period_end=period.end,
+        language=language,
+        params=params,
+        progress_total=total,
+    )
+    _enqueue(task)
+    return task
+
+
+def report_task_run(*, task_id: int) -> None:
+    """Do the work of a queued task. Claims it first, so a redelivered message does nothing."""
+    claimed = ReportTask.objects.filter(pk=task_id, state=ReportTask.State.QUEUED).update(
+        state=ReportTask.State.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return
+    task = ReportTask.objects.select_related("requested_by").get(pk=task_id)
+    period = Period("custom", task.period_start, task.period_end)
+    try:
+        if task.kind == ReportTask.Kind.PDF:
+            from reports.pdf import report_pdf
+
+            pdf = report_pdf(period=period, viewer=task.requested_by, language=task.language)
+            ReportTask.objects.filter(pk=task_id).update(
+                pdf=pdf, state=ReportTask.State.DONE, progress_done=1, finished_at=timezone.now()
+            )
+            return
+
+        def progress(done: int, total: int) -> None:
+            ReportTask.objects.filter(pk=task_id).update(progress_done=done, progress_total=total)
+
+        options = [ReplayOption(**o) for o in task.params.get("options", [])]
+        outcomes = replay_options(period=period, options=options, progress=progress)
+        ReportTask.objects.filter(pk=task_id).update(
+            result={"outcomes": [o.as_dict() for o in outcomes]},
+            state=ReportTask.State.DONE,
+            finished_at=timezone.now(),
+        )
+    except BadReplay as exc:
+        ReportTask.objects.filter(pk=task_id).update(
+            state=ReportTask.State.FAILED, error=str(exc.message), finished_at=timezone.now()
+        )
+    except Exception:
+        log.exception("report task %s failed", task_id)
+        ReportTask.objects.filter(pk=task_id).update(
+            state=ReportTask.State.FAILED,
+            error=_("The task failed on the server; the administrator can see why in the log."),
+            finished_at=timezone.now(),
+        )
+        raise
+
+
+@transaction.atomic
+def policy_apply_from_replay(*, task: ReportTask, option_index: int, actor: User) -> PolicyChange:
+    """Apply the policy changes of one replayed option to the live scheduling policy, logged."""
+    if not actor.is_staff:
+        raise NotAllowed(_("Only lab admins can change the scheduling policy."))
+    options = task.params.get("options", [])
+    if task.state != ReportTask.State.DONE or not 0 <= option_index < len(options):
+        raise BadReplay(_("Apply a policy from a finished replay, choosing one of its options."))
+    changes = options[option_index].get("policy_changes") or {}
+    if not changes:
+        raise BadReplay(_("This option changes no policy setting: there is nothing to apply."))
+    policy = SchedulingPolicy.objects.select_for_update().get(pk=SchedulingPolicy.current().pk)
+    before = {name: getattr(policy, name) for name in changes}
+    for name, value in changes.items():
+        setattr(policy, name, float(value))
+    policy.save(update_fields=list(changes))
+    outcomes = task.result.get("outcomes", [])
+    return PolicyChange.objects.create(
+        changed_by=actor,
+        replay=task,
+        before=before,
+        after=dict(changes),
+        # outcomes[0] is the recorded history; option i is outcomes[i + 1].
+        predicted=outcomes[option_index + 1] if option_index + 1 < len(outcomes) else {},
+    )

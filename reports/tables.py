@@ -1,0 +1,138 @@
+"""The report as named tables: one definition that the page, the PDF, the CSV and the API share.
+
+Each table has a slug (its CSV file and API key), a title and columns; every cell
+is computed once, in `UsageLine.as_dict` and its siblings, so no two outputs can
+disagree about a figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
+from reports.selectors import FINAL_STATES, UsageReport
+
+STATE_LABELS: dict[str, Promise] = {
+    "completed": _("completed"),
+    "failed": _("failed"),
+    "cancelled": _("cancelled"),
+    "timed_out": _("timed out"),
+    "lost": _("lost"),
+}
+
+USAGE_COLUMNS: list[tuple[str, Promise]] = [
+    ("gpu_hours", _("GPU-hours allocated")),
+    ("used_gpu_hours", _("GPU-hours really used")),
+    ("mean_util_pct", _("Mean utilisation %")),
+    *[(f"jobs_{state}", STATE_LABELS[state]) for state in FINAL_STATES],
+    ("credits", _("Credits spent")),
+]
+
+USAGE_TABLES: list[tuple[str, Promise, Promise]] = [
+    ("user", _("Per user"), _("User")),
+    ("category", _("Per user category"), _("Category")),
+    ("queue", _("Per queue"), _("Queue")),
+    ("node", _("Per node"), _("Node")),
+    ("model", _("Per GPU model"), _("GPU model")),
+]
+
+SLUGS = ("totals", *(slug for slug, _t, _n in USAGE_TABLES), "waits", "weeks", "bookings")
+
+
+@dataclass
+class Table:
+    slug: str
+    title: str | Promise
+    columns: list[tuple[str, str | Promise]]
+    rows: list[dict[str, Any]]
+
+    def csv_text(self) -> str:
+        """The table as CSV: a header of column keys, then one line per row."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        keys = [key for key, _label in self.columns]
+        writer.writerow(keys)
+        for row in self.rows:
+            writer.writerow(["" if row[k] is None else row[k] for k in keys])
+        return out.getvalue()
+
+    def cells(self) -> list[list[Any]]:
+        """Rows as lists in column order, for templates."""
+        return [[row[key] for key, _label in self.columns] for row in self.rows]
+
+
+def report_tables(report: UsageReport) -> list[Table]:
+    """Every table of the report, in page order; a member's report lacks the category table."""
+    tables = [
+        Table(
+            "totals",
+            _("Lab totals"),
+            [("name", _("Lab")), *USAGE_COLUMNS],
+            [report.totals.as_dict()],
+        )
+    ]
+    for slug, title, name_label in USAGE_TABLES:
+        if slug in report.tables:
+            tables.append(
+                Table(
+                    slug,
+                    title,
+                    [("name", name_label), *USAGE_COLUMNS],
+                    [line.as_dict() for line in report.tables[slug]],
+                )
+            )
+    tables.append(
+        Table(
+            "waits",
+            _("Waits per queue"),
+            [
+                ("queue", _("Queue")),
+                ("jobs_started", _("Jobs started")),
+                ("wait_mean_h", _("Mean wait (h)")),
+                ("wait_p50_h", _("Median wait, p50 (h)")),
+                ("wait_p95_h", _("p95 wait (h)")),
+            ],
+            [line.as_dict() for line in report.waits],
+        )
+    )
+    tables.append(
+        Table(
+            "weeks",
+            _("Weekly trends"),
+            [
+                ("week", _("Week of")),
+                ("capacity_gpu_hours", _("Capacity (GPU-hours)")),
+                ("gpu_hours", _("GPU-hours allocated")),
+                ("allocation_pct", _("Allocation %")),
+                ("used_gpu_hours", _("GPU-hours really used")),
+                ("utilisation_pct", _("Utilisation %")),
+                ("unmet_gpu_hours", _("Unmet demand (GPU-hours)")),
+            ],
+            [line.as_dict() for line in report.weeks],
+        )
+    )
+    tables.append(
+        Table(
+            "bookings",
+            _("Bookings"),
+            [
+                ("user", _("User")),
+                ("bookings", _("Bookings")),
+                ("booked_gpu_hours", _("Booked (GPU-hours)")),
+                ("used_gpu_hours", _("Used (GPU-hours)")),
+                ("released_gpu_hours", _("Released early (GPU-hours)")),
+                ("no_show_gpu_hours", _("No-shows (GPU-hours)")),
+            ],
+            [line.as_dict() for line in report.bookings] + [report.bookings_total.as_dict()],
+        )
+    )
+    return tables
+
+
+def table_by_slug(report: UsageReport, slug: str) -> Table | None:
+    return next((t for t in report_tables(report) if t.slug == slug), None)

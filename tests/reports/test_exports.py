@@ -1,0 +1,112 @@
+"""The page, the CSV files and the API give the same numbers; members see only their own line."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+import time_machine
+from django.test import Client
+
+from tests.conftest import PASSWORD, api_as
+from tests.reports.conftest import NOW
+
+pytestmark = pytest.mark.django_db
+QUERY = "period=custom&from=2026-03-02&to=2026-03-08"
+
+
+def login(user: Any) -> Client:
+    client = Client()
+    assert client.login(username=user.username, password=PASSWORD)
+    return client
+
+
+def csv_rows(client: Client, slug: str) -> list[dict[str, str]]:
+    response = client.get(f"/reports/csv/{slug}.csv?{QUERY}")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+@time_machine.travel(NOW, tick=False)
+def test_csv_and_api_carry_the_same_rows_as_the_page(week: Any, admin_user: Any) -> None:
+    client = login(admin_user)
+    page = client.get(f"/reports/?{QUERY}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    api = api_as(admin_user).get(f"/api/reports/usage/?{QUERY}").json()
+    for slug in (
+        "totals",
+        "user",
+        "category",
+        "queue",
+        "node",
+        "model",
+        "waits",
+        "weeks",
+        "bookings",
+    ):
+        rows = csv_rows(client, slug)
+        assert len(rows) == len(api[slug]), slug
+        for row, api_row in zip(rows, api[slug], strict=True):
+            assert row == {k: "" if v is None else str(v) for k, v in api_row.items()}
+            assert f"<td>{api_row[next(iter(api_row))]}</td>" in html
+    alice = next(r for r in csv_rows(client, "user") if r["name"] == "alice")
+    assert (alice["gpu_hours"], alice["used_gpu_hours"], alice["mean_util_pct"]) == (
+        "28.0",
+        "10.0",
+        "50.0",
+    )
+    assert "<td>28.0</td>" in html and "<td>8.3</td>" in html  # alice's hours, normal's p95 wait
+    assert api["weeks"][0]["unmet_gpu_hours"] == 36.0
+
+
+@time_machine.travel(NOW, tick=False)
+def test_a_member_gets_totals_and_only_their_own_line_everywhere(week: Any, bob: Any) -> None:
+    client = login(bob)
+    html = client.get(f"/reports/?{QUERY}").content.decode()
+    assert "alice" not in html and "charlie" not in html
+    assert [r["name"] for r in csv_rows(client, "user")] == ["bob"]
+    assert client.get(f"/reports/csv/category.csv?{QUERY}").status_code == 404
+    api = api_as(bob).get(f"/api/reports/usage/?{QUERY}").json()
+    assert [r["name"] for r in api["user"]] == ["bob"] and "category" not in api
+    assert api["totals"][0]["gpu_hours"] == 36.0
+    assert [r["user"] for r in api["bookings"]] == ["bob", "lab"]
+
+
+def test_bad_periods_get_a_400_that_says_how_to_fix_them(week: Any, admin_user: Any) -> None:
+    client = login(admin_user)
+    api = api_as(admin_user)
+    for query, words in (
+        ("period=custom&from=2026-03-08&to=2026-03-02", "ends before it starts"),
+        ("period=custom&from=2026-03-02", "needs both"),
+        ("period=custom&from=03/02/2026&to=2026-03-08", "YYYY-MM-DD"),
+        ("period=decade", "month, quarter, year or custom"),
+        ("period=custom&from=2020-01-01&to=2026-01-01", "at most three years"),
+    ):
+        response = api.get(f"/api/reports/usage/?{query}")
+        assert response.status_code == 400 and words in response.json()["detail"], query
+        assert client.get(f"/reports/csv/user.csv?{query}").status_code == 400
+        assert client.get(f"/reports/?{query}").status_code == 400
+    assert client.get(f"/reports/csv/nothing.csv?{QUERY}").status_code == 404
+
+
+def test_reports_need_a_login(week: Any) -> None:
+    assert Client().get(f"/reports/?{QUERY}").status_code == 302
+    assert Client().get(f"/api/reports/usage/?{QUERY}").status_code in (401, 403)
+
+
+@time_machine.travel(NOW, tick=False)
+def test_the_weekly_chart_is_a_png(week: Any, admin_user: Any) -> None:
+    response = login(admin_user).get(f"/reports/charts/weekly.png?{QUERY}")
+    assert response.status_code == 200 and response.content[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_schema_documents_the_usage_report(db: Any, admin_user: Any) -> None:
+    schema = api_as(admin_user).get("/api/schema/?format=json").json()
+    operation = schema["paths"]["/api/reports/usage/"]["get"]
+    assert {p["name"] for p in operation["parameters"]} >= {"period", "from", "to"}
+    assert "UsageReport" in schema["components"]["schemas"]
+    assert "/api/reports/tasks/{id}/apply/" in schema["paths"]
