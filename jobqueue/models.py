@@ -169,9 +169,17 @@ class PriorityGrant(StaffDecision):
         return self.state == self.State.APPROVED and self.deadline > (at or timezone.now())
 
 
+# A command typed as one line is stored as this prefix plus the line, and shown as typed.
+SHELL_PREFIX = ("/bin/sh", "-c")
+
+
 def command_text(command: object) -> str:
-    """A stored argument vector as one shell-quoted line."""
-    return shlex.join(command) if isinstance(command, list) else str(command)
+    """A stored command as the member typed it: shell text as is, an exec vector shell-quoted."""
+    if isinstance(command, list):
+        if len(command) == 3 and tuple(command[:2]) == SHELL_PREFIX:
+            return str(command[2])
+        return shlex.join(str(part) for part in command)
+    return str(command)
 
 
 class JobQuerySet(models.QuerySet["Job"]):

@@ -37,6 +37,7 @@ from jobqueue.errors import (
     TooManyGpus,
 )
 from jobqueue.models import (
+    SHELL_PREFIX,
     Allocation,
     ContainerImage,
     Job,
@@ -88,20 +89,26 @@ def record_event(
 
 
 def _parse_command(command: str | Iterable[str]) -> list[str]:
+    """A string is shell text, run as typed through `/bin/sh -c`; a list is an exec vector."""
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
             raise JobRefused(
                 _("The command is longer than %(n)d characters; put it in a script.")
                 % {"n": MAX_COMMAND_CHARS}
             )
+        if not command.strip():
+            raise JobRefused(
+                _("The command is empty. Give the program to run, e.g. python train.py.")
+            )
         try:
-            argv = shlex.split(command)
+            # The shell would refuse unbalanced quotes only once the job runs; say so now.
+            shlex.split(command)
         except ValueError as exc:
             raise JobRefused(
                 _("The command could not be parsed (%(error)s). Check its quotes.") % {"error": exc}
             ) from None
-    else:
-        argv = [str(part) for part in command]
+        return [*SHELL_PREFIX, command.strip()]
+    argv = [str(part) for part in command]
     if not argv or not argv[0].strip():
         raise JobRefused(_("The command is empty. Give the program to run, e.g. python train.py."))
     return argv
