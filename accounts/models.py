@@ -49,9 +49,6 @@ class Category(models.Model):
     max_booking_days_ahead = models.PositiveIntegerField(
         _("how many days ahead a member may book"), default=14
     )
-    debug_allowance_gpu_hours = models.PositiveIntegerField(
-        _("debug allowance (GPU-hours per week)"), default=10
-    )
 
     class Meta:
         verbose_name = _("category")
@@ -91,6 +88,11 @@ class User(AbstractUser):
     unix_gid = models.PositiveIntegerField(_("unix gid"), null=True, blank=True)
     preferred_language = models.CharField(
         _("language"), max_length=10, choices=settings.LANGUAGES, blank=True
+    )
+    notify_job_end = models.BooleanField(
+        _("tell me when my jobs end"),
+        default=True,
+        help_text=_("A notification (and an email) when a job completes, fails or times out."),
     )
 
     class Meta(AbstractUser.Meta):  # type: ignore[name-defined]  # django-stubs does not declare AbstractUser.Meta

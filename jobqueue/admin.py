@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 # Priority grants and emergency requests register their own admins with approval actions.
 from jobqueue import admin_approvals  # noqa: E402, F401
@@ -87,6 +90,32 @@ class JobAdmin(admin.ModelAdmin[Job]):
         "priority",
     )
     inlines = (AllocationInline, JobEventInline)
+    actions = ("hold_jobs", "release_jobs")
+
+    @admin.action(description=_("Hold the selected pending jobs (they keep their place)"))
+    def hold_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from accounts.auth import request_user
+        from jobqueue.services import job_hold
+
+        held = 0
+        for job in queryset.filter(state=Job.State.PENDING):
+            job_hold(job_id=job.pk, actor=request_user(request), reason=str(HOLD_REASON))
+            held += 1
+        self.message_user(request, _("%(n)d job(s) held.") % {"n": held}, messages.SUCCESS)
+
+    @admin.action(description=_("Release the selected held jobs"))
+    def release_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from accounts.auth import request_user
+        from jobqueue.services import job_release
+
+        released = 0
+        for job in queryset.filter(state=Job.State.HELD):
+            job_release(job_id=job.pk, actor=request_user(request))
+            released += 1
+        self.message_user(request, _("%(n)d job(s) released.") % {"n": released}, messages.SUCCESS)
+
+
+HOLD_REASON = _("an admin is looking into it; ask the lab admins for details.")
 
 
 @admin.register(SchedulingPolicy)

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop as N_
 
 from accounts import services as credit_services
 from accounts.models import User
@@ -46,9 +47,12 @@ from jobqueue.models import (
     Queue,
     SchedulingPolicy,
     VolumeMount,
+    command_text,
 )
 from jobqueue.prediction import job_predict_runtime
+from labportal.durations import hours_minutes, lazy_hours_minutes
 from labportal.errors import DomainError
+from labportal.i18n import lazy_text
 
 logger = logging.getLogger(__name__)
 
@@ -59,33 +63,44 @@ MAX_ENV_VARS = 64
 LOG_TAIL_CHARS = 64_000
 
 
-def _humanize_seconds(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return _("%(n)d h") % {"n": seconds // 3600}
-    if seconds % 60 == 0:
-        return _("%(n)d min") % {"n": seconds // 60}
-    return _("%(n)d s") % {"n": seconds}
-
-
 def record_event(
     job: Job,
     kind: str,
     message: str = "",
     *,
+    params: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
     actor: User | None = None,
     event_id: str | None = None,
     at: datetime | None = None,
 ) -> JobEvent:
+    """Record a job event. `message` is an untranslated msgid (gettext_noop) formatted with
+    `params`: stored in English, shown in each reader's language. An event is never dated
+    before an event of an earlier step (an agent's clock may lag the portal's)."""
+    step = JobEvent.STEPS.get(kind, 30)
+    when = at or timezone.now()
+    floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+    if floor is not None and floor > when:
+        when = floor
+    stored = dict(data or {})
+    if message:
+        stored["msgid"] = message
+        if params:
+            stored["params"] = {k: _plain(v) for k, v in params.items()}
     return JobEvent.objects.create(
         job=job,
         kind=kind,
-        message=message,
-        data=dict(data or {}),
+        message=(message % params) if params else message,
+        data=stored,
         actor=actor,
         event_id=event_id,
-        created_at=at or timezone.now(),
+        step=step,
+        created_at=when,
     )
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, int | float | bool) or value is None else str(value)
 
 
 def _parse_command(command: str | Iterable[str]) -> list[str]:
@@ -245,7 +260,7 @@ def job_submit(
             _(
                 "The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue."
             )
-            % {"queue": queue_obj.name, "max": _humanize_seconds(queue_obj.max_time_limit_s)}
+            % {"queue": queue_obj.name, "max": hours_minutes(queue_obj.max_time_limit_s)}
         )
     if category is not None:
         waiting = Job.objects.filter(owner=owner).pending().count()
@@ -298,7 +313,8 @@ def job_submit(
     record_event(
         job,
         "submitted",
-        _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name},
+        N_("Submitted to the %(queue)s queue."),
+        params={"queue": queue_obj.name},
         actor=owner,
     )
     request_scheduling_pass()
@@ -430,7 +446,7 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
-    if job.state in Job.WAITING_STATES or job.state == Job.State.PREEMPTED:
+    if job.state in Job.WAITING_STATES:
         job.state = Job.State.CANCELLED
         job.ended_at = timezone.now()
         job.end_reason = "cancelled"
@@ -439,12 +455,57 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
         job.save(
             update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"]
         )
-        record_event(job, "cancelled", _("Cancelled before it started."), actor=actor)
+        record_event(job, "cancelled", N_("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
         return job
     _request_stop(
-        job, reason="cancelled", message=_("Cancel requested; stopping the container."), actor=actor
+        job,
+        reason="cancelled",
+        message=N_("Cancel requested; stopping the container."),
+        actor=actor,
     )
+    return job
+
+
+@transaction.atomic
+def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
+    """An admin keeps a waiting job from starting (it stays in its queue) until released."""
+    job = _locked_job(job_id)
+    if job.state != Job.State.PENDING:
+        raise InvalidTransition(
+            _("Only a pending job can be held; job %(id)d is %(state)s.")
+            % {"id": job.pk, "state": job.get_state_display()}
+        )
+    if not reason.strip():
+        raise JobRefused(_("Say why the job is held; its owner reads the reason."))
+    job.state = Job.State.HELD
+    job.hold_reason = reason.strip()[:200]
+    job.save(update_fields=["state", "hold_reason"])
+    record_event(
+        job,
+        "held",
+        N_("Held by a lab admin: %(reason)s"),
+        params={"reason": job.hold_reason},
+        actor=actor,
+    )
+    request_scheduling_pass()
+    return job
+
+
+@transaction.atomic
+def job_release(*, job_id: int, actor: User) -> Job:
+    """Let a held job compete for GPUs again, with its original place (submit time)."""
+    job = _locked_job(job_id)
+    if job.state != Job.State.HELD:
+        raise InvalidTransition(
+            _("Only a held job can be released; job %(id)d is %(state)s.")
+            % {"id": job.pk, "state": job.get_state_display()}
+        )
+    job.state = Job.State.PENDING
+    job.hold_reason = ""
+    job.save(update_fields=["state", "hold_reason"])
+    record_event(job, "released", N_("Released by a lab admin."), actor=actor)
+    request_scheduling_pass()
     return job
 
 
@@ -457,18 +518,28 @@ def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> 
     _request_stop(
         job,
         reason=reason,
-        message=_("Stop requested: %(reason)s.") % {"reason": reason},
+        message=N_("Stop requested: %(reason)s."),
+        params={"reason": reason},
         actor=actor,
     )
     return job
 
 
-def _request_stop(job: Job, *, reason: str, message: str, actor: User | None) -> None:
+def _request_stop(
+    job: Job,
+    *,
+    reason: str,
+    message: str,
+    actor: User | None,
+    params: Mapping[str, Any] | None = None,
+) -> None:
     if job.stop_requested_at is None:
         job.stop_requested_at = timezone.now()
         job.end_reason = reason
         job.save(update_fields=["stop_requested_at", "end_reason"])
-        record_event(job, "stop_requested", message, actor=actor, data={"reason": reason})
+        record_event(
+            job, "stop_requested", message, params=params, actor=actor, data={"reason": reason}
+        )
     grace = SchedulingPolicy.current().stop_grace_s
     if job.node is not None:
         dispatch.send_stop(node=job.node, job_id=job.pk, grace_s=grace, reason=reason)
@@ -478,8 +549,8 @@ def _request_stop(job: Job, *, reason: str, message: str, actor: User | None) ->
 def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     """Put a preempted or lost-in-dispatch job back in its queue with its original submit time."""
     job = _locked_job(job_id)
-    if job.state not in (Job.State.PREEMPTED, Job.State.DISPATCHED, Job.State.RUNNING):
-        raise InvalidTransition(_("Only a preempted or running job can be requeued."))
+    if job.state not in Job.ACTIVE_STATES:
+        raise InvalidTransition(_("Only a running job can be requeued."))
     _release(job)
     job.state = Job.State.PENDING
     job.node = None
@@ -488,7 +559,11 @@ def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     job.end_reason = ""
     job.save()
     record_event(
-        job, "requeued", _("Back in the queue: %(reason)s.") % {"reason": reason}, actor=actor
+        job,
+        "requeued",
+        N_("Back in the queue: %(reason)s."),
+        params={"reason": reason},
+        actor=actor,
     )
     request_scheduling_pass()
     return job
@@ -512,6 +587,54 @@ def _finish(
     job.save()
     request_scheduling_pass()
     _after_final(job)
+    _notify_job_end(job)
+
+
+# The end states a member waits for; a cancel is their own (or an admin's) doing.
+_NOTIFIED_END_STATES = {
+    Job.State.COMPLETED: (
+        N_("Job #%(id)s completed"),
+        N_("Job #%(id)s (%(name)s) completed after %(duration)s."),
+    ),
+    Job.State.FAILED: (
+        N_("Job #%(id)s failed"),
+        N_("Job #%(id)s (%(name)s) failed after %(duration)s: %(reason)s"),
+    ),
+    Job.State.TIMED_OUT: (
+        N_("Job #%(id)s was stopped at its time limit"),
+        N_("Job #%(id)s (%(name)s) ran for %(duration)s and was stopped at its time limit."),
+    ),
+    Job.State.LOST: (
+        N_("Job #%(id)s was lost"),
+        N_("Job #%(id)s (%(name)s) was lost with its node; its credits are refunded."),
+    ),
+}
+
+
+def _notify_job_end(job: Job) -> None:
+    """Tell the owner their job ended, unless they turned it off (`User.notify_job_end`)."""
+    texts = _NOTIFIED_END_STATES.get(Job.State(job.state))
+    if texts is None or not job.owner.notify_job_end:
+        return
+    title, body = texts
+    if job.exit_code is not None:
+        reason = lazy_text(N_("exit code %(code)s"), code=job.exit_code)
+    else:
+        reason = job.end_reason or "?"
+    params = {
+        "id": job.pk,
+        "name": job.name or command_text(job.command)[:60],
+        "duration": lazy_hours_minutes(job.duration() or timedelta(0)),
+        "reason": reason,
+    }
+    credit_services.notify(
+        user=job.owner,
+        kind=f"job_{job.state}",
+        title=lazy_text(title, **params),
+        body=lazy_text(body, **params),
+        url=f"/jobs/{job.pk}/",
+        dedupe_key=f"job-end:{job.pk}:{job.dispatch_count}",
+    )
 
 
 def _after_final(job: Job) -> None:
@@ -567,7 +690,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "started",
-            _("Running on %(node)s.") % {"node": node_name},
+            N_("Running on %(node)s."),
+            params={"node": node_name},
             event_id=event_id,
             at=at,
             data={"container_id": job.container_id},
@@ -578,7 +702,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "start_failed",
-            _("Could not start: %(reason)s") % {"reason": reason},
+            N_("Could not start: %(reason)s"),
+            params={"reason": reason},
             event_id=event_id,
             at=at,
         )
@@ -591,7 +716,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     record_event(
         job,
         "exited",
-        _("Exited with code %(code)s.") % {"code": exit_code},
+        N_("Exited with code %(code)s."),
+        params={"code": exit_code},
         event_id=event_id,
         at=at,
         data={"exit_code": exit_code},
@@ -608,7 +734,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         job.end_reason = ""
         job.save()
         record_event(
-            job, "requeued", _("Preempted and back in the queue with its original place."), at=at
+            job, "requeued", N_("Preempted and back in the queue with its original place."), at=at
         )
         request_scheduling_pass()
         return
@@ -644,7 +770,7 @@ def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
     now = timezone.now()
     count = 0
     for job in Job.objects.select_for_update().filter(node_id=node_id, state__in=Job.ACTIVE_STATES):
-        record_event(job, "lost", _("Lost: %(reason)s") % {"reason": reason})
+        record_event(job, "lost", N_("Lost: %(reason)s"), params={"reason": reason})
         _finish(job, Job.State.LOST, at=now, reason=reason)
         count += 1
     return count
@@ -694,23 +820,28 @@ def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
 
 def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
     if policy.hard_limit_grace_s is None:
-        body = _(
-            "Job #%(id)d reached its time limit. It keeps running; the lab's policy does not stop it."
-        ) % {"id": job.pk}
+        body = N_(
+            "Job #%(id)s reached its time limit. It keeps running; the lab's policy does not stop it."
+        )
+        params: dict[str, Any] = {"id": job.pk}
     else:
-        body = _(
-            "Job #%(id)d reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
-        ) % {"id": job.pk, "grace": _humanize_seconds(policy.hard_limit_grace_s)}
-    record_event(job, "soft_limit", body)
+        body = N_(
+            "Job #%(id)s reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
+        )
+        params = {"id": job.pk, "grace": hours_minutes(policy.hard_limit_grace_s)}
+    record_event(job, "soft_limit", body, params=params)
     notify_user(
         job.owner,
         kind="soft_limit",
-        title=_("Job #%(id)d reached its time limit") % {"id": job.pk},
-        body=body,
+        title=lazy_text(N_("Job #%(id)s reached its time limit"), id=job.pk),
+        body=lazy_text(
+            body,
+            **{**params, "grace": lazy_hours_minutes(policy.hard_limit_grace_s or 0)},
+        ),
         url=f"/jobs/{job.pk}/",
     )
 
 
-def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") -> None:
+def notify_user(user: User, *, kind: str, title: Any, body: Any, url: str = "") -> None:
     """In the app and by email."""
     credit_services.notify(user=user, kind=kind, title=title, body=body, url=url)

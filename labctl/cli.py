@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
     p.add_argument(
-        "--preemptible", action="store_true", help="may be preempted for cheaper credits"
+        "--preemptible",
+        action="store_true",
+        help="may be stopped and requeued for an emergency or a reservation (same rate)",
     )
     p.add_argument("argv", nargs="*", metavar="-- COMMAND", help="the command to run, after --")
 
