@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.translation import gettext_noop as N_
+from django.utils.translation import gettext_noop
 
 from accounts.models import Category, User
 from accounts.selectors import users_without_credit
@@ -353,7 +353,9 @@ def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
         record_event(
             job,
             "requeued",
-            N_("The priority grant for the %(old)s queue is no longer in force; moved to %(new)s."),
+            gettext_noop(
+                "The priority grant for the %(old)s queue is no longer in force; moved to %(new)s."
+            ),
             params={"old": old_queue, "new": fallback.name},
         )
         moved.append(job.pk)
@@ -397,7 +399,7 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
         record_event(
             job,
             "dispatched",
-            N_("Sent to %(node)s on %(gpus)s."),
+            gettext_noop("Sent to %(node)s on %(gpus)s."),
             params={"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
             data={"gpu_uuids": list(start.gpu_ids)},
         )
@@ -422,9 +424,11 @@ def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
         record_event(
             job,
             "preempting",
-            N_("Preempted for an emergency; it will be requeued with its original place.")
+            gettext_noop("Preempted for an emergency; it will be requeued with its original place.")
             if preemption.reason == "emergency"
-            else N_("Preempted for a reservation; it will be requeued with its original place."),
+            else gettext_noop(
+                "Preempted for a reservation; it will be requeued with its original place."
+            ),
         )
         done.append(job.pk)
     return done

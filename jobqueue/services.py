@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop as N_
+from django.utils.translation import gettext_noop
 
 from accounts import services as credit_services
 from accounts.models import User
@@ -304,7 +304,8 @@ def job_submit(
         preemptible=preemptible,
         reservation=reservation,
         state=Job.State.PENDING,
-        pending_reason="priority",
+        # No reason until the first pass has placed it: pages say "being scheduled".
+        pending_reason="",
     )
     job.predicted_runtime_s = job_predict_runtime(job)
     job.save()
@@ -313,7 +314,7 @@ def job_submit(
     record_event(
         job,
         "submitted",
-        N_("Submitted to the %(queue)s queue."),
+        gettext_noop("Submitted to the %(queue)s queue."),
         params={"queue": queue_obj.name},
         actor=owner,
     )
@@ -455,13 +456,13 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
         job.save(
             update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"]
         )
-        record_event(job, "cancelled", N_("Cancelled before it started."), actor=actor)
+        record_event(job, "cancelled", gettext_noop("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
         return job
     _request_stop(
         job,
         reason="cancelled",
-        message=N_("Cancel requested; stopping the container."),
+        message=gettext_noop("Cancel requested; stopping the container."),
         actor=actor,
     )
     return job
@@ -484,7 +485,7 @@ def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
     record_event(
         job,
         "held",
-        N_("Held by a lab admin: %(reason)s"),
+        gettext_noop("Held by a lab admin: %(reason)s"),
         params={"reason": job.hold_reason},
         actor=actor,
     )
@@ -504,7 +505,7 @@ def job_release(*, job_id: int, actor: User) -> Job:
     job.state = Job.State.PENDING
     job.hold_reason = ""
     job.save(update_fields=["state", "hold_reason"])
-    record_event(job, "released", N_("Released by a lab admin."), actor=actor)
+    record_event(job, "released", gettext_noop("Released by a lab admin."), actor=actor)
     request_scheduling_pass()
     return job
 
@@ -518,7 +519,7 @@ def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> 
     _request_stop(
         job,
         reason=reason,
-        message=N_("Stop requested: %(reason)s."),
+        message=gettext_noop("Stop requested: %(reason)s."),
         params={"reason": reason},
         actor=actor,
     )
@@ -561,7 +562,7 @@ def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     record_event(
         job,
         "requeued",
-        N_("Back in the queue: %(reason)s."),
+        gettext_noop("Back in the queue: %(reason)s."),
         params={"reason": reason},
         actor=actor,
     )
@@ -593,20 +594,22 @@ def _finish(
 # The end states a member waits for; a cancel is their own (or an admin's) doing.
 _NOTIFIED_END_STATES = {
     Job.State.COMPLETED: (
-        N_("Job #%(id)s completed"),
-        N_("Job #%(id)s (%(name)s) completed after %(duration)s."),
+        gettext_noop("Job #%(id)s completed"),
+        gettext_noop("Job #%(id)s (%(name)s) completed after %(duration)s."),
     ),
     Job.State.FAILED: (
-        N_("Job #%(id)s failed"),
-        N_("Job #%(id)s (%(name)s) failed after %(duration)s: %(reason)s"),
+        gettext_noop("Job #%(id)s failed"),
+        gettext_noop("Job #%(id)s (%(name)s) failed after %(duration)s: %(reason)s"),
     ),
     Job.State.TIMED_OUT: (
-        N_("Job #%(id)s was stopped at its time limit"),
-        N_("Job #%(id)s (%(name)s) ran for %(duration)s and was stopped at its time limit."),
+        gettext_noop("Job #%(id)s was stopped at its time limit"),
+        gettext_noop(
+            "Job #%(id)s (%(name)s) ran for %(duration)s and was stopped at its time limit."
+        ),
     ),
     Job.State.LOST: (
-        N_("Job #%(id)s was lost"),
-        N_("Job #%(id)s (%(name)s) was lost with its node; its credits are refunded."),
+        gettext_noop("Job #%(id)s was lost"),
+        gettext_noop("Job #%(id)s (%(name)s) was lost with its node; its credits are refunded."),
     ),
 }
 
@@ -618,7 +621,7 @@ def _notify_job_end(job: Job) -> None:
         return
     title, body = texts
     if job.exit_code is not None:
-        reason = lazy_text(N_("exit code %(code)s"), code=job.exit_code)
+        reason = lazy_text(gettext_noop("exit code %(code)s"), code=job.exit_code)
     else:
         reason = job.end_reason or "?"
     params = {
@@ -690,7 +693,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "started",
-            N_("Running on %(node)s."),
+            gettext_noop("Running on %(node)s."),
             params={"node": node_name},
             event_id=event_id,
             at=at,
@@ -702,7 +705,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "start_failed",
-            N_("Could not start: %(reason)s"),
+            gettext_noop("Could not start: %(reason)s"),
             params={"reason": reason},
             event_id=event_id,
             at=at,
@@ -716,7 +719,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     record_event(
         job,
         "exited",
-        N_("Exited with code %(code)s."),
+        gettext_noop("Exited with code %(code)s."),
         params={"code": exit_code},
         event_id=event_id,
         at=at,
@@ -734,7 +737,10 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         job.end_reason = ""
         job.save()
         record_event(
-            job, "requeued", N_("Preempted and back in the queue with its original place."), at=at
+            job,
+            "requeued",
+            gettext_noop("Preempted and back in the queue with its original place."),
+            at=at,
         )
         request_scheduling_pass()
         return
@@ -770,7 +776,7 @@ def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
     now = timezone.now()
     count = 0
     for job in Job.objects.select_for_update().filter(node_id=node_id, state__in=Job.ACTIVE_STATES):
-        record_event(job, "lost", N_("Lost: %(reason)s"), params={"reason": reason})
+        record_event(job, "lost", gettext_noop("Lost: %(reason)s"), params={"reason": reason})
         _finish(job, Job.State.LOST, at=now, reason=reason)
         count += 1
     return count
@@ -820,12 +826,12 @@ def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
 
 def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
     if policy.hard_limit_grace_s is None:
-        body = N_(
+        body = gettext_noop(
             "Job #%(id)s reached its time limit. It keeps running; the lab's policy does not stop it."
         )
         params: dict[str, Any] = {"id": job.pk}
     else:
-        body = N_(
+        body = gettext_noop(
             "Job #%(id)s reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
         )
         params = {"id": job.pk, "grace": hours_minutes(policy.hard_limit_grace_s)}
@@ -833,7 +839,7 @@ def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
     notify_user(
         job.owner,
         kind="soft_limit",
-        title=lazy_text(N_("Job #%(id)s reached its time limit"), id=job.pk),
+        title=lazy_text(gettext_noop("Job #%(id)s reached its time limit"), id=job.pk),
         body=lazy_text(
             body,
             **{**params, "grace": lazy_hours_minutes(policy.hard_limit_grace_s or 0)},
