@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import functions as db_functions
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from labportal.tokens import hash_secret, new_secret
@@ -419,6 +420,9 @@ class LedgerEntry(models.Model):
         related_name="ledger_entries",
     )
     note = models.CharField(_("note"), max_length=300, blank=True)
+    # The note's msgid and parameters, so that pages show it in the reader's language;
+    # `note` keeps the English text for the API and the admin.
+    note_i18n = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -443,6 +447,18 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         raise ValueError("Ledger entries are append-only; post a new entry instead.")
+
+    @property
+    def note_text(self) -> str:
+        """The note in the reader's language, when it was stored as a msgid and parameters."""
+        msgid = self.note_i18n.get("msgid") if isinstance(self.note_i18n, dict) else None
+        if not isinstance(msgid, str):
+            return self.note
+        params = self.note_i18n.get("params") or {}
+        try:
+            return gettext(msgid) % params if params else gettext(msgid)
+        except (KeyError, TypeError, ValueError):
+            return self.note
 
 
 class JobEfficiency(models.Model):

@@ -647,7 +647,7 @@ def _after_final(job: Job) -> None:
     def settle() -> None:
         if state == Job.State.LOST:
             credit_services.credits_refund_job(
-                job_id=job_id, reason=_("The node running it was lost.")
+                job_id=job_id, reason=gettext_noop("The node running it was lost.")
             )
         elif started:
             credit_services.credits_settle_job(job_id=job_id)

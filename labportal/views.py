@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.i18n import set_language as django_set_language
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -9,3 +11,21 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def set_language(request: HttpRequest) -> HttpResponse:
+    """Django's language switch, which also remembers the choice on the member's account:
+    notifications and emails written later use it."""
+    response = django_set_language(request)
+    language = request.POST.get("language", "")
+    user = getattr(request, "user", None)
+    if (
+        request.method == "POST"
+        and user is not None
+        and user.is_authenticated
+        and language in dict(settings.LANGUAGES)
+        and getattr(user, "preferred_language", language) != language
+    ):
+        user.preferred_language = language
+        user.save(update_fields=["preferred_language"])
+    return response
