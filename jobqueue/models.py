@@ -326,7 +326,7 @@ class Job(models.Model):
     def pending_reason_text_for(self, reader_id: int | None) -> str:
         """Why it waits, worded for the reader: its owner, or another member."""
         if self.is_awaiting_first_pass:
-            return str(_("Being scheduled: the scheduler places it within seconds."))
+            return str(_("The scheduler places it within seconds."))
         if self.state == self.State.HELD and self.hold_reason:
             return str(_("Held by a lab admin: %(reason)s") % {"reason": self.hold_reason})
         reasons = (

@@ -53,7 +53,9 @@ def test_the_calendar_shows_own_and_other_bookings_and_running_jobs(
     assert "cal-bar bar-job" in page
     page_bob = client_for(bob).get("/reservations/", {"date": "2027-03-01"}).content.decode()
     assert "cal-bar bar-other" in page_bob and "cal-bar bar-mine" not in page_bob
-    assert "alice&#x27;s run" not in page_bob  # others' notes stay private
+    # Like the queue, the calendar says whose a booking is and what it is for.
+    assert "alice&#x27;s run" in page_bob
+    assert "booked by alice" in page_bob
 
 
 def test_the_week_view_has_168_hour_columns(alice: Any, gpus: list[Any]) -> None:
