@@ -228,8 +228,13 @@ def test_cancelling_a_running_job_asks_first(browser: Any, live_server: Any, lab
     log_in(page, live_server, "bob", PASSWORD)
     running = lab["running"]
     page.goto(f"{live_server.url}/jobs/{running.pk}/")
-    questions = []
-    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    questions: list[str] = []
+
+    def refuse(dialog: Any) -> None:
+        questions.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", refuse)
     page.click("[data-testid=cancel]")
     page.wait_for_timeout(300)
     assert questions and "unsaved work is lost" in questions[0]

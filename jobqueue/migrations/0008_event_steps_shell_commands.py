@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobqueue', '0006_job_dispatch_count'),
+        ('jobqueue', '0007_queue_network_egress'),
     ]
 
     operations = [
