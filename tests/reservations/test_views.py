@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from reservations.models import Reservation
+from reservations.models import BookingRule, Reservation
 from reservations.services import reservation_create
 from tests.reservations.conftest import at
 from tests.reservations.factories import running_job
@@ -185,3 +185,15 @@ def test_the_pages_render_in_chinese(alice: Any, gpus: list[Any], alices: Reserv
     client.cookies["django_language"] = "zh-hans"
     assert client.get("/reservations/").status_code == 200
     assert client.get("/reservations/mine/").status_code == 200
+
+
+def test_extending_past_what_the_form_takes_says_the_maximum(
+    alice: Any, alices: Reservation
+) -> None:
+    response = client_for(alice).post(
+        f"/reservations/{alices.pk}/extend/", {"hours": "500"}, follow=True
+    )
+    page = response.content.decode()
+    max_hours = BookingRule.for_user(alice).max_length.total_seconds() / 3600
+    assert f"at most {max_hours:g} hours in all" in page
+    assert "this one already lasts 2 h" in page
