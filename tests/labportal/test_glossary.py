@@ -111,3 +111,8 @@ def test_the_entries_members_found_wrong_are_right(msgid: str, msgstr: str | Non
         assert "队列因子" in entries[msgid] and "类别" not in entries[msgid]
     else:
         assert entries[msgid] == msgstr
+
+
+def test_the_catalogue_addresses_the_member_one_way() -> None:
+    entries = po_entries(LOCALE / "django.po")
+    assert [msgid for msgid, msgstr in entries.items() if "您" in msgstr] == []
