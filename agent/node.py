@@ -354,7 +354,12 @@ class NodeAgent:
         """Send ``node_heartbeat``, and retry job events a broker outage held back."""
         now = self._clock() if now is None else now
         self.reporter.flush_outbox()
-        return self.reporter.heartbeat({"ts": now, "running_job_ids": self.running_job_ids()})
+        with self._lock:
+            starting = sorted(self._starting)
+        # The portal reconciles its dispatched and running jobs against these two lists.
+        return self.reporter.heartbeat(
+            {"ts": now, "running_job_ids": self.running_job_ids(), "starting_job_ids": starting}
+        )
 
     def sample_once(self, now: float | None = None) -> None:
         """Take one reading of every device; send a batch every ``samples_per_batch`` rounds."""

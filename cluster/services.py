@@ -21,8 +21,11 @@ from cluster import selectors
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import (
     MAX_LOG_CHARS,
+    MAX_NODE_NAME_CHARS,
     MessageRefused,
     RegisterInfo,
+    db_text,
+    heartbeat_parse,
     job_event_parse,
     job_id_parse,
 )
@@ -47,11 +50,13 @@ def message_reject(
     *, node_name: object, message: str, reason: RejectedMessage.Reason, detail: str = ""
 ) -> None:
     """Log a refused agent message and count it where admins see it (admin: rejected messages)."""
-    name = str(node_name)[:63]
+    # Whatever the agent sent must fit the log itself: a forged name may hold NUL.
+    name = db_text(str(node_name))[:MAX_NODE_NAME_CHARS]
+    detail = db_text(detail)[:2000]
     log.warning("refused %s from node %r: %s %s", message, name, reason.value, detail)
     now = timezone.now()
     same_kind = RejectedMessage.objects.filter(node_name=name, message=message, reason=reason)
-    changes = {"count": F("count") + 1, "last_at": now, "last_detail": detail[:2000]}
+    changes = {"count": F("count") + 1, "last_at": now, "last_detail": detail}
     if same_kind.update(**changes):
         return
     try:
@@ -62,7 +67,7 @@ def message_reject(
                 reason=reason,
                 first_at=now,
                 last_at=now,
-                last_detail=detail[:2000],
+                last_detail=detail,
             )
     except IntegrityError:  # another worker created the row between our two statements
         same_kind.update(**changes)
@@ -204,7 +209,8 @@ def _gpus_mark_missing(*, node: Node, present_ids: set[int]) -> None:
 
 
 def node_heartbeat_record(*, node_name: str, info: object) -> None:
-    """Note that the node is alive; a down node comes back up (or draining, if asked)."""
+    """Note that the node is alive (a down node comes back up, or draining, if asked), then
+    reconcile the jobs the portal gave it with the ones it says it runs."""
     if not isinstance(info, dict):
         raise MessageRefused(RejectedMessage.Reason.MALFORMED, "info must be an object")
     node = node_registered(node_name=node_name)
@@ -220,6 +226,17 @@ def node_heartbeat_record(*, node_name: str, info: object) -> None:
     )
     if came_back:
         log.info("node %s is back after a silence", node.name)
+    # Refused after the liveness is recorded: a bad job list does not make the node silent.
+    heartbeat = heartbeat_parse(info)
+    if heartbeat.running_job_ids is not None:
+        from jobqueue.services import jobs_reconcile_with_node
+
+        jobs_reconcile_with_node(
+            node_id=node.pk,
+            running_ids=heartbeat.running_job_ids,
+            starting_ids=heartbeat.starting_job_ids,
+            now=now,
+        )
 
 
 @dataclass
@@ -312,7 +329,7 @@ def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:
         raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {checked_id} (logs)")
     from jobqueue.services import job_logs_store
 
-    job_logs_store(job_id=checked_id, text=text[-MAX_LOG_CHARS:])
+    job_logs_store(job_id=checked_id, text=db_text(text[-MAX_LOG_CHARS:]))
 
 
 def _node_known(*, node_name: str) -> Node:

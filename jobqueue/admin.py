@@ -3,7 +3,10 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from accounts.auth import request_user
 
 # Priority grants and emergency requests register their own admins with approval actions.
 from jobqueue import admin_approvals  # noqa: E402, F401
@@ -91,11 +94,12 @@ class JobAdmin(admin.ModelAdmin[Job]):
         "priority",
     )
     inlines = (AllocationInline, JobEventInline)
-    actions = ("hold_jobs", "release_jobs")
+    actions = ("hold_jobs", "release_jobs", "force_end")
 
-    @admin.action(description=_("Hold the selected pending jobs (they keep their place)"))
+    @admin.action(
+        description=gettext_lazy("Hold the selected pending jobs (they keep their place)")
+    )
     def hold_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        from accounts.auth import request_user
         from jobqueue.services import job_hold
 
         held = 0
@@ -104,9 +108,8 @@ class JobAdmin(admin.ModelAdmin[Job]):
             held += 1
         self.message_user(request, _("%(n)d job(s) held.") % {"n": held}, messages.SUCCESS)
 
-    @admin.action(description=_("Release the selected held jobs"))
+    @admin.action(description=gettext_lazy("Release the selected held jobs"))
     def release_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        from accounts.auth import request_user
         from jobqueue.services import job_release
 
         released = 0
@@ -115,8 +118,24 @@ class JobAdmin(admin.ModelAdmin[Job]):
             released += 1
         self.message_user(request, _("%(n)d job(s) released.") % {"n": released}, messages.SUCCESS)
 
+    @admin.action(
+        description=gettext_lazy("Force end the selected jobs (last resort: frees their GPUs now)")
+    )
+    def force_end(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from jobqueue.services import job_force_end
 
-HOLD_REASON = _("an admin is looking into it; ask the lab admins for details.")
+        ended = 0
+        for job_id in queryset.exclude(state__in=Job.FINAL_STATES).values_list("pk", flat=True):
+            job_force_end(job_id=job_id, actor=request_user(request))
+            ended += 1
+        self.message_user(
+            request,
+            _("%(n)d job(s) ended; their nodes were told to stop the containers.") % {"n": ended},
+            messages.SUCCESS if ended else messages.WARNING,
+        )
+
+
+HOLD_REASON = gettext_lazy("an admin is looking into it; ask the lab admins for details.")
 
 
 @admin.register(SchedulingPolicy)

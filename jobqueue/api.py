@@ -74,6 +74,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = services.job_cancel(job_id=job.pk, actor=request_user(request))
         return Response(JobSerializer(job).data)
 
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"], url_path="force-end")
+    def force_end(self, request: Request, pk: str | None = None) -> Response:
+        """Staff only, a last resort: end the job in the portal now and free its GPUs."""
+        job = self.get_object()
+        job = services.job_force_end(job_id=job.pk, actor=request_user(request))
+        return Response(JobSerializer(job).data)
+
     @extend_schema(
         responses={200: {"type": "object", "properties": {"log_tail": {"type": "string"}}}}
     )

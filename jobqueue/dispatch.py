@@ -24,7 +24,7 @@ def _send(task: str, args: list[Any], node: Node) -> None:
         try:
             auth = command_auth(node_name=node.name, task=task, args=args)
             app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.queue_name)
-        except Exception:  # the broker may be briefly away
+        except Exception:  # broker away: the heartbeat reconcile re-sends a start, the beat a stop
             logger.exception("could not send %s to %s", task, node.queue_name)
 
     transaction.on_commit(send)

@@ -278,6 +278,15 @@ class Job(models.Model):
     emergency_until = models.DateTimeField(null=True, blank=True)
     soft_warned_at = models.DateTimeField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The control messages of this run that the node has not confirmed yet: a start is
+    # confirmed by the node's heartbeat or its "started" event, a stop by "exited".
+    start_sent_at = models.DateTimeField(null=True, blank=True)
+    start_resends = models.PositiveSmallIntegerField(default=0)
+    stop_sent_at = models.DateTimeField(null=True, blank=True)
+    stop_resends = models.PositiveSmallIntegerField(default=0)
+    # Since when the node's heartbeats contradict this job's state (it is not reported
+    # though it should run there, or reported though it ended); None while they agree.
+    unreported_since = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -426,6 +435,10 @@ class JobEvent(models.Model):
         "start_failed": 40,
         "lost": 40,
         "cancelled": 40,
+        "start_resent": 15,
+        "stop_resent": 35,
+        "ended": 40,
+        "force_ended": 40,
         "requeued": 50,
     }
     KIND_LABELS = {
@@ -441,6 +454,10 @@ class JobEvent(models.Model):
         "start_failed": _("could not start"),
         "lost": _("lost"),
         "cancelled": _("cancelled"),
+        "start_resent": _("start sent again"),
+        "stop_resent": _("stop sent again"),
+        "ended": _("ended"),
+        "force_ended": _("force ended"),
         "requeued": _("requeued"),
     }
 

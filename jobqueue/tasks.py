@@ -23,4 +23,6 @@ def scheduling_pass_task() -> dict[str, Any]:
 
 @shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
 def jobs_enforce_time_limits_task() -> dict[str, int]:
-    return services.jobs_enforce_time_limits()
+    # A job whose stop was already asked is not stopped twice by the limits, but the
+    # escalation makes sure it is not skipped for ever.
+    return {**services.jobs_enforce_time_limits(), **services.jobs_escalate_stops()}

@@ -293,6 +293,19 @@ CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
 LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
 LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
+# Jobs against the node's heartbeats (docs/jobs.md, "Ways out"): a start the node has not
+# acknowledged after LABPORTAL_START_ACK_S is sent again, LABPORTAL_START_RETRIES times;
+# a job its node stops reporting is acted on after LABPORTAL_JOB_UNREPORTED_GRACE_S.
+LABPORTAL_START_ACK_S = env_int("LABPORTAL_START_ACK_S", 120, minimum=10)
+LABPORTAL_START_RETRIES = env_int("LABPORTAL_START_RETRIES", 2, minimum=0)
+LABPORTAL_MAX_DISPATCHES = env_int("LABPORTAL_MAX_DISPATCHES", 3, minimum=1)
+LABPORTAL_JOB_UNREPORTED_GRACE_S = env_int("LABPORTAL_JOB_UNREPORTED_GRACE_S", 60, minimum=10)
+# A stop not confirmed LABPORTAL_STOP_CONFIRM_S after its SIGKILL is sent again,
+# LABPORTAL_STOP_RETRIES times; then the portal ends the job itself.
+LABPORTAL_STOP_CONFIRM_S = env_int("LABPORTAL_STOP_CONFIRM_S", 60, minimum=5)
+LABPORTAL_STOP_RETRIES = env_int("LABPORTAL_STOP_RETRIES", 3, minimum=0)
+# How far an agent's clock may be off before its job events are refused.
+LABPORTAL_CLOCK_SKEW_S = env_int("LABPORTAL_CLOCK_SKEW_S", 300, minimum=0)
 LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=1000)
 
 LOGGING = {

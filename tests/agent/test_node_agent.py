@@ -190,7 +190,7 @@ def test_heartbeats_carry_the_running_jobs(agent: NodeAgent, app: RecordingApp) 
     agent.heartbeat_once(now=555.0)
 
     assert app.args_of("control.node_heartbeat") == [
-        [NODE, TOKEN, {"ts": 555.0, "running_job_ids": [30, 31]}]
+        [NODE, TOKEN, {"ts": 555.0, "running_job_ids": [30, 31], "starting_job_ids": []}]
     ]
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobqueue', '0007_queue_network_egress'),
+        ('jobqueue', '0008_job_start_stop_confirmation'),
     ]
 
     operations = [
