@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import PasswordResetForm
@@ -83,9 +85,12 @@ class UserAdmin(DjangoUserAdmin):
         for user in queryset.exclude(email=""):
             form = PasswordResetForm({"email": user.email})
             if form.is_valid():
+                # The link is built on SITE_URL, not on whatever host the admin used.
+                site = urlsplit(settings.LABPORTAL_SITE_URL)
                 form.save(
                     request=request,
-                    use_https=request.is_secure(),
+                    domain_override=site.netloc,
+                    use_https=site.scheme == "https",
                     subject_template_name="accounts/invitation_subject.txt",
                     email_template_name="accounts/invitation_email.txt",
                 )

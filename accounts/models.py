@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import functions as db_functions
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from labportal.tokens import hash_secret, new_secret
@@ -48,9 +49,6 @@ class Category(models.Model):
     )
     max_booking_days_ahead = models.PositiveIntegerField(
         _("how many days ahead a member may book"), default=14
-    )
-    debug_allowance_gpu_hours = models.PositiveIntegerField(
-        _("debug allowance (GPU-hours per week)"), default=10
     )
 
     class Meta:
@@ -91,6 +89,11 @@ class User(AbstractUser):
     unix_gid = models.PositiveIntegerField(_("unix gid"), null=True, blank=True)
     preferred_language = models.CharField(
         _("language"), max_length=10, choices=settings.LANGUAGES, blank=True
+    )
+    notify_job_end = models.BooleanField(
+        _("tell me when my jobs end"),
+        default=True,
+        help_text=_("A notification (and an email) when a job completes, fails or times out."),
     )
 
     class Meta(AbstractUser.Meta):  # type: ignore[name-defined]  # django-stubs does not declare AbstractUser.Meta
@@ -417,6 +420,9 @@ class LedgerEntry(models.Model):
         related_name="ledger_entries",
     )
     note = models.CharField(_("note"), max_length=300, blank=True)
+    # The note's msgid and parameters, so that pages show it in the reader's language;
+    # `note` keeps the English text for the API and the admin.
+    note_i18n = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -441,6 +447,18 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         raise ValueError("Ledger entries are append-only; post a new entry instead.")
+
+    @property
+    def note_text(self) -> str:
+        """The note in the reader's language, when it was stored as a msgid and parameters."""
+        msgid = self.note_i18n.get("msgid") if isinstance(self.note_i18n, dict) else None
+        if not isinstance(msgid, str):
+            return self.note
+        params = self.note_i18n.get("params") or {}
+        try:
+            return gettext(msgid) % params if params else gettext(msgid)
+        except (KeyError, TypeError, ValueError):
+            return self.note
 
 
 class JobEfficiency(models.Model):

@@ -42,6 +42,12 @@ def balance_of(user: User) -> Decimal:
     ).first() or Decimal("0")
 
 
+def credits_charged_for_job(job_id: int) -> Decimal:
+    """What a job cost its owner, net: charges less refunds and the efficiency reward."""
+    total = LedgerEntry.objects.filter(job_id=job_id).aggregate(total=Sum("amount"))["total"]
+    return -(total or Decimal("0"))
+
+
 @dataclass(frozen=True)
 class CreditSummary:
     balance: Decimal

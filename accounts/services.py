@@ -25,6 +25,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone, translation
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts.errors import InvalidAmount, InvalidMonth, UnknownLedgerKind
 from accounts.models import (
@@ -53,6 +54,13 @@ def in_language_of(user: User) -> Iterator[None]:
     """Texts stored for a member are written in the member's language."""
     with translation.override(user.preferred_language or settings.LANGUAGE_CODE):
         yield
+
+
+def absolute_url(path: str) -> str:
+    """A link for an email: the portal's path on the configured site URL (SITE_URL)."""
+    if path.startswith(("http://", "https://")):
+        return path
+    return f"{settings.LABPORTAL_SITE_URL}{path}"
 
 
 def _url(name: str, *args: Any) -> str:
@@ -105,8 +113,7 @@ def _send_notification_email(notification_id: int) -> None:
     notification = Notification.objects.select_related("user").filter(pk=notification_id).first()
     if notification is None or notification.emailed_at is not None:
         return
-    base = getattr(settings, "LABPORTAL_BASE_URL", "")
-    link = f"\n\n{base}{notification.url}" if notification.url else ""
+    link = f"\n\n{absolute_url(notification.url)}" if notification.url else ""
     try:
         send_mail(
             subject=f"[LabPortal] {notification.title}",
@@ -156,6 +163,7 @@ def ledger_post(
     job: Job | None = None,
     reservation: Any = None,
     note: str = "",
+    note_params: dict[str, Any] | None = None,
     created_by: User | None = None,
 ) -> LedgerEntry:
     """Append one entry and move the balance by `amount` (negative spends).
@@ -171,6 +179,7 @@ def ledger_post(
         job=job,
         reservation=reservation,
         note=note,
+        note_params=note_params,
         created_by=created_by,
         watch_thresholds=True,
     )
@@ -186,9 +195,17 @@ def _post(
     job: Job | None = None,
     reservation: Any = None,
     note: str = "",
+    note_params: dict[str, Any] | None = None,
     created_by: User | None = None,
     watch_thresholds: bool,
 ) -> LedgerEntry:
+    # `note` is an untranslated msgid when `note_params` is given (even empty): it is
+    # stored in English and shown in each reader's language.
+    note_i18n: dict[str, Any] = {}
+    if note_params is not None:
+        params = {k: v if isinstance(v, int | float) else str(v) for k, v in note_params.items()}
+        note_i18n = {"msgid": note, "params": params}
+        note = note % params if params else note
     if kind not in LedgerEntry.Kind.values:
         raise UnknownLedgerKind(
             _("“%(kind)s” is not a ledger kind; use one of: %(kinds)s.")
@@ -221,6 +238,7 @@ def _post(
                 job=job,
                 reservation=reservation,
                 note=note[:300],
+                note_i18n=note_i18n,
                 created_by=created_by,
             )
     except IntegrityError:
@@ -474,7 +492,8 @@ def credits_refund_job(*, job_id: int, reason: str) -> None:
         kind=LedgerEntry.Kind.REFUND,
         idempotency_key=f"job:{job.pk}:refund",
         job=job,
-        note=str(reason or "system failure")[:300],
+        note=str(reason or gettext_noop("system failure"))[:300],
+        note_params={},
         watch_thresholds=False,
     )
 
@@ -515,7 +534,8 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
             amount=kept - account.balance,
             kind=LedgerEntry.Kind.EXPIRY,
             idempotency_key=f"expiry:{first:%Y-%m}:user:{user.pk}",
-            note=f"carry-over: {policy.carry_over}",
+            note=gettext_noop("Unused credit beyond the carry-over rule (%(rule)s)"),
+            note_params={"rule": policy.carry_over},
             watch_thresholds=False,
         )
     amount = policy.grant_for(user)

@@ -10,4 +10,5 @@ urlpatterns = [
     path("notifications/", views.notifications, name="notifications"),
     path("notifications/bell/", views.notification_bell, name="notification_bell"),
     path("notifications/read/", views.notifications_read, name="notifications_read"),
+    path("notifications/settings/", views.notification_settings, name="notification_settings"),
 ]

@@ -116,3 +116,14 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
         return redirect(note.url if safe else "notifications")
     services.notifications_mark_read(user=user)
     return redirect("notifications")
+
+
+@login_required
+@require_POST
+def notification_settings(request: HttpRequest) -> HttpResponse:
+    """The member's own switches: for now, whether to be told when a job ends."""
+    user = request_user(request)
+    user.notify_job_end = request.POST.get("notify_job_end") == "on"
+    user.save(update_fields=["notify_job_end"])
+    messages.success(request, _("Notification settings saved."))
+    return redirect("notifications")

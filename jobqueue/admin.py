@@ -94,7 +94,29 @@ class JobAdmin(admin.ModelAdmin[Job]):
         "priority",
     )
     inlines = (AllocationInline, JobEventInline)
-    actions = ("force_end",)
+    actions = ("hold_jobs", "release_jobs", "force_end")
+
+    @admin.action(
+        description=gettext_lazy("Hold the selected pending jobs (they keep their place)")
+    )
+    def hold_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from jobqueue.services import job_hold
+
+        held = 0
+        for job in queryset.filter(state=Job.State.PENDING):
+            job_hold(job_id=job.pk, actor=request_user(request), reason=str(HOLD_REASON))
+            held += 1
+        self.message_user(request, _("%(n)d job(s) held.") % {"n": held}, messages.SUCCESS)
+
+    @admin.action(description=gettext_lazy("Release the selected held jobs"))
+    def release_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from jobqueue.services import job_release
+
+        released = 0
+        for job in queryset.filter(state=Job.State.HELD):
+            job_release(job_id=job.pk, actor=request_user(request))
+            released += 1
+        self.message_user(request, _("%(n)d job(s) released.") % {"n": released}, messages.SUCCESS)
 
     @admin.action(
         description=gettext_lazy("Force end the selected jobs (last resort: frees their GPUs now)")
@@ -111,6 +133,9 @@ class JobAdmin(admin.ModelAdmin[Job]):
             _("%(n)d job(s) ended; their nodes were told to stop the containers.") % {"n": ended},
             messages.SUCCESS if ended else messages.WARNING,
         )
+
+
+HOLD_REASON = gettext_lazy("an admin is looking into it; ask the lab admins for details.")
 
 
 @admin.register(SchedulingPolicy)

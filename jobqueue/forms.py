@@ -30,6 +30,10 @@ class JobSubmitForm(forms.Form):
         label=_("Command"),
         max_length=8000,
         widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 10"}),
+        help_text=_(
+            "Runs as typed through /bin/sh -c, so ; && | and $VARIABLES work: "
+            "cd /data && python train.py"
+        ),
     )
     gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
     shared_slot = forms.BooleanField(

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 if TYPE_CHECKING:
@@ -178,9 +179,17 @@ class PriorityGrant(StaffDecision):
         return self.state == self.State.APPROVED and self.deadline > (at or timezone.now())
 
 
+# A command typed as one line is stored as this prefix plus the line, and shown as typed.
+SHELL_PREFIX = ("/bin/sh", "-c")
+
+
 def command_text(command: object) -> str:
-    """A stored argument vector as one shell-quoted line."""
-    return shlex.join(command) if isinstance(command, list) else str(command)
+    """A stored command as the member typed it: shell text as is, an exec vector shell-quoted."""
+    if isinstance(command, list):
+        if len(command) == 3 and tuple(command[:2]) == SHELL_PREFIX:
+            return str(command[2])
+        return shlex.join(str(part) for part in command)
+    return str(command)
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -207,7 +216,6 @@ class Job(models.Model):
         CANCELLED = "cancelled", _("cancelled")
         TIMED_OUT = "timed_out", _("timed out")
         LOST = "lost", _("lost")
-        PREEMPTED = "preempted", _("preempted")
 
     WAITING_STATES = (State.PENDING, State.HELD)
     ACTIVE_STATES = (State.DISPATCHED, State.RUNNING)
@@ -219,7 +227,10 @@ class Job(models.Model):
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(_("name"), max_length=120, blank=True)
     image = models.ForeignKey(ContainerImage, on_delete=models.PROTECT, related_name="jobs")
-    command = models.JSONField(_("command"), help_text=_("The argument vector."))
+    command = models.JSONField(
+        _("command"),
+        help_text=_("The argument vector; a typed line is stored as /bin/sh -c and the line."),
+    )
     env = models.JSONField(_("environment"), default=dict, blank=True)
     mounts = models.ManyToManyField(VolumeMount, blank=True, related_name="jobs")
     gpus = models.PositiveSmallIntegerField(_("GPUs"), default=1)
@@ -227,12 +238,12 @@ class Job(models.Model):
     min_gpu_memory_mb = models.PositiveIntegerField(_("minimum GPU memory (MiB)"), default=0)
     gpu_model = models.CharField(_("GPU model"), max_length=120, blank=True)
     cpus = models.DecimalField(_("CPUs"), max_digits=5, decimal_places=2, default=Decimal("4"))
-    memory_mb = models.PositiveIntegerField(_("memory (MiB)"), default=16384)
+    memory_mb = models.PositiveIntegerField(_("host memory (MiB)"), default=16384)
     time_limit_s = models.PositiveIntegerField(_("time limit (seconds)"))
     preemptible = models.BooleanField(
         _("preemptible"),
         default=False,
-        help_text=_("May be requeued for emergencies, at a lower rate."),
+        help_text=_("May be stopped and requeued to make room for an emergency or a reservation."),
     )
     reservation = models.ForeignKey(
         "reservations.Reservation",
@@ -308,17 +319,44 @@ class Job(models.Model):
         "user_limit": _("You are at your limit of running jobs or GPUs in this queue."),
         "queue_limit": _("The queue is at its limit of running GPUs."),
         "category_limit": _("Your category is at its limit of GPUs in use."),
-        "held": _("Held: waiting for an approval or for you to be under a limit."),
+        "held": _("Held by a lab admin; it waits until an admin releases it."),
         "constraints": _("No GPU in the lab can satisfy the request (model, memory or size)."),
         "node_unavailable": _("Only nodes that are draining or down could run it."),
         "preempting": _("Preemptible jobs are being requeued to make room for it."),
     }
 
+    # The same reasons as another member reads them: never "you" about someone else's job.
+    PENDING_REASONS_FOR_OTHERS = {
+        **PENDING_REASONS,
+        "user_limit": _("Its owner is at their limit of running jobs or GPUs in this queue."),
+        "category_limit": _("Its owner's category is at its limit of GPUs in use."),
+    }
+
+    @property
+    def is_awaiting_first_pass(self) -> bool:
+        """Just submitted: no scheduling pass has placed it yet (it is being scheduled)."""
+        return self.state == self.State.PENDING and not self.pending_reason
+
     @property
     def pending_reason_text(self) -> str:
+        return self.pending_reason_text_for(self.owner_id)
+
+    def pending_reason_text_for(self, reader_id: int | None) -> str:
+        """Why it waits, worded for the reader: its owner, or another member."""
+        if self.is_awaiting_first_pass:
+            return str(_("The scheduler places it within seconds."))
         if self.state == self.State.HELD and self.hold_reason:
-            return self.hold_reason
-        return str(self.PENDING_REASONS.get(self.pending_reason, self.pending_reason))
+            return str(_("Held by a lab admin: %(reason)s") % {"reason": self.hold_reason})
+        reasons = (
+            self.PENDING_REASONS if reader_id == self.owner_id else self.PENDING_REASONS_FOR_OTHERS
+        )
+        return str(reasons.get(self.pending_reason, self.pending_reason))
+
+    def duration(self) -> timedelta | None:
+        """How long a finished job ran; None if it never started."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
 
     @property
     def is_final(self) -> bool:
@@ -366,7 +404,11 @@ class JobEvent(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(_("event"), max_length=32)
+    # The English text, for the API and the admin; pages render `msgid` % `params` from
+    # `data` in the reader's language (see `text`).
     message = models.TextField(_("message"), blank=True)
+    # Orders events that share a timestamp by cause: dispatched before started before exited.
+    step = models.PositiveSmallIntegerField(default=30)
     data = models.JSONField(default=dict, blank=True)
     event_id = models.CharField(max_length=160, null=True, blank=True, unique=True)
     actor = models.ForeignKey(
@@ -377,10 +419,66 @@ class JobEvent(models.Model):
     class Meta:
         verbose_name = _("job event")
         verbose_name_plural = _("job events")
-        ordering = ["created_at", "id"]
+        ordering = ["created_at", "step", "id"]
+
+    # The causal step of each kind; an event is never recorded before one of a lower step.
+    STEPS = {
+        "submitted": 0,
+        "held": 5,
+        "released": 5,
+        "dispatched": 10,
+        "started": 20,
+        "soft_limit": 30,
+        "preempting": 30,
+        "stop_requested": 30,
+        "exited": 40,
+        "start_failed": 40,
+        "lost": 40,
+        "cancelled": 40,
+        "start_resent": 15,
+        "stop_resent": 35,
+        "ended": 40,
+        "force_ended": 40,
+        "requeued": 50,
+    }
+    KIND_LABELS = {
+        "submitted": _("submitted"),
+        "held": _("held"),
+        "released": _("released"),
+        "dispatched": _("dispatched"),
+        "started": _("started"),
+        "soft_limit": _("time limit reached"),
+        "preempting": _("preempting"),
+        "stop_requested": _("stop requested"),
+        "exited": _("exited"),
+        "start_failed": _("could not start"),
+        "lost": _("lost"),
+        "cancelled": _("cancelled"),
+        "start_resent": _("start sent again"),
+        "stop_resent": _("stop sent again"),
+        "ended": _("ended"),
+        "force_ended": _("force ended"),
+        "requeued": _("requeued"),
+    }
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind}"
+
+    @property
+    def kind_label(self) -> str:
+        return str(self.KIND_LABELS.get(self.kind, self.kind))
+
+    @property
+    def text(self) -> str:
+        """The message in the reader's language, from the stored msgid and parameters."""
+        msgid = self.data.get("msgid") if isinstance(self.data, dict) else None
+        if not isinstance(msgid, str):
+            return self.message
+        params = self.data.get("params") or {}
+        try:
+            return gettext(msgid) % params if params else gettext(msgid)
+        except (KeyError, TypeError, ValueError):
+            return self.message
 
 
 class SchedulerLock(models.Model):

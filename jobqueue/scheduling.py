@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import ExpressionWrapper, F, FloatField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Cast, Coalesce, Extract, Greatest, Least, Power
 from django.utils import timezone
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts.models import Category, User
 from accounts.selectors import users_without_credit
@@ -29,6 +29,7 @@ from jobqueue.models import (
     Allocation,
     EmergencyRequest,
     Job,
+    PriorityGrant,
     Queue,
     SchedulerLock,
     SchedulingPolicy,
@@ -449,6 +450,7 @@ def scheduling_pass(*, now: datetime | None = None) -> PassResult:
         lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
         lock = SchedulerLock.objects.select_for_update().get(pk=lock.pk)
         now = now or timezone.now()
+        _move_jobs_whose_grant_lapsed(now)
         state, policy, gpu_by_uuid = build_engine_input(now)
         result = engine_plan(state, policy, epoch(now))
         started = _apply_starts(result.starts, gpu_by_uuid, now)
@@ -459,6 +461,45 @@ def scheduling_pass(*, now: datetime | None = None) -> PassResult:
     return PassResult(
         started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms
     )
+
+
+def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
+    """A waiting job in a grant-only queue whose owner's grant is no longer in force moves to
+    the lab's everyday queue (`normal`, else the lowest tier open without a grant): the grant
+    is checked at every pass, not only at submit."""
+    waiting = list(
+        Job.objects.filter(state__in=Job.WAITING_STATES, queue__requires_grant=True).select_related(
+            "queue"
+        )
+    )
+    if not waiting:
+        return []
+    in_force = set(
+        PriorityGrant.objects.filter(
+            state=PriorityGrant.State.APPROVED, deadline__gt=now
+        ).values_list("user_id", "queue_id")
+    )
+    lapsed = [j for j in waiting if (j.owner_id, j.queue_id) not in in_force]
+    if not lapsed:
+        return []
+    open_queues = Queue.objects.filter(is_active=True, requires_grant=False)
+    fallback = open_queues.filter(name="normal").first() or open_queues.order_by("tier").first()
+    moved = []
+    for job in lapsed:
+        if fallback is None:
+            continue
+        old_queue = job.queue.name
+        Job.objects.filter(pk=job.pk).update(queue=fallback)
+        record_event(
+            job,
+            "requeued",
+            gettext_noop(
+                "The priority grant for the %(old)s queue is no longer in force; moved to %(new)s."
+            ),
+            params={"old": old_queue, "new": fallback.name},
+        )
+        moved.append(job.pk)
+    return moved
 
 
 def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: datetime) -> list[int]:
@@ -498,8 +539,8 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
         record_event(
             job,
             "dispatched",
-            _("Sent to %(node)s on %(gpus)s.")
-            % {"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
+            gettext_noop("Sent to %(node)s on %(gpus)s."),
+            params={"node": node.name, "gpus": ", ".join(g.label for g in gpus)},
             data={"gpu_uuids": list(start.gpu_ids)},
         )
         dispatch.send_start(node=node, spec=dispatch.start_spec(job, gpus))
@@ -523,8 +564,11 @@ def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
         record_event(
             job,
             "preempting",
-            _("Preempted for an %(why)s; it will be requeued with its original place.")
-            % {"why": _("emergency") if preemption.reason == "emergency" else _("reservation")},
+            gettext_noop("Preempted for an emergency; it will be requeued with its original place.")
+            if preemption.reason == "emergency"
+            else gettext_noop(
+                "Preempted for a reservation; it will be requeued with its original place."
+            ),
         )
         done.append(job.pk)
     return done

@@ -90,7 +90,7 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
     queue = serializers.CharField(default="normal")
     image = serializers.CharField()
     command = serializers.JSONField(
-        help_text="An argument list, or one string split like a shell would."
+        help_text="One string, run as typed by /bin/sh -c; or an argument list, run as is (exec form)."
     )
     gpus = serializers.IntegerField(default=1, min_value=1, max_value=64)
     shared_slot = serializers.BooleanField(default=False)

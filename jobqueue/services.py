@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from accounts import services as credit_services
 from accounts.models import User
@@ -41,6 +42,7 @@ from jobqueue.errors import (
     TooManyGpus,
 )
 from jobqueue.models import (
+    SHELL_PREFIX,
     Allocation,
     ContainerImage,
     Job,
@@ -49,9 +51,12 @@ from jobqueue.models import (
     Queue,
     SchedulingPolicy,
     VolumeMount,
+    command_text,
 )
 from jobqueue.prediction import job_predict_runtime
+from labportal.durations import hours_minutes, lazy_hours_minutes
 from labportal.errors import DomainError
+from labportal.i18n import lazy_text
 
 logger = logging.getLogger(__name__)
 
@@ -62,50 +67,67 @@ MAX_ENV_VARS = 64
 LOG_TAIL_CHARS = 64_000
 
 
-def _humanize_seconds(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return _("%(n)d h") % {"n": seconds // 3600}
-    if seconds % 60 == 0:
-        return _("%(n)d min") % {"n": seconds // 60}
-    return _("%(n)d s") % {"n": seconds}
-
-
 def record_event(
     job: Job,
     kind: str,
     message: str = "",
     *,
+    params: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
     actor: User | None = None,
     event_id: str | None = None,
     at: datetime | None = None,
 ) -> JobEvent:
+    """Record a job event. `message` is an untranslated msgid (gettext_noop) formatted with
+    `params`: stored in English, shown in each reader's language. An event is never dated
+    before an event of an earlier step (an agent's clock may lag the portal's)."""
+    step = JobEvent.STEPS.get(kind, 30)
+    when = at or timezone.now()
+    floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+    if floor is not None and floor > when:
+        when = floor
+    stored = dict(data or {})
+    if message:
+        stored["msgid"] = message
+        if params:
+            stored["params"] = {k: _plain(v) for k, v in params.items()}
     return JobEvent.objects.create(
         job=job,
         kind=kind,
-        message=message,
-        data=dict(data or {}),
+        message=(message % params) if params else message,
+        data=stored,
         actor=actor,
         event_id=event_id,
-        created_at=at or timezone.now(),
+        step=step,
+        created_at=when,
     )
 
 
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, int | float | bool) or value is None else str(value)
+
+
 def _parse_command(command: str | Iterable[str]) -> list[str]:
+    """A string is shell text, run as typed through `/bin/sh -c`; a list is an exec vector."""
     if isinstance(command, str):
         if len(command) > MAX_COMMAND_CHARS:
             raise JobRefused(
                 _("The command is longer than %(n)d characters; put it in a script.")
                 % {"n": MAX_COMMAND_CHARS}
             )
+        if not command.strip():
+            raise JobRefused(
+                _("The command is empty. Give the program to run, e.g. python train.py.")
+            )
         try:
-            argv = shlex.split(command)
+            # The shell would refuse unbalanced quotes only once the job runs; say so now.
+            shlex.split(command)
         except ValueError as exc:
             raise JobRefused(
                 _("The command could not be parsed (%(error)s). Check its quotes.") % {"error": exc}
             ) from None
-    else:
-        argv = [str(part) for part in command]
+        return [*SHELL_PREFIX, command.strip()]
+    argv = [str(part) for part in command]
     if not argv or not argv[0].strip():
         raise JobRefused(_("The command is empty. Give the program to run, e.g. python train.py."))
     return argv
@@ -242,7 +264,7 @@ def job_submit(
             _(
                 "The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue."
             )
-            % {"queue": queue_obj.name, "max": _humanize_seconds(queue_obj.max_time_limit_s)}
+            % {"queue": queue_obj.name, "max": hours_minutes(queue_obj.max_time_limit_s)}
         )
     if category is not None:
         waiting = Job.objects.filter(owner=owner).pending().count()
@@ -286,7 +308,8 @@ def job_submit(
         preemptible=preemptible,
         reservation=reservation,
         state=Job.State.PENDING,
-        pending_reason="priority",
+        # No reason until the first pass has placed it: pages say "being scheduled".
+        pending_reason="",
     )
     job.predicted_runtime_s = job_predict_runtime(job)
     job.save()
@@ -295,7 +318,8 @@ def job_submit(
     record_event(
         job,
         "submitted",
-        _("Submitted to the %(queue)s queue.") % {"queue": queue_obj.name},
+        gettext_noop("Submitted to the %(queue)s queue."),
+        params={"queue": queue_obj.name},
         actor=owner,
     )
     request_scheduling_pass()
@@ -433,7 +457,7 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
-    if job.state in Job.WAITING_STATES or job.state == Job.State.PREEMPTED:
+    if job.state in Job.WAITING_STATES:
         job.state = Job.State.CANCELLED
         job.ended_at = timezone.now()
         job.end_reason = "cancelled"
@@ -442,12 +466,57 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
         job.save(
             update_fields=["state", "ended_at", "end_reason", "queue_position", "estimated_start"]
         )
-        record_event(job, "cancelled", _("Cancelled before it started."), actor=actor)
+        record_event(job, "cancelled", gettext_noop("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
         return job
     _request_stop(
-        job, reason="cancelled", message=_("Cancel requested; stopping the container."), actor=actor
+        job,
+        reason="cancelled",
+        message=gettext_noop("Cancel requested; stopping the container."),
+        actor=actor,
     )
+    return job
+
+
+@transaction.atomic
+def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
+    """An admin keeps a waiting job from starting (it stays in its queue) until released."""
+    job = _locked_job(job_id)
+    if job.state != Job.State.PENDING:
+        raise InvalidTransition(
+            _("Only a pending job can be held; job %(id)d is %(state)s.")
+            % {"id": job.pk, "state": job.get_state_display()}
+        )
+    if not reason.strip():
+        raise JobRefused(_("Say why the job is held; its owner reads the reason."))
+    job.state = Job.State.HELD
+    job.hold_reason = reason.strip()[:200]
+    job.save(update_fields=["state", "hold_reason"])
+    record_event(
+        job,
+        "held",
+        gettext_noop("Held by a lab admin: %(reason)s"),
+        params={"reason": job.hold_reason},
+        actor=actor,
+    )
+    request_scheduling_pass()
+    return job
+
+
+@transaction.atomic
+def job_release(*, job_id: int, actor: User) -> Job:
+    """Let a held job compete for GPUs again, with its original place (submit time)."""
+    job = _locked_job(job_id)
+    if job.state != Job.State.HELD:
+        raise InvalidTransition(
+            _("Only a held job can be released; job %(id)d is %(state)s.")
+            % {"id": job.pk, "state": job.get_state_display()}
+        )
+    job.state = Job.State.PENDING
+    job.hold_reason = ""
+    job.save(update_fields=["state", "hold_reason"])
+    record_event(job, "released", gettext_noop("Released by a lab admin."), actor=actor)
+    request_scheduling_pass()
     return job
 
 
@@ -460,18 +529,28 @@ def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> 
     _request_stop(
         job,
         reason=reason,
-        message=_("Stop requested: %(reason)s.") % {"reason": reason},
+        message=gettext_noop("Stop requested: %(reason)s."),
+        params={"reason": reason},
         actor=actor,
     )
     return job
 
 
-def _request_stop(job: Job, *, reason: str, message: str, actor: User | None) -> None:
+def _request_stop(
+    job: Job,
+    *,
+    reason: str,
+    message: str,
+    actor: User | None,
+    params: Mapping[str, Any] | None = None,
+) -> None:
     if job.stop_requested_at is None:
         job.stop_requested_at = timezone.now()
         job.end_reason = reason
         job.save(update_fields=["stop_requested_at", "end_reason"])
-        record_event(job, "stop_requested", message, actor=actor, data={"reason": reason})
+        record_event(
+            job, "stop_requested", message, params=params, actor=actor, data={"reason": reason}
+        )
     grace = SchedulingPolicy.current().stop_grace_s
     if job.node is not None:
         dispatch.send_stop(node=job.node, job_id=job.pk, grace_s=grace, reason=reason)
@@ -481,16 +560,27 @@ def _request_stop(job: Job, *, reason: str, message: str, actor: User | None) ->
 def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     """Put a preempted or lost-in-dispatch job back in its queue with its original submit time."""
     job = _locked_job(job_id)
-    if job.state not in (Job.State.PREEMPTED, Job.State.DISPATCHED, Job.State.RUNNING):
-        raise InvalidTransition(_("Only a preempted or running job can be requeued."))
-    _requeue(job, message=_("Back in the queue: %(reason)s.") % {"reason": reason}, actor=actor)
+    if job.state not in Job.ACTIVE_STATES:
+        raise InvalidTransition(_("Only a running job can be requeued."))
+    _requeue(
+        job,
+        message=gettext_noop("Back in the queue: %(reason)s."),
+        params={"reason": reason},
+        actor=actor,
+    )
     return job
 
 
 def _requeue(
-    job: Job, *, message: str, at: datetime | None = None, actor: User | None = None
+    job: Job,
+    *,
+    message: str,
+    params: Mapping[str, Any] | None = None,
+    at: datetime | None = None,
+    actor: User | None = None,
 ) -> None:
-    """Back to pending with its original submit time; everything about the last run is cleared."""
+    """Back to pending with its original submit time; everything about the last run is cleared.
+    `message` is an untranslated msgid (see `record_event`)."""
     _release(job, at)
     job.state = Job.State.PENDING
     job.node = None
@@ -500,7 +590,7 @@ def _requeue(
     job.start_sent_at = job.stop_sent_at = job.unreported_since = None
     job.start_resends = job.stop_resends = 0
     job.save()
-    record_event(job, "requeued", message, actor=actor, at=at)
+    record_event(job, "requeued", message, params=params, actor=actor, at=at)
     request_scheduling_pass()
 
 
@@ -522,6 +612,56 @@ def _finish(
     job.save()
     request_scheduling_pass()
     _after_final(job)
+    _notify_job_end(job)
+
+
+# The end states a member waits for; a cancel is their own (or an admin's) doing.
+_NOTIFIED_END_STATES = {
+    Job.State.COMPLETED: (
+        gettext_noop("Job #%(id)s completed"),
+        gettext_noop("Job #%(id)s (%(name)s) completed after %(duration)s."),
+    ),
+    Job.State.FAILED: (
+        gettext_noop("Job #%(id)s failed"),
+        gettext_noop("Job #%(id)s (%(name)s) failed after %(duration)s: %(reason)s"),
+    ),
+    Job.State.TIMED_OUT: (
+        gettext_noop("Job #%(id)s was stopped at its time limit"),
+        gettext_noop(
+            "Job #%(id)s (%(name)s) ran for %(duration)s and was stopped at its time limit."
+        ),
+    ),
+    Job.State.LOST: (
+        gettext_noop("Job #%(id)s was lost"),
+        gettext_noop("Job #%(id)s (%(name)s) was lost with its node; its credits are refunded."),
+    ),
+}
+
+
+def _notify_job_end(job: Job) -> None:
+    """Tell the owner their job ended, unless they turned it off (`User.notify_job_end`)."""
+    texts = _NOTIFIED_END_STATES.get(Job.State(job.state))
+    if texts is None or not job.owner.notify_job_end:
+        return
+    title, body = texts
+    if job.exit_code is not None:
+        reason = lazy_text(gettext_noop("exit code %(code)s"), code=job.exit_code)
+    else:
+        reason = job.end_reason or "?"
+    params = {
+        "id": job.pk,
+        "name": job.name or command_text(job.command)[:60],
+        "duration": lazy_hours_minutes(job.duration() or timedelta(0)),
+        "reason": reason,
+    }
+    credit_services.notify(
+        user=job.owner,
+        kind=f"job_{job.state}",
+        title=lazy_text(title, **params),
+        body=lazy_text(body, **params),
+        url=f"/jobs/{job.pk}/",
+        dedupe_key=f"job-end:{job.pk}:{job.dispatch_count}",
+    )
 
 
 def _after_final(job: Job) -> None:
@@ -531,7 +671,7 @@ def _after_final(job: Job) -> None:
     def settle() -> None:
         if state == Job.State.LOST:
             credit_services.credits_refund_job(
-                job_id=job_id, reason=_("The node running it was lost.")
+                job_id=job_id, reason=gettext_noop("The node running it was lost.")
             )
         elif started:
             credit_services.credits_settle_job(job_id=job_id)
@@ -587,7 +727,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "started",
-            _("Running on %(node)s.") % {"node": node_name},
+            gettext_noop("Running on %(node)s."),
+            params={"node": node_name},
             event_id=event_id,
             at=at,
             data={"container_id": job.container_id},
@@ -598,7 +739,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         record_event(
             job,
             "start_failed",
-            _("Could not start: %(reason)s") % {"reason": reason},
+            gettext_noop("Could not start: %(reason)s"),
+            params={"reason": reason},
             event_id=event_id,
             at=at,
         )
@@ -611,7 +753,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     record_event(
         job,
         "exited",
-        _("Exited with code %(code)s.") % {"code": exit_code},
+        gettext_noop("Exited with code %(code)s."),
+        params={"code": exit_code},
         event_id=event_id,
         at=at,
         data={"exit_code": exit_code},
@@ -621,7 +764,11 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     if job.started_at is None:
         job.started_at = job.dispatched_at or at
     if job.end_reason == "preempted":
-        _requeue(job, message=_("Preempted and back in the queue with its original place."), at=at)
+        _requeue(
+            job,
+            message=gettext_noop("Preempted and back in the queue with its original place."),
+            at=at,
+        )
         return
     if job.end_reason == "timed_out":
         state = Job.State.TIMED_OUT
@@ -670,7 +817,7 @@ def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
     now = timezone.now()
     count = 0
     for job in Job.objects.select_for_update().filter(node_id=node_id, state__in=Job.ACTIVE_STATES):
-        record_event(job, "lost", _("Lost: %(reason)s") % {"reason": reason})
+        record_event(job, "lost", gettext_noop("Lost: %(reason)s"), params={"reason": reason})
         _finish(job, Job.State.LOST, at=now, reason=reason)
         count += 1
     return count
@@ -776,8 +923,10 @@ def _job_reconcile(job: Job, *, runs: bool, starts: bool, now: datetime) -> str 
         record_event(
             job,
             "started",
-            _("Running on %(node)s (its node reports it; the start event never arrived).")
-            % {"node": job.node.name},
+            gettext_noop(
+                "Running on %(node)s (its node reports it; the start event never arrived)."
+            ),
+            params={"node": job.node.name},
             at=job.started_at,
         )
         return "taken_as_started"
@@ -791,16 +940,23 @@ def _job_reconcile(job: Job, *, runs: bool, starts: bool, now: datetime) -> str 
             return None
         gone_at = job.unreported_since or now
         if job.stop_requested_at is not None and job.end_reason == "preempted":
-            _requeue(job, message=_("Back in the queue: its node no longer has it."), at=now)
+            _requeue(
+                job, message=gettext_noop("Back in the queue: its node no longer has it."), at=now
+            )
             return "requeued"
         if job.stop_requested_at is not None:
-            record_event(job, "ended", _("Ended: its node no longer has it, and a stop was asked."))
+            record_event(
+                job,
+                "ended",
+                gettext_noop("Ended: its node no longer has it, and a stop was asked."),
+            )
             _finish(job, _settle_as(job), at=max(gone_at, job.started_at or gone_at))
             return "ended"
-        reason = _("Node %(node)s no longer runs it, and its end was never received.") % {
-            "node": job.node.name
-        }
-        record_event(job, "lost", _("Lost: %(reason)s") % {"reason": reason})
+        lost_msgid = gettext_noop(
+            "Node %(node)s no longer runs it, and its end was never received."
+        )
+        reason = lost_msgid % {"node": job.node.name}
+        record_event(job, "lost", lost_msgid, params={"node": job.node.name})
         _finish(job, Job.State.LOST, at=gone_at, reason=reason)
         return "lost"
     # Dispatched, and the node has neither started it nor is starting it: the start was lost.
@@ -813,8 +969,8 @@ def _job_reconcile(job: Job, *, runs: bool, starts: bool, now: datetime) -> str 
     if job.dispatch_count < settings.LABPORTAL_MAX_DISPATCHES:
         _requeue(
             job,
-            message=_("Back in the queue: node %(node)s never acknowledged its start.")
-            % {"node": job.node.name},
+            message=gettext_noop("Back in the queue: node %(node)s never acknowledged its start."),
+            params={"node": job.node.name},
             at=now,
         )
         return "requeued"
@@ -850,8 +1006,14 @@ def _start_resend(job: Job, *, now: datetime) -> None:
     record_event(
         job,
         "start_resent",
-        _("Node %(node)s has not acknowledged the start; sent it again (%(n)d of %(max)d).")
-        % {"node": job.node.name, "n": job.start_resends, "max": settings.LABPORTAL_START_RETRIES},
+        gettext_noop(
+            "Node %(node)s has not acknowledged the start; sent it again (%(n)d of %(max)d)."
+        ),
+        params={
+            "node": job.node.name,
+            "n": job.start_resends,
+            "max": settings.LABPORTAL_START_RETRIES,
+        },
     )
     dispatch.send_start(node=job.node, spec=dispatch.start_spec(job, gpus))
 
@@ -896,8 +1058,8 @@ def _stop_escalate(*, job_id: int, now: datetime, wait: timedelta) -> bool:
     if job.state not in Job.ACTIVE_STATES:
         return False
     if job.node is None:
-        reason = _("Its node was removed from the portal.")
-        record_event(job, "lost", _("Lost: %(reason)s") % {"reason": reason})
+        reason = gettext_noop("Its node was removed from the portal.")
+        record_event(job, "lost", reason)
         _finish(job, Job.State.LOST, at=now, reason=reason)
         return True
     last = job.stop_sent_at or job.stop_requested_at
@@ -910,8 +1072,10 @@ def _stop_escalate(*, job_id: int, now: datetime, wait: timedelta) -> bool:
         record_event(
             job,
             "stop_resent",
-            _("Node %(node)s has not confirmed the stop; sent it again (%(n)d of %(max)d).")
-            % {
+            gettext_noop(
+                "Node %(node)s has not confirmed the stop; sent it again (%(n)d of %(max)d)."
+            ),
+            params={
                 "node": job.node.name,
                 "n": job.stop_resends,
                 "max": settings.LABPORTAL_STOP_RETRIES,
@@ -926,12 +1090,14 @@ def _stop_escalate(*, job_id: int, now: datetime, wait: timedelta) -> bool:
         return False
     if job.end_reason == "preempted":
         # The member did not ask for an end: the job keeps its place in the queue.
-        _requeue(job, message=_("Back in the queue: its node no longer has it."), at=now)
+        _requeue(job, message=gettext_noop("Back in the queue: its node no longer has it."), at=now)
         return True
     _force_end(
         job,
-        message=_("Ended by the portal: node %(node)s did not confirm the stop after %(n)d tries.")
-        % {"node": job.node.name, "n": job.stop_resends + 1},
+        message=gettext_noop(
+            "Ended by the portal: node %(node)s did not confirm the stop after %(n)d tries."
+        ),
+        params={"node": job.node.name, "n": job.stop_resends + 1},
         actor=None,
         now=now,
     )
@@ -955,14 +1121,22 @@ def job_force_end(*, job_id: int, actor: User) -> Job:
         )
     _force_end(
         job,
-        message=_("Ended by %(admin)s (force end).") % {"admin": actor.get_username()},
+        message=gettext_noop("Ended by %(admin)s (force end)."),
+        params={"admin": actor.get_username()},
         actor=actor,
         now=timezone.now(),
     )
     return job
 
 
-def _force_end(job: Job, *, message: str, actor: User | None, now: datetime) -> None:
+def _force_end(
+    job: Job,
+    *,
+    message: str,
+    actor: User | None,
+    now: datetime,
+    params: Mapping[str, Any] | None = None,
+) -> None:
     state: str = Job.State.CANCELLED
     at = now
     if job.state in Job.ACTIVE_STATES and job.stop_requested_at is not None:
@@ -974,7 +1148,7 @@ def _force_end(job: Job, *, message: str, actor: User | None, now: datetime) -> 
         at = max(at, job.started_at)
     if not job.end_reason:
         job.end_reason = "cancelled"
-    record_event(job, "force_ended", message, actor=actor)
+    record_event(job, "force_ended", message, params=params, actor=actor)
     if job.node is not None and job.state in Job.ACTIVE_STATES:
         dispatch.send_stop(
             node=job.node,
@@ -1029,23 +1203,28 @@ def jobs_enforce_time_limits(*, now: datetime | None = None) -> dict[str, int]:
 
 def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
     if policy.hard_limit_grace_s is None:
-        body = _(
-            "Job #%(id)d reached its time limit. It keeps running; the lab's policy does not stop it."
-        ) % {"id": job.pk}
+        body = gettext_noop(
+            "Job #%(id)s reached its time limit. It keeps running; the lab's policy does not stop it."
+        )
+        params: dict[str, Any] = {"id": job.pk}
     else:
-        body = _(
-            "Job #%(id)d reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
-        ) % {"id": job.pk, "grace": _humanize_seconds(policy.hard_limit_grace_s)}
-    record_event(job, "soft_limit", body)
+        body = gettext_noop(
+            "Job #%(id)s reached its time limit. It will be stopped in %(grace)s unless it ends first; save your work."
+        )
+        params = {"id": job.pk, "grace": hours_minutes(policy.hard_limit_grace_s)}
+    record_event(job, "soft_limit", body, params=params)
     notify_user(
         job.owner,
         kind="soft_limit",
-        title=_("Job #%(id)d reached its time limit") % {"id": job.pk},
-        body=body,
+        title=lazy_text(gettext_noop("Job #%(id)s reached its time limit"), id=job.pk),
+        body=lazy_text(
+            body,
+            **{**params, "grace": lazy_hours_minutes(policy.hard_limit_grace_s or 0)},
+        ),
         url=f"/jobs/{job.pk}/",
     )
 
 
-def notify_user(user: User, *, kind: str, title: str, body: str, url: str = "") -> None:
+def notify_user(user: User, *, kind: str, title: Any, body: Any, url: str = "") -> None:
     """In the app and by email."""
     credit_services.notify(user=user, kind=kind, title=title, body=body, url=url)

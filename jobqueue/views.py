@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
 from alerts.selectors import alerts_for_job
+from accounts.selectors import credits_charged_for_job
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
@@ -108,6 +109,7 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
     context = {
         "job": job,
+        "credits_charged": credits_charged_for_job(job.pk) if job.is_final else None,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
         "job_alerts": alerts_for_job(job_id=job.pk),

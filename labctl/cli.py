@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -129,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
     p.add_argument(
-        "--preemptible", action="store_true", help="may be preempted for cheaper credits"
+        "--preemptible",
+        action="store_true",
+        help="may be stopped and requeued for an emergency or a reservation (same rate)",
     )
     p.add_argument("argv", nargs="*", metavar="-- COMMAND", help="the command to run, after --")
 
@@ -408,6 +411,13 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def _command_line(command: list[Any]) -> str:
+    """As the member typed it: a shell line (`/bin/sh -c LINE`) shows as the line."""
+    if len(command) == 3 and command[:2] == ["/bin/sh", "-c"]:
+        return str(command[2])
+    return shlex.join(str(p) for p in command)
+
+
 def _job_details(args: argparse.Namespace, client: Client) -> int:
     job = client.get(f"/api/jobs/{args.job_id}/")
     events = client.get(f"/api/jobs/{args.job_id}/events/")
@@ -422,7 +432,7 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
         ("state", job.get("state")),
         ("queue", job.get("queue")),
         ("image", job.get("image")),
-        ("command", " ".join(str(p) for p in job.get("command") or [])),
+        ("command", _command_line(job.get("command") or [])),
         (
             "gpus",
             gpus

@@ -51,6 +51,19 @@ else:
 
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# Where members reach the portal: emails carry absolute links built on it.
+_default_site_url = (
+    "http://127.0.0.1:8000"
+    if DEBUG or ALLOWED_HOSTS[0].startswith((".", "*"))
+    else f"https://{ALLOWED_HOSTS[0]}"
+)
+LABPORTAL_SITE_URL = (env_str("SITE_URL", _default_site_url) or _default_site_url).rstrip("/")
+if not LABPORTAL_SITE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"SITE_URL must be an absolute address such as https://gpu.lab.example.org "
+        f"(got {LABPORTAL_SITE_URL!r})."
+    )
+
 # --- Applications -----------------------------------------------------------
 DJANGO_APPS = [
     "django.contrib.admin",
@@ -94,6 +107,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "labportal.error_pages.FriendlyNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "labportal.urls"

@@ -1,15 +1,24 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
+from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from labportal import views as portal_views
 from telemetry import views as telemetry_views
 
+admin.site.site_header = _("LabPortal administration")
+admin.site.site_title = _("LabPortal admin")
+admin.site.index_title = _("Lab settings, people and machines")
+
 urlpatterns = [
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
     path("metrics", telemetry_views.metrics, name="metrics"),
+    path("i18n/setlang/", portal_views.set_language, name="set_language"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),
     path("account/", include("accounts.urls")),

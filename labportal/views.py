@@ -6,6 +6,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from labportal.home import home_for
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.i18n import set_language as django_set_language
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -19,3 +23,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def dashboard(request: HttpRequest) -> HttpResponse:
     """The member's home: their jobs, next booking, credits, the lab today, what to do next."""
     return render(request, "labportal/home.html", {"home": home_for(request.user)})
+def set_language(request: HttpRequest) -> HttpResponse:
+    """Django's language switch, which also remembers the choice on the member's account:
+    notifications and emails written later use it."""
+    response = django_set_language(request)
+    language = request.POST.get("language", "")
+    user = getattr(request, "user", None)
+    if (
+        request.method == "POST"
+        and user is not None
+        and user.is_authenticated
+        and language in dict(settings.LANGUAGES)
+        and getattr(user, "preferred_language", language) != language
+    ):
+        user.preferred_language = language
+        user.save(update_fields=["preferred_language"])
+    return response

@@ -245,7 +245,8 @@ def calendar_view(
         else:
             kind = "other"
         left, width = position(reservation.start, reservation.end)
-        who = reservation.user.username if (user.is_staff or kind != "other") else ""
+        # Like the queue, the calendar says whose a booking is: members plan around each other.
+        who = reservation.user.display_name
         for gpu in reservation.gpus.all():
             if gpu.pk in rows:
                 rows[gpu.pk].bars.append(

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import formats, timezone, translation
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from reservations.errors import (
     BookingRuleViolation,
@@ -369,8 +370,8 @@ def reservation_create(
             kind="reservation",
             idempotency_key=f"reservation:{reservation.pk}:book",
             reservation=reservation,
-            note=_("Booking of %(count)d GPUs, %(start)s – %(end)s")
-            % {"count": len(gpu_ids), "start": _when(start), "end": _when(end)},
+            note=gettext_noop("Booking of %(count)d GPUs, %(start)s – %(end)s"),
+            note_params={"count": len(gpu_ids), "start": _when(start), "end": _when(end)},
             created_by=user,
         )
         reservation.charged = cost
@@ -403,7 +404,8 @@ def reservation_cancel(*, reservation_id: int, actor: Any) -> Reservation:
             kind="refund",
             idempotency_key=f"reservation:{reservation.pk}:refund:cancel",
             reservation=reservation,
-            note=_("Cancelled booking refunded"),
+            note=gettext_noop("Cancelled booking refunded"),
+            note_params={},
             created_by=actor,
         )
         reservation.charged = Decimal(0)
@@ -453,8 +455,8 @@ def reservation_release_early(*, reservation_id: int, actor: Any) -> Reservation
             kind="refund",
             idempotency_key=f"reservation:{reservation.pk}:refund:release",
             reservation=reservation,
-            note=_("Unused time of a booking released early (from %(from)s)")
-            % {"from": _when(new_end)},
+            note=gettext_noop("Unused time of a booking released early (from %(from)s)"),
+            note_params={"from": _when(new_end)},
             created_by=actor,
         )
         reservation.charged -= refund
@@ -522,7 +524,8 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
             kind="reservation",
             idempotency_key=f"reservation:{reservation.pk}:extend:{old_end:%Y%m%dT%H%M%S}-{new_end:%Y%m%dT%H%M%S}",
             reservation=reservation,
-            note=_("Booking extended until %(end)s") % {"end": _when(new_end)},
+            note=gettext_noop("Booking extended until %(end)s"),
+            note_params={"end": _when(new_end)},
             created_by=actor,
         )
         reservation.charged += extra

@@ -11,11 +11,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import floatformat
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from labportal.durations import hours_minutes
 from labportal.errors import DomainError
 from reservations import ical
 from reservations.errors import ReservationError
@@ -238,7 +240,18 @@ def reservation_extend_view(request: HttpRequest, pk: int) -> HttpResponse:
     reservation = _own_reservation(request, pk)
     form = ExtendForm(request.POST)
     if not form.is_valid():
-        messages.error(request, _("Give the number of hours to extend by, e.g. 1 or 0.5."))
+        rules = BookingRule.for_user(reservation.user)
+        messages.error(
+            request,
+            _(
+                "Give the number of hours to extend by, e.g. 1 or 0.5. A booking may last at "
+                "most %(hours)s hours in all; this one already lasts %(now)s."
+            )
+            % {
+                "hours": floatformat(rules.max_length.total_seconds() / 3600, -1),
+                "now": hours_minutes(reservation.end - reservation.start),
+            },
+        )
         return redirect("reservation_list")
     hours: Decimal = form.cleaned_data["hours"]
     return _run_action(

@@ -50,6 +50,7 @@ _WRAPPER = 'trap ":" TERM INT; "$@" </dev/null; rc=$?; echo "$rc" >&0; exit "$rc
 # above all) stays out of the job's environment.
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
+_CLOSE_GRACE_S = 3.0
 _POLL_S = 0.05
 
 
@@ -354,6 +355,15 @@ class LocalProcessRuntime(ContainerRuntime):
                         os.kill(pid, signal.SIGKILL)
                         killed.append(pid)
             return killed
+    def close(self) -> None:
+        """Stop every job still running: local processes must not outlive the demo's agent.
+
+        Each job runs in its own process group (so a Ctrl-C to the agent does not reach
+        it); without this, stopping the demo would leave the jobs' processes behind.
+        """
+        for status in self.list_jobs():
+            if status.running:
+                self.stop(status.job_id, _CLOSE_GRACE_S)
 
     def job_for_pid(self, pid: int) -> JobStatus | None:
         try:

@@ -5,3 +5,12 @@ document.addEventListener("change", (event) => {
     target.form.submit();
   }
 });
+
+// Ask before an action that cannot be undone (cancelling a running job, draining a node):
+// a form with data-confirm="question" submits only once the member says yes.
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if (form instanceof HTMLFormElement && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    event.preventDefault();
+  }
+});

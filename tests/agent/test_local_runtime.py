@@ -194,3 +194,32 @@ def test_an_agent_on_the_local_runtime_reports_an_exit_without_its_watch_loop(
     event = wait_until(lambda: app.events("exited"))[0]
     assert (event["job_id"], event["exit_code"]) == (22, 5)
     assert [e["kind"] for e in app.events()] == ["started", "exited"]
+def test_closing_the_runtime_stops_the_whole_process_group_of_running_jobs(
+    runtime: LocalProcessRuntime,
+) -> None:
+    # What Ctrl-C on the demo does: the agent closes its runtime on the way out.
+    runtime.start(spec(40, "sleep 60 & sleep 60; wait"))
+    pgid = wait_until(lambda: runtime._meta(40))["pid"]
+    runtime.close()
+    assert exited(runtime, 40) is not None
+    assert _live_members_of_group(pgid) == []
+
+
+def _live_members_of_group(pgid: int) -> list[int]:
+    """Pids in the process group that are not zombies (a zombie awaits only its reaping)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
+def test_a_shell_form_command_runs_as_typed(runtime: LocalProcessRuntime) -> None:
+    runtime.start(JobSpec.from_wire(job_spec(41, command=["/bin/sh", "-c", "sleep 0; echo done"])))
+    status = wait_until(lambda: exited(runtime, 41))
+    assert status.exit_code == 0
+    assert "done" in logs_of(runtime, 41, 10)

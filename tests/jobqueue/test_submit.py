@@ -33,10 +33,24 @@ def test_a_valid_job_is_queued_with_an_event(
     with django_capture_on_commit_callbacks(execute=True):
         job = submit(alice, env={"WANDB_MODE": "offline"})
     assert job.state == Job.State.PENDING
-    assert job.command == ["python", "train.py", "--epochs", "3"]
+    assert job.command == ["/bin/sh", "-c", "python train.py --epochs 3"]
     assert job.time_limit_s == Queue.objects.get(name="normal").default_time_limit_s
     assert [e.kind for e in job.events.all()] == ["submitted"]
     assert sent_tasks.named("control.scheduling_pass")
+
+
+def test_a_typed_command_runs_through_the_shell_and_is_shown_as_typed(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    job = submit(alice, command="sleep 20; echo done")
+    assert job.command == ["/bin/sh", "-c", "sleep 20; echo done"]
+    assert job.command_display == "sleep 20; echo done"
+
+
+def test_an_argument_list_keeps_the_exec_form(alice: Any, cluster: Any, image: Any) -> None:
+    job = submit(alice, command=["python", "train.py", "--note", "a b; c"])
+    assert job.command == ["python", "train.py", "--note", "a b; c"]
+    assert job.command_display == "python train.py --note 'a b; c'"
 
 
 @pytest.mark.parametrize(

@@ -109,3 +109,10 @@ def test_array_ranges_parse_and_bad_ones_say_how_to_write_them() -> None:
     for bad, hint in (("a-b", "use 0-9"), ("5-1", "write it as 1-5"), ("0-600", "at most 500")):
         with pytest.raises(ValueError, match=hint):
             parse_array(bad)
+
+
+def test_a_shell_line_shows_as_typed_and_an_argument_list_shell_quoted() -> None:
+    from labctl.cli import _command_line
+
+    assert _command_line(["/bin/sh", "-c", "sleep 20; echo done"]) == "sleep 20; echo done"
+    assert _command_line(["python", "a b.py"]) == "python 'a b.py'"

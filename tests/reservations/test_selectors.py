@@ -83,8 +83,8 @@ class TestCalendar:
         rows = {row.gpu.pk: row for group in view["groups"] for row in group.rows}
         assert [b.kind for b in rows[gpus[0].pk].bars] == ["mine"]
         assert [(b.kind, b.title) for b in rows[gpus[1].pk].bars] == [
-            ("other", "")
-        ]  # names hidden from members
+            ("other", "bob")
+        ]  # whose it is, as the queue shows owners
         assert [b.kind for b in rows[gpus[4].pk].bars] == ["maintenance"]
         job_bar = rows[gpus[2].pk].bars[0]
         assert job_bar.kind == "job"

@@ -52,7 +52,9 @@ def test_a_member_books_two_gpus_and_is_charged_their_gpu_hours(
             "kind": "reservation",
             "idempotency_key": f"reservation:{reservation.pk}:book",
             "reservation": reservation,
-            "note": contracts.ledger[0]["note"],
+            # The note is a msgid with its parameters: it reads in each reader's language.
+            "note": "Booking of %(count)d GPUs, %(start)s – %(end)s",
+            "note_params": contracts.ledger[0]["note_params"],
             "created_by": alice,
         }
     ]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from reservations.models import Reservation
+from reservations.models import BookingRule, Reservation
 from reservations.services import reservation_create
 from tests.reservations.conftest import at
 from tests.reservations.factories import running_job
@@ -53,7 +53,9 @@ def test_the_calendar_shows_own_and_other_bookings_and_running_jobs(
     assert "cal-bar bar-job" in page
     page_bob = client_for(bob).get("/reservations/", {"date": "2027-03-01"}).content.decode()
     assert "cal-bar bar-other" in page_bob and "cal-bar bar-mine" not in page_bob
-    assert "alice&#x27;s run" not in page_bob  # others' notes stay private
+    # Like the queue, the calendar says whose a booking is and what it is for.
+    assert "alice&#x27;s run" in page_bob
+    assert "booked by alice" in page_bob
 
 
 def test_the_week_view_has_168_hour_columns(alice: Any, gpus: list[Any]) -> None:
@@ -201,3 +203,13 @@ def test_each_week_cell_is_a_labelled_booking_link_for_a_future_hour(
     )
     assert cell in page
     assert page.count('<a class="cal-cell') == 168 * len(gpus)
+def test_extending_past_what_the_form_takes_says_the_maximum(
+    alice: Any, alices: Reservation
+) -> None:
+    response = client_for(alice).post(
+        f"/reservations/{alices.pk}/extend/", {"hours": "500"}, follow=True
+    )
+    page = response.content.decode()
+    max_hours = BookingRule.for_user(alice).max_length.total_seconds() / 3600
+    assert f"at most {max_hours:g} hours in all" in page
+    assert "this one already lasts 2 h" in page
