@@ -25,6 +25,7 @@ from accounts.serializers import (
     LedgerEntrySerializer,
     NotificationSerializer,
 )
+from labportal.api_schema import SingleObjectAutoSchema
 
 USER_PARAM = OpenApiParameter("user", str, description="Staff only: another member's username.")
 
@@ -46,6 +47,7 @@ class CreditViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     """Your credit balance, burn rate over the last 7 days and when it runs out at that rate."""
 
     serializer_class = CreditSummarySerializer
+    schema = SingleObjectAutoSchema()
 
     @extend_schema(parameters=[USER_PARAM], responses=CreditSummarySerializer)
     def list(self, request: Request) -> Response:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from cluster import views as cluster_views
 from labportal import views as portal_views
@@ -19,7 +19,9 @@ urlpatterns = [
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),
     path("api/", include("jobqueue.approval_api_urls")),
+    # One sign-in page for everyone, so that the login lockout covers staff too.
+    path("admin/login/", portal_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api_docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api_docs"),
 ]

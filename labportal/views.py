@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from django.contrib import admin
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
+from django.urls import reverse
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -9,3 +12,15 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """Staff sign in on the one sign-in page, where the login lockout applies.
+
+    A signed-in member without staff rights still sees the admin's own refusal
+    (sending them to the sign-in page would bounce straight back to the admin).
+    """
+    if request.method == "GET" and request.user.is_authenticated:
+        return admin.site.login(request)
+    query = request.GET.urlencode()
+    return redirect(reverse("account_login") + (f"?{query}" if query else ""))
