@@ -21,8 +21,10 @@ def choices_param(request: Request, name: str, choices: Iterable[str]) -> list[s
     if unknown:
         raise ValidationError(
             {
-                name: _("Unknown value “%(value)s”; use one or more of: %(allowed)s.")
-                % {"value": unknown[0], "allowed": ", ".join(allowed)}
+                name: [
+                    _("Unknown value “%(value)s”; use one or more of: %(allowed)s.")
+                    % {"value": unknown[0], "allowed": ", ".join(allowed)}
+                ]
             }
         )
     return values

@@ -10,6 +10,7 @@ from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
 
 NUL = "\x00"
+FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 def nul_character_refusal(request: HttpRequest, where: str) -> HttpResponse:
@@ -29,7 +30,8 @@ def _nul_location(request: HttpRequest) -> str | None:
     for key, values in request.GET.lists():
         if NUL in key or any(NUL in value for value in values):
             return _("the query parameter “%(name)s”") % {"name": key.replace(NUL, "\\0")}
-    if request.content_type == "application/x-www-form-urlencoded":
+    if request.method == "POST" and request.content_type in FORM_CONTENT_TYPES:
+        # CsrfViewMiddleware reads request.POST of every POST anyway; DRF reuses it.
         for key, values in request.POST.lists():
             if NUL in key or any(NUL in value for value in values):
                 return _("the form field “%(name)s”") % {"name": key.replace(NUL, "\\0")}
@@ -40,7 +42,7 @@ class RejectNulCharactersMiddleware:
     """Refuse a NUL in the path, the query string or a form body before any view runs.
 
     PostgreSQL text cannot hold a NUL, so a lookup or filter with one would fail
-    deep in the database with a 500. JSON bodies are checked by the API's parser
+    deep in the database with a 500. JSON bodies are checked by the API's parsers
     (labportal.parsers), where a NUL inside a string is visible after decoding.
     """
 
