@@ -317,8 +317,9 @@ LABPORTAL_LOGIN_FAILURES_PER_ADDRESS = env_int(
 )
 LABPORTAL_LOGIN_LOCKOUT_S = env_int("LABPORTAL_LOGIN_LOCKOUT_S", 300, minimum=10)
 # allauth's own per-IP failure limit would lock out everyone behind one proxy and
-# cannot say for how long; accounts.lockout replaces it.
-ACCOUNT_RATE_LIMITS = {"login_failed": None}
+# cannot say for how long; accounts.lockout replaces it. allauth's flood limit on
+# the sign-in form (per address, failures or not) stays above the address lockout.
+ACCOUNT_RATE_LIMITS = {"login_failed": None, "login": "60/m/ip"}
 
 # --- LabPortal policy -------------------------------------------------------
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)

@@ -37,7 +37,9 @@ def body(response: Any) -> Any:
         "/api/reservations/suggest/?hours=1&node=%00",
     ],
 )
-def test_a_nul_in_a_lookup_or_filter_is_a_400_that_says_so(alice: Any, queues: Any, url: str) -> None:
+def test_a_nul_in_a_lookup_or_filter_is_a_400_that_says_so(
+    alice: Any, queues: Any, url: str
+) -> None:
     response = api_as(alice).get(url)
     assert response.status_code == 400, response.content
     assert body(response)["code"] == "nul_character"
