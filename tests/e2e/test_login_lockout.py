@@ -161,6 +161,4 @@ def test_one_attacker_does_not_lock_out_other_members_across_two_workers(
     workers = set(re.findall(r"worker=<?(\d+)>? POST /accounts/login/", stack.tail("web", 500)))
     assert len(workers) == 2, f"sign-ins were served by {workers}; expected both workers"
     _url, client = redis_cache_url
-    assert list(client.scan_iter(match="labportal:*login-lockout:until:*")), (
-        "no lockout in Redis"
-    )
+    assert list(client.scan_iter(match="labportal:*login-lockout:until:*")), "no lockout in Redis"
