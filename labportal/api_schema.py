@@ -25,8 +25,8 @@ INVALID_BODY: dict[str, Any] = {
 
 class LabPortalAutoSchema(AutoSchema):
     """Adds the error answers to each operation: 400 (bad input: any request may be refused,
-    if only for a NUL character), 401 and 403 where a sign-in is needed, and 404 where the
-    path names an object."""
+    if only for a NUL character), 401 and 403 where a sign-in is needed, 404 where the
+    path names an object, and 409 and 429 (domain refusals) for the writes."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
@@ -41,6 +41,17 @@ class LabPortalAutoSchema(AutoSchema):
             errors["403"] = (ERROR_BODY, "Not allowed for this member.")
         if "{" in self.path:
             errors["404"] = (ERROR_BODY, "No such object, or not visible to this member.")
+        if self.method != "GET":
+            # Services refuse with named domain errors (labportal.api_errors).
+            errors["409"] = (
+                ERROR_BODY,
+                "Conflicts with the current state (e.g. an overlapping booking, "
+                "a request already awaiting a decision, a job already ended).",
+            )
+            errors["429"] = (
+                ERROR_BODY,
+                "A limit per member is reached (e.g. queued jobs, emergency requests per period).",
+            )
         for code, (body, description) in errors.items():
             if code not in responses:
                 responses[code] = {
