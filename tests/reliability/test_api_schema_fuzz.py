@@ -50,9 +50,20 @@ def lab(db: Any, cluster: Any, image: Any, alice: Any) -> dict[str, str]:
 
 @pytest.fixture
 def live_schema(lab: dict[str, str]) -> Any:
+    from django.core import signals
+    from django.db import close_old_connections
+
     from labportal.wsgi import application
 
-    return schemathesis.openapi.from_wsgi("/api/schema/", application)
+    # As Django's test client does: the WSGI handler would otherwise close the
+    # connection that holds the test's transaction after each request.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        yield schemathesis.openapi.from_wsgi("/api/schema/", application)
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
 
 
 @schema.parametrize()
