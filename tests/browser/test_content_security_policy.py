@@ -41,9 +41,9 @@ def refusals(page: Any) -> list[str]:
     messages: list[str] = []
     page.on(
         "console",
-        lambda message: messages.append(message.text)
-        if "Content Security Policy" in message.text
-        else None,
+        lambda message: (
+            messages.append(message.text) if "Content Security Policy" in message.text else None
+        ),
     )
     return messages
 
