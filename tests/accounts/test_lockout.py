@@ -37,9 +37,11 @@ def lockout_settings(settings: Any) -> Any:
 
 def sign_in(login: str, password: str, *, via_proxy_for: str | None = None) -> Any:
     """One sign-in through a fresh browser; `via_proxy_for` is the client behind the proxy."""
-    client = Client(REMOTE_ADDR=PROXY if via_proxy_for else MEMBER)
-    headers = {"HTTP_X_FORWARDED_FOR": via_proxy_for} if via_proxy_for else {}
-    return client.post(reverse("account_login"), {"login": login, "password": password}, **headers)
+    headers: dict[str, Any] = {"REMOTE_ADDR": PROXY if via_proxy_for else MEMBER}
+    if via_proxy_for:
+        headers["HTTP_X_FORWARDED_FOR"] = via_proxy_for
+    client = Client(**headers)
+    return client.post(reverse("account_login"), {"login": login, "password": password})
 
 
 def signed_in(response: Any) -> bool:

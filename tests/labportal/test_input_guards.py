@@ -89,8 +89,8 @@ def test_a_nul_in_a_form_body_is_refused_for_pages_and_api(alice: Any, cluster: 
     response = client.post("/account/notifications/read/", {"id": "1\x00"})
     assert response.status_code == 400
     assert "form field “id”" in response.content.decode()
-    response = api_as(alice).post("/api/grants/", {"reason": "a\x00", "deadline": "2030-01-01"})
-    assert response.status_code == 400
+    api_response = api_as(alice).post("/api/grants/", {"reason": "a\x00", "deadline": "2030-01-01"})
+    assert api_response.status_code == 400
 
 
 def test_a_command_with_a_nul_is_refused_by_the_submit_service_too(
@@ -211,3 +211,11 @@ def test_marking_a_notification_read_with_a_non_ascii_or_huge_id_is_not_found(
     assert "That notification does not exist." in response.content.decode()
     note.refresh_from_db()
     assert note.read_at is None
+
+
+def test_the_nul_refusal_is_in_the_members_language(alice: Any) -> None:
+    api = api_as(alice)
+    response = api.get("/api/jobs/?state=%00", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "空字符" in body(response)["detail"]
+    response = api.get("/api/jobs/?state=%00")
+    assert "NUL character" in body(response)["detail"]

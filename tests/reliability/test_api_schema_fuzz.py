@@ -41,7 +41,7 @@ def lab(db: Any, cluster: Any, image: Any, alice: Any) -> dict[str, str]:
         user=alice, gpu_ids=[gpu.pk], start=start, end=start + timedelta(hours=2), note="fuzz"
     )
     Notification.objects.create(user=alice, kind="info", title="hello", body="fuzz")
-    staff = UserFactory(username="fuzz-admin", is_staff=True, is_superuser=True)
+    staff: Any = UserFactory(username="fuzz-admin", is_staff=True, is_superuser=True)
     return {
         "member": PersonalAccessToken.issue(user=alice, name="fuzz")[1],
         "staff": PersonalAccessToken.issue(user=staff, name="fuzz")[1],
