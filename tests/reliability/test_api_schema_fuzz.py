@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import status_code_conformance
 from accounts.models import Notification, PersonalAccessToken
 from tests.factories import UserFactory
 
-EXAMPLES_PER_OPERATION = 12
+EXAMPLES_PER_OPERATION = 10
 
 schema = schemathesis.pytest.from_fixture("live_schema")
 
