@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="DIR",
-        help="refuse any mount whose source is not under DIR (repeatable) "
-        "[env LABPORTAL_ALLOWED_MOUNT_ROOTS, colon-separated]",
+        help="required: jobs may mount only from under DIR (repeatable; `none` allows no "
+        "mounts) [env LABPORTAL_ALLOWED_MOUNT_ROOTS, colon-separated]",
     )
     parser.add_argument(
         "--print-info",
@@ -210,6 +210,9 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
         roots = tuple(args.allowed_mount_root)
     else:
         roots = tuple(r for r in env.get("LABPORTAL_ALLOWED_MOUNT_ROOTS", "").split(":") if r)
+    roots_given = bool(roots)
+    if roots == ("none",):
+        roots = ()
     for root in roots:
         if not root.startswith("/") or ".." in Path(root).parts:
             raise ConfigError(
@@ -223,6 +226,12 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
             f"{where('--log-level')} is {log_level!r}; use DEBUG, INFO, WARNING or ERROR."
         )
     state_dir = raw("--state-dir")
+    if not roots_given and not print_info:
+        raise ConfigError(
+            "LABPORTAL_ALLOWED_MOUNT_ROOTS (--allowed-mount-root) is not set. Name the host "
+            "directories that jobs may mount from (e.g. --allowed-mount-root /data "
+            "--allowed-mount-root /home), or `--allowed-mount-root none` to allow no mounts."
+        )
     return AgentConfig(
         name=name,
         broker_url=broker,

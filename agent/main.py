@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here so that a config error costs no Celery import time.
     from agent import tasks
     from agent.celery_app import configure, node_queue
+    from agent.signing import CommandVerifier, NonceLedger
 
     app = configure(cfg.broker_url)
     app.conf.broker_transport_options = broker_transport_options(cfg.broker_url)
@@ -129,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             samples_per_batch=cfg.samples_per_batch,
         ),
         allowed_mount_roots=cfg.allowed_mount_roots,
+        verifier=CommandVerifier(
+            cfg.token, cfg.name, NonceLedger(cfg.state_dir / "seen-command-nonces.json")
+        ),
     )
     tasks.set_node_agent(node_agent)
 

@@ -27,6 +27,7 @@ from agent.runtime.base import (
     RuntimeStartError,
     SpecRejected,
 )
+from agent.signing import CommandVerifier, SignatureRefused
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class NodeAgent:
         reporter: ControlReporter,
         timing: AgentTiming | None = None,
         allowed_mount_roots: Sequence[str] = (),
+        verifier: CommandVerifier | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
@@ -66,6 +68,7 @@ class NodeAgent:
         self.reporter = reporter
         self.timing = timing or AgentTiming()
         self.allowed_mount_roots = tuple(allowed_mount_roots)
+        self.verifier = verifier
         self._clock = clock
         self._lock = threading.RLock()
         self._gpu_uuids: set[str] = set()
@@ -123,6 +126,22 @@ class NodeAgent:
         self._sync(at_startup=True)
 
     # -- tasks ------------------------------------------------------------------
+
+    def refuse_unless_signed(self, task: str, args: list[Any], auth: Any) -> dict | None:
+        """``None`` if the portal signed this command; otherwise refuse it, log and report it.
+
+        An agent with no verifier refuses every command: it cannot tell the portal's
+        messages from anyone else's on the broker.
+        """
+        try:
+            if self.verifier is None:
+                raise SignatureRefused("unsigned", "this agent has no key to check commands with")
+            self.verifier.verify(task, args, auth)
+        except SignatureRefused as exc:
+            log.warning("refused %s: %s", task, exc)
+            self.reporter.refusal(task, exc.reason, exc.detail[:500])
+            return {"ok": False, "refused": exc.reason, "detail": exc.detail}
+        return None
 
     def start_job(self, data: Mapping[str, Any], *, delivery_id: str | None = None) -> dict:
         """Start the job unless it already has a container here; report what happened.

@@ -1,7 +1,9 @@
 """Sends the agent's reports to the portal: tasks by name on the ``control`` queue.
 
-Every message's first two arguments are the node name and the node token;
-the portal checks both before it believes anything else in the message.
+Every message's first two arguments are the node name and a signature over the
+whole message made with the node token's key (``agent.signing``); the token
+itself never travels on the broker. The portal checks both before it believes
+anything else in the message.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from agent.celery_app import CONTROL_QUEUE
+from agent.signing import REPORT_TTL_S, key_from_token, sign, token_kid
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +23,7 @@ NODE_HEARTBEAT = "control.node_heartbeat"
 JOB_EVENT = "control.job_event"
 SAMPLES_INGEST = "control.samples_ingest"
 JOB_LOGS_REPORT = "control.job_logs_report"
+COMMAND_REFUSED = "control.command_refused"
 
 
 class TaskSender(Protocol):
@@ -40,12 +44,22 @@ class ControlReporter:
     def __init__(self, app: TaskSender, node: str, token: str, *, max_outbox: int = 10_000):
         self._app = app
         self._node = node
-        self._token = token
+        self._key = key_from_token(token)
+        self._kid = token_kid(token)
         self._outbox: deque[dict[str, Any]] = deque(maxlen=max_outbox)
         self._lock = threading.Lock()
 
     def _send(self, name: str, *args: Any) -> None:
-        self._app.send_task(name, args=[self._node, self._token, *args], queue=CONTROL_QUEUE)
+        # Signed at each try, so an event that waited in the outbox leaves fresh.
+        auth = sign(
+            self._key,
+            kid=self._kid,
+            task=name,
+            node=self._node,
+            args=list(args),
+            ttl_s=REPORT_TTL_S,
+        )
+        self._app.send_task(name, args=[self._node, auth, *args], queue=CONTROL_QUEUE)
 
     def register(self, info: dict[str, Any]) -> None:
         """Send ``control.node_register``; raise if the broker is unreachable."""
@@ -59,6 +73,10 @@ class ControlReporter:
 
     def job_logs(self, job_id: int, text: str) -> bool:
         return self._try(JOB_LOGS_REPORT, job_id, text)
+
+    def refusal(self, task: str, reason: str, detail: str) -> bool:
+        """Tell the portal's admins that this agent refused a command (forged, replayed, ...)."""
+        return self._try(COMMAND_REFUSED, task, reason, detail)
 
     def job_event(self, event: dict[str, Any]) -> bool:
         """Send an event now, or keep it for ``flush_outbox``. True if it went out now."""

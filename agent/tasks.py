@@ -26,19 +26,36 @@ def get_node_agent() -> NodeAgent:
     return _node_agent
 
 
+# Every command must carry the portal's signature (``auth``, see agent.signing);
+# an unsigned, forged, expired or replayed one is refused before anything runs.
+
+
 @app.task(name="agent.start_job", bind=True)
-def start_job(self: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def start_job(self: Any, spec: dict[str, Any], auth: Any = None) -> dict[str, Any]:
     """Start a job's container unless it already has one on this node."""
-    return get_node_agent().start_job(spec, delivery_id=self.request.id)
+    node_agent = get_node_agent()
+    if (refusal := node_agent.refuse_unless_signed("agent.start_job", [spec], auth)) is not None:
+        return refusal
+    return node_agent.start_job(spec, delivery_id=self.request.id)
 
 
 @app.task(name="agent.stop_job")
-def stop_job(job_id: int, grace_s: int, reason: str) -> dict[str, Any]:
+def stop_job(job_id: int, grace_s: int, reason: str, auth: Any = None) -> dict[str, Any]:
     """SIGTERM the job, wait ``grace_s`` seconds, then SIGKILL; report ``exited``."""
-    return get_node_agent().stop_job(int(job_id), float(grace_s), str(reason))
+    node_agent = get_node_agent()
+    args = [job_id, grace_s, reason]
+    if (refusal := node_agent.refuse_unless_signed("agent.stop_job", args, auth)) is not None:
+        return refusal
+    return node_agent.stop_job(int(job_id), float(grace_s), str(reason))
 
 
 @app.task(name="agent.job_logs")
-def job_logs(job_id: int, tail: int) -> None:
+def job_logs(job_id: int, tail: int, auth: Any = None) -> dict[str, Any]:
     """Answer with ``control.job_logs_report`` carrying the last ``tail`` lines."""
-    get_node_agent().job_logs(int(job_id), int(tail))
+    node_agent = get_node_agent()
+    if (
+        refusal := node_agent.refuse_unless_signed("agent.job_logs", [job_id, tail], auth)
+    ) is not None:
+        return refusal
+    node_agent.job_logs(int(job_id), int(tail))
+    return {"ok": True}

@@ -224,6 +224,7 @@ class RejectedMessage(models.Model):
         GPU_NOT_ON_NODE = "gpu_not_on_node", _("GPU not on this node")
         GPU_ON_OTHER_NODE = "gpu_on_other_node", _("GPU belongs to another node")
         JOB_NOT_ON_NODE = "job_not_on_node", _("job not on this node")
+        FORGED_COMMAND = "forged_command", _("command refused by the agent (unsigned or forged)")
 
     node_name = models.CharField(_("node name"), max_length=63)
     message = models.CharField(_("message"), max_length=40)

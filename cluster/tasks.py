@@ -1,8 +1,9 @@
 """The control queue's side of the agent protocol (see docs/nodes.md).
 
 Agents send these tasks by name to the `control` queue; the first two arguments
-are always the node name and its token. Each task checks the token, then calls a
-service. A refused message is logged and counted (admin: rejected agent
+are always the node name and a signature over the whole message made with the
+node token's key (`agent.signing`; the token itself never travels on the broker).
+Each task checks the signature, then calls a service. A refused message is logged and counted (admin: rejected agent
 messages) and the task returns normally, so the broker never redelivers it.
 Every task is safe to run twice.
 """
@@ -18,6 +19,7 @@ from django.db import OperationalError
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
 from cluster.protocol import MessageRefused, register_info_parse
+from cluster.signing import report_signature_refusal
 
 # A database that is briefly unreachable should not lose what the agent reported.
 RETRY_ON_DATABASE_ERRORS: dict[str, Any] = {
@@ -28,9 +30,31 @@ RETRY_ON_DATABASE_ERRORS: dict[str, Any] = {
 }
 
 
-def _handle(message: str, node_name: object, token: object, action: Callable[[str], object]) -> str:
-    """Check the node's identity, run `action`, and turn a refusal into a logged rejection."""
-    if not (
+def _handle(
+    message: str,
+    node_name: object,
+    token: object,
+    action: Callable[[str], object],
+    args: list[Any] | None = None,
+) -> str:
+    """Check the node's identity, run `action`, and turn a refusal into a logged rejection.
+
+    `token` is the signature envelope an agent of this release sends (checked over
+    the message's `args`), or a bare token string from an agent of an earlier release.
+    """
+    if isinstance(token, dict) and isinstance(node_name, str):
+        refusal = report_signature_refusal(
+            node_name=node_name, task=f"control.{message}", args=args or [], envelope=token
+        )
+        if refusal is not None:
+            services.message_reject(
+                node_name=node_name,
+                message=message,
+                reason=RejectedMessage.Reason.BAD_TOKEN,
+                detail=refusal,
+            )
+            return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    elif not (
         isinstance(node_name, str)
         and isinstance(token, str)
         and NodeToken.matches(node_name=node_name, secret=token)
@@ -61,6 +85,7 @@ def node_register(node_name: str, token: str, info: dict[str, Any]) -> str:
         node_name,
         token,
         lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
+        [info],
     )
 
 
@@ -72,6 +97,7 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
         node_name,
         token,
         lambda name: services.node_heartbeat_record(node_name=name, info=info),
+        [info],
     )
 
 
@@ -84,6 +110,7 @@ def job_event(node_name: str, token: str, event: dict[str, Any]) -> str:
         node_name,
         token,
         lambda name: services.job_event_accept(node_name=name, event=event),
+        [event],
     )
 
 
@@ -98,6 +125,7 @@ def samples_ingest(node_name: str, token: str, samples: list[dict[str, Any]]) ->
         node_name,
         token,
         lambda name: ingest(node_name=name, samples=samples),
+        [samples],
     )
 
 
@@ -110,7 +138,23 @@ def job_logs_report(node_name: str, token: str, job_id: int, text: str) -> str:
         node_name,
         token,
         lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
+        [job_id, text],
     )
+
+
+@shared_task(name="control.command_refused", time_limit=30, soft_time_limit=20)
+def command_refused(node_name: str, token: str, task: str, reason: str, detail: str) -> str:
+    """An agent refused a command (unsigned, forged, expired, replayed): show it to admins."""
+
+    def record(name: str) -> None:
+        services.message_reject(
+            node_name=name,
+            message=f"agent refused {str(task)[:20]}",
+            reason=RejectedMessage.Reason.FORGED_COMMAND,
+            detail=f"{str(reason)[:40]}: {str(detail)[:1000]}",
+        )
+
+    return _handle("command_refused", node_name, token, record, [task, reason, detail])
 
 
 @shared_task(name="control.nodes_check_liveness", time_limit=60, soft_time_limit=50)

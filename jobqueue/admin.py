@@ -26,6 +26,7 @@ class QueueAdmin(admin.ModelAdmin[Queue]):
         "max_time_limit_s",
         "requires_grant",
         "allows_shared_slots",
+        "network_egress",
         "is_active",
     )
     list_editable = ("is_active",)

@@ -9,20 +9,23 @@ from django.conf import settings
 from django.db import transaction
 
 from cluster.models import Node
+from cluster.signing import command_auth
 
 logger = logging.getLogger(__name__)
 
 PIDS_LIMIT = 4096
 
 
-def _send(task: str, args: list[Any], queue: str) -> None:
+def _send(task: str, args: list[Any], node: Node) -> None:
+    """Send a signed command to the node's agent after commit (agents refuse unsigned ones)."""
     from labportal.celery import app
 
     def send() -> None:
         try:
-            app.send_task(task, args=args, queue=queue)
-        except Exception:  # the broker may be briefly away; the next pass or beat retries
-            logger.exception("could not send %s to %s", task, queue)
+            auth = command_auth(node_name=node.name, task=task, args=args)
+            app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.queue_name)
+        except Exception:  # the broker may be briefly away
+            logger.exception("could not send %s to %s", task, node.queue_name)
 
     transaction.on_commit(send)
 
@@ -50,16 +53,17 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
         "pids_limit": getattr(settings, "LABPORTAL_PIDS_LIMIT", PIDS_LIMIT),
         "mounts": mounts,
         "time_limit_s": int(job.time_limit_s),
+        "network": "egress" if job.queue.network_egress else "none",
     }
 
 
 def send_start(*, node: Node, spec: dict[str, Any]) -> None:
-    _send("agent.start_job", [spec], node.queue_name)
+    _send("agent.start_job", [spec], node)
 
 
 def send_stop(*, node: Node, job_id: int, grace_s: int, reason: str) -> None:
-    _send("agent.stop_job", [job_id, grace_s, reason], node.queue_name)
+    _send("agent.stop_job", [job_id, grace_s, reason], node)
 
 
 def send_logs_request(*, node: Node, job_id: int, tail: int = 200) -> None:
-    _send("agent.job_logs", [job_id, tail], node.queue_name)
+    _send("agent.job_logs", [job_id, tail], node)

@@ -51,6 +51,15 @@ class Queue(models.Model):
     )
     requires_grant = models.BooleanField(_("needs an approved priority grant"), default=False)
     allows_shared_slots = models.BooleanField(_("may use shared slots"), default=False)
+    network_egress = models.BooleanField(
+        _("jobs may reach the network"),
+        default=False,
+        help_text=_(
+            "Off: job containers have no network at all. On: each job gets a network of its "
+            "own with a route out (to download data, say). Before turning it on, firewall the "
+            "broker and the database from the GPU servers' container networks."
+        ),
+    )
     is_active = models.BooleanField(_("open for submissions"), default=True)
 
     class Meta:

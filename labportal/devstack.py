@@ -109,6 +109,8 @@ class Stack:
             "LABPORTAL_AGENT_STATE_DIR": str(state_dir),
             "LABPORTAL_HEARTBEAT_INTERVAL": "2",
             "LABPORTAL_SAMPLE_INTERVAL": "2",
+            # The demo lab's volume (see seed_demo) lives under var/.
+            "LABPORTAL_ALLOWED_MOUNT_ROOTS": str(state_dir.parent),
             **({"LABPORTAL_ALLOW_LOCAL_RUNTIME": "1"} if runtime == "local" else {}),
             **(extra_env or {}),
         }

@@ -98,6 +98,33 @@ class Workload:
     entitlement: dict[str, float]
     share_tree: ShareNode
     categories: dict[str, str] = field(default_factory=dict)
+    # "trace" when the trace names its users, "synthesised" when the simulator drew them.
+    users_source: str = "synthesised"
+    # Jobs wider than any node: refused at load, as the portal refuses them at submit.
+    refused: int = 0
+    window: str = "all"
+
+
+class EmptyWorkload(ValueError):
+    """The trace, or the window asked for, holds no job to replay."""
+
+
+NO_USER = {"", "NA", "na", "None", "-"}
+
+
+def auto_window_start(submits: Sequence[float]) -> float:
+    """Where the dense part of a trace begins: past a sparse head (at most 1% of the jobs
+    spread over more than half of the trace's span), or at its first job."""
+    if len(submits) < 2:
+        return submits[0] if submits else 0.0
+    ordered = sorted(submits)
+    span = ordered[-1] - ordered[0]
+    # The head ends at the widest gap among the cuts that leave at most 1% behind.
+    cuts = [k for k in range(1, len(ordered) // 100 + 1) if ordered[k] - ordered[0] > 0.5 * span]
+    if not cuts:
+        return ordered[0]
+    k = max(cuts, key=lambda k: (ordered[k] - ordered[k - 1], k))
+    return ordered[k]
 
 
 def round_up_to_standard_limit(seconds: float) -> float:
@@ -124,34 +151,73 @@ def load_workload(
     load: float,
     window: str,
     max_jobs: int | None,
+    max_gpus_per_job: int | None = None,
 ) -> Workload:
-    """Read the trace and turn its rows into jobs with users, limits and queues."""
+    """Read the trace and turn its rows into jobs with users, limits and queues.
+
+    Raises ``EmptyWorkload`` when nothing is left to replay. Jobs wider than
+    ``max_gpus_per_job`` (the widest node) are refused and counted.
+    """
     rows: list[dict[str, str]] = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             if not row["duration_s"] or not row["start_time_s"]:
                 continue  # never scheduled in production: no run time to replay
             rows.append(row)
+    if not rows:
+        raise EmptyWorkload(f"{path} holds no job with a run time to replay")
     lo, hi = -math.inf, math.inf
-    if window == "dense":
+    if window == "auto":
+        lo = auto_window_start([float(r["submit_time_s"]) for r in rows])
+    elif window == "dense":
         lo = DENSE_START_S
     elif window != "all":
         first, _, last = window.partition(":")
-        lo = float(first) if first else -math.inf
-        hi = float(last) if last else math.inf
-    rows = [r for r in rows if lo <= float(r["submit_time_s"]) < hi]
+        try:
+            lo = float(first) if first else -math.inf
+            hi = float(last) if last else math.inf
+        except ValueError:
+            raise EmptyWorkload(
+                f"--window {window!r} is not auto, dense, all or START:END in trace seconds"
+            ) from None
+    kept = [r for r in rows if lo <= float(r["submit_time_s"]) < hi]
+    if not kept:
+        submits = [float(r["submit_time_s"]) for r in rows]
+        raise EmptyWorkload(
+            f"--window {window} keeps none of the {len(rows)} jobs, which were submitted "
+            f"between {min(submits):.0f} s and {max(submits):.0f} s; choose a window in "
+            "that range, or --window all"
+        )
+    rows = kept
     rows.sort(key=lambda r: (float(r["submit_time_s"]), r["job_id"]))
+    refused = 0
+    if max_gpus_per_job is not None:
+        fits = [r for r in rows if int(r["num_gpus"]) <= max_gpus_per_job]
+        refused = len(rows) - len(fits)
+        rows = fits
     if max_jobs is not None:
         rows = rows[:max_jobs]
+    if not rows:
+        raise EmptyWorkload(f"every job in the window is wider than {max_gpus_per_job} GPUs")
 
     rng = random.Random(seed)
-    names = [f"user{r:02d}" for r in range(users)]
-    weights = [1.0 / (r + 1) ** 1.1 for r in range(users)]
+    trace_users = [r["user"] for r in rows if r.get("user", "").strip() not in NO_USER]
+    if len(trace_users) == len(rows):
+        # The trace's own users, ranked by how many jobs they submitted (ties by name).
+        counts: dict[str, int] = {}
+        for name in trace_users:
+            counts[name] = counts.get(name, 0) + 1
+        names = sorted(counts, key=lambda n: (-counts[n], n))
+        users_source = "trace"
+    else:
+        names = [f"user{r:02d}" for r in range(users)]
+        users_source = "synthesised"
+    weights = [1.0 / (r + 1) ** 1.1 for r in range(len(names))]
     categories = {name: category_of_rank(r) for r, name in enumerate(names)}
-    t0 = float(rows[0]["submit_time_s"]) if rows else 0.0
+    t0 = float(rows[0]["submit_time_s"])
     jobs: list[SimJob] = []
     for i, row in enumerate(rows):
-        user = rng.choices(names, weights)[0]
+        user = row["user"] if users_source == "trace" else rng.choices(names, weights)[0]
         duration = max(1.0, float(row["duration_s"]))
         factor = 1.2 + rng.expovariate(1 / 1.3)
         limit = round_up_to_standard_limit(duration * factor)
@@ -190,7 +256,16 @@ def load_workload(
     )
     total_weight = sum(CATEGORY_WEIGHTS[categories[n]] for n in names)
     entitlement = {n: CATEGORY_WEIGHTS[categories[n]] / total_weight for n in names}
-    return Workload(jobs, names, entitlement, tree, categories)
+    return Workload(
+        jobs,
+        names,
+        entitlement,
+        tree,
+        categories,
+        users_source=users_source,
+        refused=refused,
+        window=window if window != "auto" else f"auto (from {lo:.0f} s)",
+    )
 
 
 def build_cluster(
@@ -522,37 +597,90 @@ class Simulation:
             "jct_mean_s": _round(statistics.fmean(jct)) if jct else None,
             "bounded_slowdown_mean": _round(statistics.fmean(slowdown), 3) if slowdown else None,
             "jain": _round(self._jain(done), 4),
+            "jain_contention": _round(self._jain_contention(done), 4),
+            "slowdown_fairness": _round(self._slowdown_fairness(done), 4),
             "eta_error_median_s": _round(statistics.median(eta_errors))
             if eta_errors and self.policy_name != "timeslots"
+            else None,
+            "eta_error_median_s_by_horizon": _eta_errors_by_horizon(done)
+            if self.policy_name != "timeslots"
             else None,
             "runtime_error_median": _round(statistics.median(self.runtime_errors), 4)
             if self.runtime_errors
             else None,
             "unfinished": len(self.jobs) - len(done),
+            "refused_too_wide": self.workload.refused,
+            "users_source": self.workload.users_source,
+            "window": self.workload.window,
         }
 
-    def _jain(self, done: list[SimJob]) -> float | None:
-        """Mean over days of Jain's index of x_u = received / fair, where ``fair`` is the
-        weighted max-min share of the day's capacity given each user's demand that day."""
+    def _daily_jain(self, done: list[SimJob]) -> list[tuple[float, float]]:
+        """Per day with demand from two or more users: (Jain's index, waiting GPU-seconds).
+
+        The index is over x_u = received / fair, where ``fair`` is the weighted max-min
+        share of the day's capacity given each user's demand that day; the weight is the
+        GPU-seconds that jobs spent waiting that day (a quiet day weighs nothing)."""
         if not done:
-            return None
+            return []
         t0 = min(j.submit for j in done)
         t1 = max(_end(j) for j in done)
         windows = max(1, math.ceil((t1 - t0) / FAIRNESS_WINDOW_S))
         demand = [dict[str, float]() for _ in range(windows)]
         received = [dict[str, float]() for _ in range(windows)]
+        waiting = [dict[str, float]() for _ in range(windows)]
         for j in done:
             g = _unit_gpus(j, self.slots_per_gpu)
             _spread(demand, j.user, j.submit, _end(j), g, t0)
             _spread(received, j.user, _start(j), _end(j), g, t0)
+            _spread(waiting, j.user, j.submit, _start(j), g, t0)
         capacity = self.gpus * FAIRNESS_WINDOW_S
-        indices: list[float] = []
-        for want, got in zip(demand, received, strict=True):
+        days: list[tuple[float, float]] = []
+        for want, got, waited in zip(demand, received, waiting, strict=True):
             fair = _water_fill(want, self.workload.entitlement, capacity)
             xs = [got.get(u, 0.0) / f for u, f in fair.items() if f > 0]
             if len(xs) >= 2 and sum(x * x for x in xs) > 0:
-                indices.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
-        return statistics.fmean(indices) if indices else None
+                days.append((_jain_index(xs), sum(waited.values())))
+        return days
+
+    def _jain(self, done: list[SimJob]) -> float | None:
+        """Mean over days of the daily index (every day with demand counts the same)."""
+        days = self._daily_jain(done)
+        return statistics.fmean(i for i, _ in days) if days else None
+
+    def _jain_contention(self, done: list[SimJob]) -> float | None:
+        """The daily index weighted by that day's waiting: fairness where it was contested."""
+        days = self._daily_jain(done)
+        total = sum(w for _, w in days)
+        return sum(i * w for i, w in days) / total if total > 0 else None
+
+    def _slowdown_fairness(self, done: list[SimJob]) -> float | None:
+        """Jain's index over users of 1 / their mean bounded slowdown (1.0: equal slowdowns)."""
+        per_user: dict[str, list[float]] = {}
+        for j in done:
+            per_user.setdefault(j.user, []).append(
+                max(1.0, (_end(j) - j.submit) / max(j.duration, 10.0))
+            )
+        xs = [1.0 / statistics.fmean(v) for v in per_user.values()]
+        return _jain_index(xs) if len(xs) >= 2 else None
+
+
+def _jain_index(xs: Sequence[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+HORIZONS = (("within_1h", 3600.0), ("within_1d", 86_400.0), ("later", math.inf))
+
+
+def _eta_errors_by_horizon(done: Sequence[SimJob]) -> dict[str, float | None]:
+    """Median |estimated - actual start| for jobs that waited, by how long they waited."""
+    groups: dict[str, list[float]] = {name: [] for name, _ in HORIZONS}
+    for j in done:
+        if j.eta is None or _start(j) <= j.submit:
+            continue
+        wait = _start(j) - j.submit
+        name = next(n for n, limit in HORIZONS if wait <= limit)
+        groups[name].append(abs(j.eta - _start(j)))
+    return {n: _round(statistics.median(v)) if v else None for n, v in groups.items()}
 
 
 def _start(job: SimJob) -> float:
@@ -617,7 +745,7 @@ def simulate(
     users: int = 30,
     seed: int = 1,
     load: float = 1.0,
-    window: str = "dense",
+    window: str = "auto",
     max_jobs: int | None = None,
     slot_gpus: int = 1,
     slots_per_gpu: int = 4,
@@ -625,7 +753,13 @@ def simulate(
 ) -> dict[str, Any]:
     """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object)."""
     workload = load_workload(
-        trace, users=users, seed=seed, load=load, window=window, max_jobs=max_jobs
+        trace,
+        users=users,
+        seed=seed,
+        load=load,
+        window=window,
+        max_jobs=max_jobs,
+        max_gpus_per_job=gpus_per_node,
     )
     return Simulation(
         workload,
@@ -670,7 +804,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=float, default=1.0)
-    parser.add_argument("--window", default="dense", help="dense | all | START:END (trace seconds)")
+    parser.add_argument(
+        "--window",
+        default="auto",
+        help="auto (skip a sparse head; the default) | dense | all | START:END (trace seconds)",
+    )
     parser.add_argument("--max-jobs", type=int, default=None)
     parser.add_argument("--slot-gpus", type=int, default=1, help="GPUs exposed as shared slots")
     parser.add_argument("--slots-per-gpu", type=int, default=4)
@@ -680,20 +818,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = POLICIES if args.policy == "all" else (args.policy,)
     results = []
     for name in policies:
-        result = simulate(
-            args.trace,
-            name,
-            gpus=args.gpus,
-            gpus_per_node=args.gpus_per_node,
-            users=args.users,
-            seed=args.seed,
-            load=args.load,
-            window=args.window,
-            max_jobs=args.max_jobs,
-            slot_gpus=args.slot_gpus,
-            slots_per_gpu=args.slots_per_gpu,
-            timeslot_s=args.timeslot_hours * 3600.0,
-        )
+        try:
+            result = simulate(
+                args.trace,
+                name,
+                gpus=args.gpus,
+                gpus_per_node=args.gpus_per_node,
+                users=args.users,
+                seed=args.seed,
+                load=args.load,
+                window=args.window,
+                max_jobs=args.max_jobs,
+                slot_gpus=args.slot_gpus,
+                slots_per_gpu=args.slots_per_gpu,
+                timeslot_s=args.timeslot_hours * 3600.0,
+            )
+        except EmptyWorkload as exc:
+            print(f"simulate: {exc}", file=sys.stderr)
+            return 2
         results.append(result)
         if args.json:
             print(json.dumps(result), flush=True)

@@ -7,6 +7,8 @@ row per GPU.
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -47,3 +49,149 @@ class GpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class GpuRollup(models.Model):
+    """One GPU's measurements over one bucket (a minute or an hour), and who held it.
+
+    Means and maxima ignore missing readings. `job` is the job that held the GPU for
+    most of the bucket: the job the agent saw running on it, or else the job that had
+    it allocated (so a GPU held by an idle job still names that job).
+    """
+
+    gpu = models.ForeignKey(
+        "cluster.Gpu", verbose_name=_("GPU"), on_delete=models.CASCADE, related_name="+"
+    )
+    bucket = models.DateTimeField(_("period start"))
+    samples = models.PositiveIntegerField(_("samples"))
+    util_mean = models.FloatField(_("mean utilisation %"), null=True, blank=True)
+    util_max = models.FloatField(_("peak utilisation %"), null=True, blank=True)
+    mem_used_max_mb = models.PositiveIntegerField(
+        _("peak memory used (MiB)"), null=True, blank=True
+    )
+    temp_max_c = models.FloatField(_("peak temperature °C"), null=True, blank=True)
+    power_mean_w = models.FloatField(_("mean power W"), null=True, blank=True)
+    job = models.ForeignKey(
+        "jobqueue.Job",
+        verbose_name=_("job"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        abstract = True
+        ordering = ["-bucket"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+class GpuMinuteRollup(GpuRollup):
+    """A GPU's minute: kept for the minute retention (30 days by default)."""
+
+    class Meta(GpuRollup.Meta):
+        verbose_name = _("GPU minute")
+        verbose_name_plural = _("GPU minutes")
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket"], name="gpu_minute_once"),
+        ]
+        indexes = [
+            models.Index(fields=["bucket"], name="gpu_minute_bucket"),
+            models.Index(fields=["job", "bucket"], name="gpu_minute_job"),
+            models.Index(fields=["user", "bucket"], name="gpu_minute_user"),
+        ]
+
+
+class GpuHourRollup(GpuRollup):
+    """A GPU's hour, rolled up from its minutes: kept for good by default.
+
+    `minutes` counts the minutes with readings, `busy_minutes` those in which any job
+    held the GPU, `held_minutes` those in which `job` held it; GPU-hours of a job or a
+    user are `held_minutes / 60`.
+    """
+
+    minutes = models.PositiveSmallIntegerField(_("minutes with readings"))
+    busy_minutes = models.PositiveSmallIntegerField(_("minutes held by a job"))
+    held_minutes = models.PositiveSmallIntegerField(_("minutes held by this job"))
+
+    class Meta(GpuRollup.Meta):
+        verbose_name = _("GPU hour")
+        verbose_name_plural = _("GPU hours")
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket"], name="gpu_hour_once"),
+        ]
+        indexes = [
+            models.Index(fields=["bucket"], name="gpu_hour_bucket"),
+            models.Index(fields=["job", "bucket"], name="gpu_hour_job"),
+            models.Index(fields=["user", "bucket"], name="gpu_hour_user"),
+        ]
+
+
+class RollupCursor(models.Model):
+    """How far each rollup level is complete: buckets before `done_until` are rolled up.
+
+    Ingest moves a cursor back when a late batch arrives, so the next run redoes
+    those buckets; a run only moves a cursor forward from the value it started with.
+    """
+
+    class Level(models.TextChoices):
+        MINUTE = "minute", _("minute")
+        HOUR = "hour", _("hour")
+
+    level = models.CharField(_("level"), max_length=8, choices=Level.choices, unique=True)
+    done_until = models.DateTimeField(_("rolled up until"), null=True, blank=True)
+    last_run_at = models.DateTimeField(_("last run"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("rollup cursor")
+        verbose_name_plural = _("rollup cursors")
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.done_until}"
+
+
+class RetentionPolicy(models.Model):
+    """How long telemetry is kept (one row, set by an admin)."""
+
+    raw_days = models.PositiveIntegerField(
+        _("raw samples kept (days)"),
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text=_("Every reading as the agents sent it; a few days is enough for rollups."),
+    )
+    minute_days = models.PositiveIntegerField(
+        _("minute rollups kept (days)"),
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text=_("Per-minute history behind the 24-hour and job charts."),
+    )
+    hour_days = models.PositiveIntegerField(
+        _("hourly rollups kept (days)"),
+        null=True,
+        blank=True,
+        default=None,
+        validators=[MinValueValidator(1)],
+        help_text=_("Empty keeps hourly history for good (a year of 100 GPUs is under 1 GB)."),
+    )
+
+    class Meta:
+        verbose_name = _("telemetry retention")
+        verbose_name_plural = _("telemetry retention")
+
+    def __str__(self) -> str:
+        return str(_("Telemetry retention"))
+
+    @classmethod
+    def current(cls) -> RetentionPolicy:
+        policy, _created = cls.objects.get_or_create(pk=1)
+        return policy

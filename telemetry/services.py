@@ -16,6 +16,7 @@ from cluster.models import Gpu, RejectedMessage
 from cluster.protocol import MessageRefused, is_int, is_number, malformed
 from cluster.services import message_reject, node_registered
 from telemetry.models import GpuSample
+from telemetry.rollups import LATE_WINDOW, rollups_rewind
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,11 @@ def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
     for gpu, sample in accepted:
         if gpu.pk not in newest or sample.ts > newest[gpu.pk].ts:
             newest[gpu.pk] = sample
+    if accepted:
+        oldest = min(sample.ts for _gpu, sample in accepted)
+        if oldest < timezone.now() - LATE_WINDOW:
+            # Later than every rollup run's look-back: have those buckets recomputed.
+            rollups_rewind(to=oldest)
     for gpu_id, sample in newest.items():
         # Only move forward: a late or repeated batch never overwrites a newer reading.
         Gpu.objects.filter(pk=gpu_id).filter(

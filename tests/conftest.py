@@ -79,7 +79,15 @@ def require_in_ci(what: str) -> None:
 
 
 class SentTasks(list):  # type: ignore[type-arg]
-    """Celery messages the code under test sent, as (task name, args, queue)."""
+    """Celery messages the code under test sent, as (task name, args, queue).
+
+    ``kwargs`` holds each message's keyword arguments, in the same order (a
+    command's signature travels there as ``auth``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kwargs: list[dict[str, Any]] = []
 
     def named(self, name: str) -> list[tuple[str, list[Any], str]]:
         return [t for t in self if t[0] == name]
@@ -98,15 +106,16 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         name: str, args: Any = None, kwargs: Any = None, queue: str | None = None, **options: Any
     ) -> None:
         sent.append((name, list(args or []), queue or ""))
+        sent.kwargs.append(dict(kwargs or {}))
 
     monkeypatch.setattr(app, "send_task", send_task)
     from jobqueue.tasks import scheduling_pass_task
 
-    monkeypatch.setattr(
-        scheduling_pass_task,
-        "apply_async",
-        lambda *a, **k: sent.append(("control.scheduling_pass", [], "control")),
-    )
+    def record_pass(*_a: Any, **_k: Any) -> None:
+        sent.append(("control.scheduling_pass", [], "control"))
+        sent.kwargs.append({})
+
+    monkeypatch.setattr(scheduling_pass_task, "apply_async", record_pass)
     return sent
 
 

@@ -23,6 +23,8 @@ LABEL_MANAGED = "labportal.managed"
 LABEL_GPU_UUIDS = "labportal.gpu_uuids"
 LABEL_ATTEMPT = "labportal.attempt"
 
+NETWORK_MODES = ("none", "egress")
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -66,6 +68,10 @@ class JobSpec:
     # Counts the portal's dispatches of this job: a requeued job comes back with a
     # higher attempt, and its ended container from before must not pass for it.
     attempt: int = 0
+    # "none" (the default): the container has no network at all, so a job cannot
+    # reach the broker, the database or another job. "egress": a network of its
+    # own with a route out, only where the lab's admin allowed it for the queue.
+    network: str = "none"
 
     @classmethod
     def from_wire(
@@ -73,9 +79,9 @@ class JobSpec:
     ) -> JobSpec:
         """Check and convert a portal payload; raise ``SpecRejected`` saying what is wrong.
 
-        ``allowed_mount_roots``, when given, is the node operator's own
-        allowlist: every mount source must lie under one of them, whatever
-        the portal says.
+        ``allowed_mount_roots`` is the node operator's own allowlist: every
+        mount source must lie under one of them, whatever the portal says. With
+        no roots, no mount is allowed at all.
         """
         if not isinstance(data, Mapping):
             raise SpecRejected("the job spec must be an object")
@@ -137,7 +143,11 @@ class JobSpec:
         if not isinstance(mounts_raw, list):
             raise SpecRejected("'mounts' must be a list")
         mounts = [_check_mount(m, allowed_mount_roots) for m in mounts_raw]
+        network = data.get("network") or "none"
+        if network not in NETWORK_MODES:
+            raise SpecRejected(f"'network' must be one of {', '.join(NETWORK_MODES)}")
         return cls(
+            network=network,
             job_id=job_id,
             attempt=attempt,
             image=image,
@@ -195,7 +205,12 @@ def _check_mount(raw: Any, allowed_roots: Sequence[str]) -> MountSpec:
     read_only = raw.get("read_only", True)
     if not isinstance(read_only, bool):
         raise SpecRejected(f"mount {source!r}: 'read_only' must be true or false")
-    if allowed_roots and not any(_is_under(source, root) for root in allowed_roots):
+    if not allowed_roots:
+        raise SpecRejected(
+            f"mount source {source!r} refused: this node allows no mounts (its operator "
+            "sets the roots with --allowed-mount-root)"
+        )
+    if not any(_is_under(source, root) for root in allowed_roots):
         raise SpecRejected(
             f"mount source {source!r} is outside this node's allowed mount roots "
             f"({', '.join(allowed_roots)})"

@@ -2,8 +2,11 @@
 
 Every container gets only its assigned GPUs (a device request by UUID), runs
 as the member's uid:gid, unprivileged with every capability dropped and
-``no-new-privileges``, under pids, CPU and memory limits, with only the mounts
-in the spec, and carries labels that tie it to its job. Those labels are the
+``no-new-privileges``, under pids, CPU and memory limits, with a read-only root
+filesystem (a private ``/tmp`` and the spec's mounts are writable), with no
+network unless the spec asks for egress (then a network of its own, never the
+default bridge shared with other jobs), with only the mounts in the spec, and
+carries labels that tie it to its job. Those labels are the
 agent's only state: a restarted agent finds its containers by them.
 """
 
@@ -111,6 +114,26 @@ class DockerRuntime(ContainerRuntime):
     def container_name(self, job_id: int) -> str:
         return f"labportal-{self._node}-job-{job_id}"
 
+    def network_name(self, job_id: int) -> str:
+        return f"labportal-{self._node}-job-{job_id}-net"
+
+    def _ensure_job_network(self, spec: JobSpec) -> None:
+        """A bridge of the job's own: a route out, but no neighbours (inter-container off)."""
+        name = self.network_name(spec.job_id)
+        if self._client.networks.list(names=[name]):
+            return
+        self._client.networks.create(
+            name,
+            driver="bridge",
+            labels={LABEL_MANAGED: "true", LABEL_NODE: self._node, LABEL_JOB_ID: str(spec.job_id)},
+            options={"com.docker.network.bridge.enable_icc": "false"},
+        )
+
+    def _remove_job_network(self, job_id: int) -> None:
+        for network in self._client.networks.list(names=[self.network_name(job_id)]):
+            with contextlib.suppress(NotFound, APIError):
+                network.remove()
+
     def _label_filters(self, job_id: int | None = None) -> dict[str, list[str]]:
         labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}"]
         if job_id is not None:
@@ -164,7 +187,14 @@ class DockerRuntime(ContainerRuntime):
             ],
             "init": self._use_init,
             "stop_signal": "SIGTERM",
+            "read_only": True,
+            # Scratch space; it counts against the memory limit like shm does.
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
         }
+        if spec.network == "egress":
+            kwargs["network"] = self.network_name(spec.job_id)
+        else:
+            kwargs["network_mode"] = "none"
         requests = device_requests_for(spec.gpu_uuids) if self._gpu_device_requests else []
         if requests:
             kwargs["device_requests"] = requests
@@ -201,6 +231,11 @@ class DockerRuntime(ContainerRuntime):
             if existing is not None:
                 return self._existing(existing)
             kwargs = self.create_kwargs(spec)
+            if spec.network == "egress":
+                try:
+                    self._ensure_job_network(spec)
+                except APIError as exc:
+                    raise RuntimeStartError(_explain(exc)) from exc
             try:
                 container = self._create(kwargs)
             except APIError as exc:
@@ -309,6 +344,7 @@ class DockerRuntime(ContainerRuntime):
         self._exited.pop(container.id, None)
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+        self._remove_job_network(job_id)
 
     def close(self) -> None:
         self._client.close()

@@ -18,7 +18,7 @@ usage: sudo install.sh --broker URL --token TOKEN [options]
   --name NAME           this node's name in the portal (default: the short hostname)
   --gpu-backend KIND    nvml (default), auto or simulated
   --runtime KIND        docker (default) or local (demo only; adds --allow-local-runtime)
-  --allowed-mount-roots DIRS   colon-separated; refuse mounts outside them (optional)
+  --allowed-mount-roots DIRS   required: colon-separated roots jobs may mount from, or none
   --source SPEC         what pip installs (default: the checkout this script is in)
   --no-start            install and configure, but do not (re)start the service
 USAGE
@@ -50,6 +50,7 @@ die() { echo "install.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run it as root (sudo): it creates a user and a systemd service"
 [ -n "$BROKER" ] || die "--broker is required, e.g. --broker redis://portal.lab:6379/0"
 [ -n "$TOKEN" ] || die "--token is required: create a node token in the portal's admin first"
+[ -n "$MOUNT_ROOTS" ] || die "--allowed-mount-roots is required, e.g. /data:/home (or none to allow no mounts)"
 case "$TOKEN$BROKER$NAME" in *$'\n'*) die "values must be single lines" ;; esac
 
 # Python 3.11+ with venv.
@@ -103,7 +104,7 @@ tmp="$(mktemp "$CONF_DIR/.agent.env.XXXXXX")"
   echo "LABPORTAL_GPU_BACKEND=$GPU_BACKEND"
   echo "LABPORTAL_RUNTIME=$RUNTIME"
   [ "$RUNTIME" = "local" ] && echo "LABPORTAL_ALLOW_LOCAL_RUNTIME=1"
-  [ -n "$MOUNT_ROOTS" ] && echo "LABPORTAL_ALLOWED_MOUNT_ROOTS=$MOUNT_ROOTS"
+  echo "LABPORTAL_ALLOWED_MOUNT_ROOTS=$MOUNT_ROOTS"
   true
 } >"$tmp"
 chown root:labportal-agent "$tmp"

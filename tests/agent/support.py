@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.runtime import ContainerRuntime, JobSpec, JobStatus, RuntimeStartError, StartOutcome
+from agent.signing import COMMAND_TTL_S, key_from_token, sign_command, token_kid
 
 TEST_IMAGE = os.environ.get("LABPORTAL_TEST_IMAGE", "labportal/busybox:test")
 SETUP_HINT = "run `bash .ci/docker-setup.sh` to start dockerd and build the test image"
@@ -27,7 +28,13 @@ class RecordingApp:
         self.sent.append((name, list(args or []), options))
 
     def args_of(self, name: str) -> list[list[Any]]:
-        return [args for sent_name, args, _ in self.sent if sent_name == name]
+        """The arguments sent, with each signature envelope shown as its key id (the
+        token's prefix); test_tasks_and_reporter checks the signatures themselves."""
+        return [
+            [args[0], args[1]["kid"], *args[2:]] if isinstance(args[1], dict) else args
+            for sent_name, args, _ in self.sent
+            if sent_name == name
+        ]
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         events = [args[2] for args in self.args_of("control.job_event")]
@@ -130,3 +137,27 @@ class FakeRuntime(ContainerRuntime):
 
     def remove(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
+
+
+def signed(task: str, node: str, args: list[Any], *, token: str = "tok", **kw: Any) -> dict:
+    """The ``auth`` the portal would attach to this command for a node holding ``token``."""
+    return sign_command(
+        {token_kid(token): key_from_token(token)},
+        task=task,
+        node=node,
+        args=args,
+        ttl_s=kw.get("ttl_s", COMMAND_TTL_S),
+    )
+
+
+def drain_queue(conn: Any, queue_name: str) -> list[tuple[str, list[Any]]]:
+    """Every message waiting on ``queue_name`` now, as (task name, args), acked."""
+    got: list[tuple[str, list[Any]]] = []
+    with conn.SimpleQueue(queue_name) as queue:
+        while True:
+            try:
+                message = queue.get(timeout=0.05)
+            except queue.Empty:
+                return got
+            message.ack()
+            got.append((message.headers["task"], message.payload[0]))

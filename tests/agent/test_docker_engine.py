@@ -7,7 +7,10 @@ request itself is checked in test_docker_requests.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +54,8 @@ def test_a_job_container_is_hardened_as_docker_inspect_shows(
             memory_mb=64,
             pids_limit=32,
             mounts=[{"source": str(data_dir), "target": "/data", "read_only": True}],
-        )
+        ),
+        allowed_mount_roots=[str(tmp_path)],
     )
 
     outcome = docker_runtime.start(spec)
@@ -79,7 +83,8 @@ def test_a_job_container_is_hardened_as_docker_inspect_shows(
         ("bind", str(data_dir), "/data", False)
     ]
     assert not host.get("DeviceRequests")
-    assert host["NetworkMode"] != "host" and host["PidMode"] != "host"
+    assert host["NetworkMode"] == "none" and host["PidMode"] != "host"
+    assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
     # And inside, the job really is the member's uid with the mounted file.
     logs = wait_until(
         lambda: "payload" in logs_of(docker_runtime, 101, 10) and logs_of(docker_runtime, 101, 10)
@@ -265,10 +270,97 @@ def test_a_job_writes_files_on_its_mount_as_the_member(
                 110,
                 command=["sh", "-c", "echo result > /out/result.txt"],
                 mounts=[{"source": str(out), "target": "/out", "read_only": False}],
-            )
+            ),
+            allowed_mount_roots=[str(tmp_path)],
         )
     )
     wait_until(lambda: (out / "result.txt").exists() and (out / "result.txt").read_text())
 
     stat = (out / "result.txt").stat()
     assert (stat.st_uid, stat.st_gid) == (1234, 2345)
+
+
+def _host_listener() -> tuple[socket.socket, int]:
+    """A TCP listener on every host address, as the broker would be on a GPU server."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(8)
+
+    def answer_and_hang_up() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                conn.close()
+
+    threading.Thread(target=answer_and_hang_up, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+# Tries the default bridge's gateway and the job network's own gateway.
+PROBE = (
+    "for gw in $(busybox ip route 2>/dev/null | busybox awk '/default/ {{print $3}}') 172.17.0.1; do "
+    "if echo x | busybox nc -w 3 $gw {port} >/dev/null 2>&1; then echo REACHED $gw; fi; done; "
+    "echo PROBE-DONE"
+)
+
+
+def test_a_job_container_has_no_route_to_the_host_or_the_broker(
+    docker_runtime: DockerRuntime, docker_client: Any
+) -> None:
+    listener, port = _host_listener()
+    try:
+        spec = JobSpec.from_wire(job_spec(111, command=["sh", "-c", PROBE.format(port=port)]))
+        outcome = docker_runtime.start(spec)
+        logs = wait_until(
+            lambda: (
+                "PROBE-DONE" in logs_of(docker_runtime, 111, 20)
+                and logs_of(docker_runtime, 111, 20)
+            ),
+            timeout_s=30,
+        )
+        attrs = docker_client.api.inspect_container(outcome.container_id)
+        assert attrs["HostConfig"]["NetworkMode"] == "none"
+        assert "REACHED" not in logs
+    finally:
+        listener.close()
+
+
+def test_a_queue_with_egress_gives_each_job_its_own_network_with_a_route_out(
+    docker_runtime: DockerRuntime, docker_client: Any
+) -> None:
+    """The positive control of the test above: the same probe does reach the host here."""
+    listener, port = _host_listener()
+    try:
+        spec = JobSpec.from_wire(
+            job_spec(112, network="egress", command=["sh", "-c", PROBE.format(port=port)])
+        )
+        outcome = docker_runtime.start(spec)
+        logs = wait_until(
+            lambda: (
+                "PROBE-DONE" in logs_of(docker_runtime, 112, 20)
+                and logs_of(docker_runtime, 112, 20)
+            ),
+            timeout_s=30,
+        )
+        attrs = docker_client.api.inspect_container(outcome.container_id)
+        assert list(attrs["NetworkSettings"]["Networks"]) == [docker_runtime.network_name(112)]
+        assert "REACHED" in logs
+    finally:
+        listener.close()
+    docker_runtime.remove(112)
+    assert not docker_client.networks.list(names=[docker_runtime.network_name(112)])
+
+
+def test_a_job_can_write_only_to_tmp_and_its_mounts_not_to_the_image(
+    docker_runtime: DockerRuntime,
+) -> None:
+    script = (
+        "touch /etc/evil 2>/dev/null && echo ROOT-WRITABLE; "
+        "touch /tmp/scratch && echo TMP-OK; echo DONE"
+    )
+    docker_runtime.start(JobSpec.from_wire(job_spec(113, command=["sh", "-c", script])))
+    logs = wait_until(
+        lambda: "DONE" in logs_of(docker_runtime, 113, 20) and logs_of(docker_runtime, 113, 20)
+    )
+    assert "TMP-OK" in logs and "ROOT-WRITABLE" not in logs

@@ -76,7 +76,7 @@ def start(
     capture = CapturingApi(client.api)
     capture.install(monkeypatch)
     runtime = DockerRuntime("gpu01", client=client, gpu_device_requests=device_requests)
-    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec)))
+    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec), allowed_mount_roots=["/data"]))
     assert outcome.created and outcome.status.running
     (created,) = capture.created
     return created
@@ -159,6 +159,10 @@ def test_the_create_call_carries_the_whole_hardening(
     assert (host["PidsLimit"], host["NanoCpus"]) == (256, 1_500_000_000)
     assert host["Memory"] == host["MemorySwap"] == 2048 * 1024 * 1024
     assert host["Init"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True and host["Tmpfs"] == {
+        "/tmp": "rw,nosuid,nodev,size=1024m"
+    }
     assert host["Mounts"] == [
         {"Target": "/data", "Source": "/data/alice", "Type": "bind", "ReadOnly": False}
     ]

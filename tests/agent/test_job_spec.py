@@ -17,7 +17,8 @@ def test_a_valid_spec_converts_with_its_mounts() -> None:
             gpu_uuids=["GPU-a", "MIG-b"],
             gpu_indices=[0, 1],
             mounts=[{"source": "/data/alice/", "target": "/data", "read_only": False}],
-        )
+        ),
+        allowed_mount_roots=["/data"],
     )
 
     assert spec.job_id == 5 and spec.uid == 1234 and spec.gid == 2345
@@ -37,7 +38,9 @@ def test_a_valid_spec_converts_with_its_mounts() -> None:
 )
 def test_it_refuses_a_mount_source_that_could_escape(source: str, why: str) -> None:
     with pytest.raises(SpecRejected, match=why):
-        JobSpec.from_wire(job_spec(1, mounts=[{"source": source, "target": "/data"}]))
+        JobSpec.from_wire(
+            job_spec(1, mounts=[{"source": source, "target": "/data"}]), allowed_mount_roots=["/"]
+        )
 
 
 def test_the_operators_mount_roots_bind_whatever_the_portal_says() -> None:
@@ -54,6 +57,18 @@ def test_the_operators_mount_roots_bind_whatever_the_portal_says() -> None:
             job_spec(1, mounts=[{"source": "/database", "target": "/d"}]),
             allowed_mount_roots=roots,
         )
+
+
+def test_a_node_without_mount_roots_allows_no_mount_at_all() -> None:
+    with pytest.raises(SpecRejected, match="this node allows no mounts"):
+        JobSpec.from_wire(job_spec(1, mounts=[{"source": "/etc", "target": "/host"}]))
+
+
+def test_the_network_is_none_unless_the_spec_asks_for_egress() -> None:
+    assert JobSpec.from_wire(job_spec(1)).network == "none"
+    assert JobSpec.from_wire(job_spec(1, network="egress")).network == "egress"
+    with pytest.raises(SpecRejected, match="'network' must be one of none, egress"):
+        JobSpec.from_wire(job_spec(1, network="host"))
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,9 +18,13 @@ from kombu import Connection
 from agent.config import ConfigError, load_config
 from agent.gpu.simulated import simulated_gpu_uuid
 from agent.main import broker_transport_options, main
-from tests.agent.support import job_spec
+from tests.agent.support import drain_queue as _drain
+from tests.agent.support import job_spec, signed
 
-BASE = ["--name", "gpu01", "--broker", "redis://portal:6379/0", "--token", "tok"]
+BASE = [
+    "--name", "gpu01", "--broker", "redis://portal:6379/0", "--token", "tok",
+    "--allowed-mount-root", "none",
+]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +41,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--name", "gpu01"], {}, "LABPORTAL_BROKER_URL (--broker) is not set"),
         (["--name", "gpu01", "--broker", "redis://x"], {}, "LABPORTAL_NODE_TOKEN (--token) is not set"),
         (["--name", "gpu 01", *BASE[2:]], {}, "LABPORTAL_NODE_NAME (--name) is 'gpu 01'"),
+        (BASE[:6], {}, "LABPORTAL_ALLOWED_MOUNT_ROOTS (--allowed-mount-root) is not set"),
         (BASE, {"LABPORTAL_GPU_BACKEND": "cuda"}, "one of: auto, nvml, simulated"),
         (BASE, {"LABPORTAL_SAMPLE_INTERVAL": "soon"}, "LABPORTAL_SAMPLE_INTERVAL (--sample-interval) is 'soon'"),
         (BASE, {"LABPORTAL_SIM_GPUS": "-1"}, "must be at least 0"),
@@ -96,7 +102,8 @@ def test_flags_win_over_environment_variables_which_win_over_defaults(
     assert cfg.allowed_mount_roots == ("/data", "/scratch")
     assert (cfg.gpu_backend, cfg.runtime, cfg.allow_local_runtime) == ("auto", "docker", False)
     with pytest.raises(ConfigError, match="absolute path"):
-        load_config(BASE, {"LABPORTAL_ALLOWED_MOUNT_ROOTS": "data"})
+        load_config(BASE[:6], {"LABPORTAL_ALLOWED_MOUNT_ROOTS": "data"})
+    assert load_config(BASE, {}).allowed_mount_roots == ()  # "none": no mount at all
 
 
 def test_print_info_shows_what_would_be_registered_without_a_broker(
@@ -112,7 +119,7 @@ def test_an_unreachable_broker_is_a_clear_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     argv = [
-        "--name", "gpu01", "--token", "tok", "--broker", "redis://:secret@127.0.0.1:1/0",
+        "--name", "gpu01", "--token", "tok", "--allowed-mount-root", "none", "--broker", "redis://:secret@127.0.0.1:1/0",
         "--runtime", "local", "--allow-local-runtime", "--gpu-backend", "simulated",
         "--state-dir", str(tmp_path),
     ]  # fmt: skip
@@ -124,16 +131,7 @@ def test_an_unreachable_broker_is_a_clear_error(
     assert "secret" not in err
 
 
-def _drain(conn: Connection, queue_name: str) -> list[tuple[str, list[Any]]]:
-    got: list[tuple[str, list[Any]]] = []
-    with conn.SimpleQueue(queue_name) as queue:
-        while True:
-            try:
-                message = queue.get(timeout=0.05)
-            except queue.Empty:
-                return got
-            message.ack()
-            got.append((message.headers["task"], message.payload[0]))
+E2E_TOKEN = "lpn_e2e-node-token-for-tests"
 
 
 @pytest.mark.e2e
@@ -152,7 +150,7 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LABPORTAL_NODE_NAME": "e2e",
         "LABPORTAL_BROKER_URL": f"filesystem://{broker_dir}",
-        "LABPORTAL_NODE_TOKEN": "tok",
+        "LABPORTAL_NODE_TOKEN": E2E_TOKEN,
         "LABPORTAL_RUNTIME": "local",
         "LABPORTAL_ALLOW_LOCAL_RUNTIME": "1",
         "LABPORTAL_GPU_BACKEND": "simulated",
@@ -161,6 +159,7 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
         "LABPORTAL_SAMPLE_INTERVAL": "0.3",
         "LABPORTAL_SAMPLE_BATCH": "2",
         "LABPORTAL_AGENT_STATE_DIR": str(tmp_path / "state"),
+        "LABPORTAL_ALLOWED_MOUNT_ROOTS": "none",
     }
     portal = Celery("portal-test", broker="filesystem://")
     portal.conf.broker_transport_options = transport
@@ -168,7 +167,8 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
     script = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 0.1; done'
     spec = job_spec(1, command=["sh", "-c", script], gpu_uuids=[gpu], gpu_indices=[0])
     # Sent before the agent starts: it must pick this up from its own queue...
-    portal.send_task("agent.start_job", args=[spec], queue="node.e2e")
+    start_auth = signed("agent.start_job", "e2e", [spec], token=E2E_TOKEN)
+    portal.send_task("agent.start_job", args=[spec], kwargs={"auth": start_auth}, queue="node.e2e")
     # ...and never touch another node's.
     portal.send_task("agent.start_job", args=[job_spec(2)], queue="node.other")
 
@@ -197,7 +197,9 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
                 raise AssertionError(f"no {task} within 30s; saw {[n for n, _ in seen]}")
 
             register = wait_for("control.node_register")
-            assert register[:2] == ["e2e", "tok"]
+            assert register[0] == "e2e"
+            # The token itself never goes on the broker: a signature made with its key does.
+            assert E2E_TOKEN not in json.dumps(seen) and register[1]["kid"] == E2E_TOKEN[:10]
             assert register[2]["gpu_backend"] == "simulated" and register[2]["runtime"] == "local"
             started = wait_for("control.job_event", lambda a: a[2]["kind"] == "started")
             assert started[2]["job_id"] == 1
@@ -207,7 +209,13 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
             )
             assert samples[2][-1]["processes"][0]["job_id"] == 1
 
-            portal.send_task("agent.stop_job", args=[1, 5, "cancelled by alice"], queue="node.e2e")
+            stop_args = [1, 5, "cancelled by alice"]
+            portal.send_task(
+                "agent.stop_job",
+                args=stop_args,
+                kwargs={"auth": signed("agent.stop_job", "e2e", stop_args, token=E2E_TOKEN)},
+                queue="node.e2e",
+            )
             exited = wait_for("control.job_event", lambda a: a[2]["kind"] == "exited")
             assert exited[2]["exit_code"] == 0
             assert exited[2]["reason"] == "stopped: cancelled by alice"

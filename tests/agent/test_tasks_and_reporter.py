@@ -17,7 +17,8 @@ from agent.celery_app import CONTROL_QUEUE, app, create_app, node_queue
 from agent.gpu import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
-from tests.agent.support import FakeRuntime, RecordingApp, job_spec
+from agent.signing import CommandVerifier, check, key_from_token
+from tests.agent.support import FakeRuntime, RecordingApp, job_spec, signed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +31,7 @@ def installed_agent() -> Iterator[tuple[NodeAgent, RecordingApp, FakeRuntime]]:
         backend=SimulatedBackend(1, node_name="gpu01"),
         runtime=runtime,
         reporter=ControlReporter(recorder, "gpu01", "tok"),
+        verifier=CommandVerifier("tok", "gpu01"),
     )
     tasks.set_node_agent(node_agent)
     yield node_agent, recorder, runtime
@@ -85,11 +87,21 @@ def test_a_redelivered_start_job_task_starts_nothing(installed_agent: Any) -> No
     node_agent, recorder, runtime = installed_agent
     spec = job_spec(5)
 
-    tasks.start_job.apply(args=[spec], task_id="delivery-1")
-    tasks.start_job.apply(args=[spec], task_id="delivery-1")
-    tasks.stop_job.apply(args=[5, 1, "cancelled"])
-    tasks.stop_job.apply(args=[5, 1, "cancelled"])
-    tasks.job_logs.apply(args=[5, 10])
+    # A redelivery is the same message twice; the portal's re-sends are signed anew.
+    tasks.start_job.apply(
+        args=[spec],
+        kwargs={"auth": signed("agent.start_job", "gpu01", [spec])},
+        task_id="delivery-1",
+    )
+    tasks.start_job.apply(
+        args=[spec],
+        kwargs={"auth": signed("agent.start_job", "gpu01", [spec])},
+        task_id="delivery-1",
+    )
+    for _ in range(2):
+        stop = [5, 1, "cancelled"]
+        tasks.stop_job.apply(args=stop, kwargs={"auth": signed("agent.stop_job", "gpu01", stop)})
+    tasks.job_logs.apply(args=[5, 10], kwargs={"auth": signed("agent.job_logs", "gpu01", [5, 10])})
 
     assert len(runtime.jobs) == 1
     assert [e["kind"] for e in recorder.events()] == ["started", "started", "exited"]
@@ -124,12 +136,15 @@ def test_reports_reach_the_control_queue_by_name_through_a_real_broker() -> None
             args, kwargs, _embed = message.payload
             received.append((message.headers["task"], args, message.content_type))
         assert len(queue) == 0
-    assert received == [
-        ("control.node_register", ["gpu01", "tok", {"hostname": "h", "gpus": []}], "application/json"),
-        ("control.node_heartbeat", ["gpu01", "tok", {"ts": 1.0, "running_job_ids": [1]}], "application/json"),
-        ("control.job_event", ["gpu01", "tok", event], "application/json"),
-        ("control.samples_ingest", ["gpu01", "tok", [{"gpu_uuid": "GPU-1", "ts": 1.0}]], "application/json"),
-        ("control.job_logs_report", ["gpu01", "tok", 1, "text"], "application/json"),
+    # Each message is signed with the token's key over exactly what was received.
+    for task, args, _ in received:
+        check(key_from_token("tok"), task=task, node="gpu01", args=args[2:], envelope=args[1])
+    assert [(task, args[:1] + args[2:], ct) for task, args, ct in received] == [
+        ("control.node_register", ["gpu01", {"hostname": "h", "gpus": []}], "application/json"),
+        ("control.node_heartbeat", ["gpu01", {"ts": 1.0, "running_job_ids": [1]}], "application/json"),
+        ("control.job_event", ["gpu01", event], "application/json"),
+        ("control.samples_ingest", ["gpu01", [{"gpu_uuid": "GPU-1", "ts": 1.0}]], "application/json"),
+        ("control.job_logs_report", ["gpu01", 1, "text"], "application/json"),
     ]  # fmt: skip
 
 

@@ -1,0 +1,127 @@
+"""Both directions of the agent protocol are signed with the node token's key.
+
+Reports an agent sends are checked before anything else is believed; commands
+the portal sends carry a signature the agent's own check accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from agent.signing import CommandVerifier, key_from_token, sign, token_kid
+from cluster.models import NodeToken, RejectedMessage
+from cluster.tasks import command_refused, node_heartbeat, node_register
+from jobqueue import dispatch
+from tests.cluster.conftest import gpu_entry, job_on, register_info
+
+HEARTBEAT = {"ts": 1.0, "running_job_ids": []}
+
+
+def signed_report(task: str, node: str, args: list[Any], token: str, **kw: Any) -> dict:
+    return sign(
+        key_from_token(token),
+        kid=token_kid(token),
+        task=task,
+        node=node,
+        args=args,
+        ttl_s=kw.get("ttl_s", 600),
+        now=kw.get("now"),
+    )
+
+
+def test_a_report_signed_with_the_nodes_token_is_accepted_and_its_replay_refused(
+    issue_token: Any,
+) -> None:
+    secret = issue_token("gpu01")
+    info = register_info(gpu_entry("GPU-aaa"))
+    auth = signed_report("control.node_register", "gpu01", [info], secret)
+
+    assert node_register("gpu01", auth, info) == "ok"
+    assert node_register("gpu01", auth, info) == "refused: bad_token"
+    rejected = RejectedMessage.objects.get(node_name="gpu01", message="node_register")
+    assert rejected.last_detail.startswith("replayed")
+
+
+@pytest.mark.parametrize("case", ["other_nodes_token", "tampered", "expired", "revoked"])
+def test_a_report_that_is_forged_stale_or_from_a_revoked_token_is_refused(
+    registered_node: Any, issue_token: Any, case: str
+) -> None:
+    _node, secret = registered_node
+    info: dict[str, Any] = dict(HEARTBEAT)
+    now = None
+    token = secret
+    if case == "other_nodes_token":
+        token = issue_token("gpu02")
+    if case == "expired":
+        now = timezone.now().timestamp() - 3600
+    auth = signed_report("control.node_heartbeat", "gpu01", [info], token, now=now)
+    if case == "tampered":
+        info = {"ts": 1.0, "running_job_ids": [99]}
+    if case == "revoked":
+        NodeToken.objects.filter(node_name="gpu01").update(revoked_at=timezone.now())
+
+    assert node_heartbeat("gpu01", auth, info) == "refused: bad_token"
+    assert RejectedMessage.objects.filter(
+        node_name="gpu01", message="node_heartbeat", reason=RejectedMessage.Reason.BAD_TOKEN
+    ).exists()
+
+
+def test_an_agents_refusal_of_a_command_is_shown_to_admins(registered_node: Any) -> None:
+    _node, secret = registered_node
+    args = ["agent.start_job", "unsigned", "the message carries no signature"]
+    auth = signed_report("control.command_refused", "gpu01", args, secret)
+
+    assert command_refused("gpu01", auth, *args) == "ok"
+
+    row = RejectedMessage.objects.get(reason=RejectedMessage.Reason.FORGED_COMMAND)
+    assert row.node_name == "gpu01" and row.message == "agent refused agent.start_job"
+    assert "unsigned" in row.last_detail
+
+
+def test_commands_to_an_agent_are_signed_so_that_only_its_node_accepts_them(
+    registered_node: Any,
+    alice: Any,
+    sent_tasks: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    node, secret = registered_node
+    job = job_on(node, alice, state="running")
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch.send_stop(node=node, job_id=job.pk, grace_s=10, reason="cancelled")
+        dispatch.send_logs_request(node=node, job_id=job.pk)
+
+    (stop_i, logs_i) = range(len(sent_tasks))
+    name, args, queue = sent_tasks[stop_i]
+    assert (name, queue) == ("agent.stop_job", "node.gpu01")
+    auth = sent_tasks.kwargs[stop_i]["auth"]
+    CommandVerifier(secret, "gpu01").verify("agent.stop_job", args, auth)
+    # The same signature is worth nothing for another node or another command.
+    with pytest.raises(Exception, match="bad_signature"):
+        CommandVerifier(secret, "gpu02").verify("agent.stop_job", args, auth)
+    logs_args = sent_tasks[logs_i][1]
+    with pytest.raises(Exception, match="bad_signature"):
+        CommandVerifier(secret, "gpu01").verify("agent.job_logs", logs_args, auth)
+
+
+def test_a_job_gets_no_network_unless_its_queue_allows_egress(
+    registered_node: Any, alice: Any
+) -> None:
+    node, _secret = registered_node
+    job = job_on(node, alice, state="dispatched")
+
+    assert dispatch.start_spec(job, [])["network"] == "none"
+    job.queue.network_egress = True
+    job.queue.save()
+    job.refresh_from_db()
+    assert dispatch.start_spec(job, [])["network"] == "egress"
+
+
+def test_a_bare_token_is_still_accepted_from_an_agent_of_an_earlier_release(
+    issue_token: Any,
+) -> None:
+    secret = issue_token("gpu01")
+    assert node_register("gpu01", secret, register_info()) == "ok"
+    assert node_register("gpu01", "lpn_wrong", register_info()) == "refused: bad_token"
