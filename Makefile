@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml $(wildcard */__init__.py)
 
 install: $(STAMP) assets
 
-# htmx comes from the npm registry; the portal serves it itself (no CDN).
-assets: node_modules/htmx.org/dist/htmx.min.js
-node_modules/htmx.org/dist/htmx.min.js: package.json
+# htmx and uPlot come from the npm registry; the portal serves them itself (no CDN).
+ASSETS := node_modules/htmx.org/dist/htmx.min.js node_modules/uplot/dist/uPlot.iife.min.js
+assets: $(ASSETS)
+$(ASSETS): package.json
 	@command -v npm >/dev/null || { echo "LabPortal installs htmx with npm: install Node.js and npm (apt-get install npm)."; exit 1; }
 	npm install --no-audit --no-fund --silent
 	touch $@
@@ -40,16 +41,21 @@ typecheck: install
 	$(VENV)/bin/mypy .
 
 # The engine's speed and quality against its baselines, then the portal's submit
-# throughput and time to start (these need PostgreSQL: BENCH_DATABASE_URL).
+# throughput and time to start, then telemetry: ingest, rollup of a day for 1,024 GPUs,
+# /metrics, a year of chart data (these need PostgreSQL: BENCH_DATABASE_URL).
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/labportal
 BENCH_BROKER_URL ?= redis://127.0.0.1:6379/0
 bench: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality --held-out
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
 
 bench-json: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

@@ -10,11 +10,13 @@ twice, because the broker may deliver a task twice.
 from __future__ import annotations
 
 import logging
+import pwd
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from agent import __version__
@@ -26,6 +28,8 @@ from agent.runtime.base import (
     JobStatus,
     RuntimeStartError,
     SpecRejected,
+    device_uuid,
+    device_uuids,
 )
 from agent.signing import CommandVerifier, SignatureRefused
 
@@ -34,6 +38,22 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 50
 LOG_TAIL_MAX_CHARS = 8000
 MAX_BUFFERED_SAMPLES = 50_000
+
+
+def unix_user_of(pid: int) -> str | None:
+    """The login name (or uid) owning host process ``pid``; ``None`` if it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,9 +95,14 @@ class NodeAgent:
         self._running: dict[int, JobStatus] = {}  # job id -> status, jobs running now
         self._reported_exits: set[str] = set()  # container ids whose exit was reported
         self._starting: set[int] = set()  # job ids inside start_job right now
+        self._ended_while_starting: set[int] = set()
         self._stop_reasons: dict[int, str] = {}
         self._samples: list[dict[str, Any]] = []
         self._sample_rounds = 0
+        self._sync_lock = threading.Lock()
+        # The runtime tells us the moment a job's process ends (where it can),
+        # so its exit reaches the portal now rather than at the next watch tick.
+        self.runtime.on_exit(self._job_ended)
 
     # -- registration and reconcile -------------------------------------------
 
@@ -174,6 +199,10 @@ class NodeAgent:
                     job_id, f"the container runtime failed: {exc}", delivery_id=delivery_id
                 )
             status = outcome.status
+            # Only a simulated backend acts on it: trouble to order, for the demo and tests.
+            conditions = spec.env.get("LABPORTAL_SIMULATE", "")
+            if conditions:
+                self.backend.simulate(job_id, conditions.split(","))
             if outcome.created or status.running:
                 # A repeat of "started" for a running job carries the same
                 # event id, so the portal drops it if the first one arrived.
@@ -189,13 +218,20 @@ class NodeAgent:
         finally:
             with self._lock:
                 self._starting.discard(job_id)
+                ended_meanwhile = job_id in self._ended_while_starting
+                self._ended_while_starting.discard(job_id)
+            if ended_meanwhile:
+                # The process ended before "started" went out; its exit was
+                # held back so as not to overtake it. Report it now.
+                self._job_ended(job_id)
 
     def _check_gpus_are_here(self, spec: JobSpec) -> None:
         with self._lock:
             known = set(self._gpu_uuids)
         if not known:
             known = {g.uuid for g in self.backend.discover()}
-        missing = [u for u in spec.gpu_uuids if u not in known]
+        # A shared slot (``<gpu uuid>::slot<n>``) runs on its GPU, which must be here.
+        missing = [u for u in spec.gpu_uuids if device_uuid(u) not in known]
         if missing:
             raise SpecRejected(f"GPU(s) {', '.join(missing)} are not on node {self.node}")
 
@@ -223,20 +259,43 @@ class NodeAgent:
 
     # -- watching ---------------------------------------------------------------
 
+    def _job_ended(self, job_id: int) -> None:
+        """Called by the runtime from its own thread when a job's process has ended."""
+        with self._lock:
+            if job_id in self._starting:
+                self._ended_while_starting.add(job_id)
+                return
+        try:
+            self._sync()
+        except Exception:  # the watch loop will find it; never kill the runtime's thread
+            log.exception("could not report the end of job %s at once", job_id)
+
     def watch_once(self) -> None:
         """Report jobs that ended since the last look; adopt running ones we did not know."""
         self._sync()
 
     def _sync(self, *, at_startup: bool = False) -> None:
-        statuses = self.runtime.list_jobs()
+        # One sync at a time: the runtime's exit callback and the background
+        # loop may both ask, and two would report the same exit twice.
+        with self._sync_lock:
+            self._sync_locked(at_startup=at_startup)
+
+    def _sync_locked(self, *, at_startup: bool) -> None:
+        # Snapshot what we know BEFORE listing: a job whose start completes
+        # while the runtime is being listed is then either still in
+        # ``starting`` or not yet in ``known_running``, so it cannot be taken
+        # for a job whose container vanished.
         with self._lock:
             starting = set(self._starting)
-        seen_running: set[int] = set()
+            known_running = set(self._running)
+        statuses = self.runtime.list_jobs()
+        with self._lock:
+            starting |= self._starting  # began starting while we listed
+        listed = {s.job_id for s in statuses}
         for status in statuses:
             if status.job_id in starting:
                 continue  # start_job reports it; avoid "exited" overtaking "started"
             if status.running:
-                seen_running.add(status.job_id)
                 with self._lock:
                     known = status.job_id in self._running
                 if not known:
@@ -246,14 +305,12 @@ class NodeAgent:
             elif status.state == "exited" and status.container_id not in self._reported_exits:
                 self._report_exit(status, at_startup=at_startup)
         with self._lock:
-            # A running job whose container vanished (removed by hand) ended
-            # without an exit code we can learn.
+            # A job we knew to be running before the listing whose container
+            # is not in it (removed by hand) ended without an exit code we can learn.
             vanished = [
-                s
-                for job_id, s in self._running.items()
-                if job_id not in seen_running
-                and job_id not in starting
-                and not any(x.job_id == job_id for x in statuses)
+                self._running[job_id]
+                for job_id in known_running - listed - starting
+                if job_id in self._running
             ]
         for status in vanished:
             self._report_exit(
@@ -264,7 +321,7 @@ class NodeAgent:
     def _adopt(self, status: JobStatus, gpu_uuids: Sequence[str]) -> None:
         with self._lock:
             self._running[status.job_id] = status
-        self.backend.attach_job(status.job_id, gpu_uuids, status.container_id)
+        self.backend.attach_job(status.job_id, device_uuids(gpu_uuids), status.container_id)
 
     def _report_exit(
         self, status: JobStatus, *, at_startup: bool = False, reason: str | None = None
@@ -344,6 +401,39 @@ class NodeAgent:
                 with self._lock:
                     self._reported_exits.discard(status.container_id)
 
+    def cleanup_ended_jobs(self, job_ids: Sequence[object]) -> dict[str, Any]:
+        """Remove what the portal's ended jobs left on this node: their processes and containers.
+
+        Only what the runtime can prove is one of these jobs' (its labelled
+        container, its process group) is touched, never any other process, and
+        never a job this agent is running or starting now.
+        """
+        wanted = {j for j in job_ids if isinstance(j, int) and not isinstance(j, bool)}
+        with self._lock:
+            busy = set(self._running) | set(self._starting)
+        killed: list[int] = []
+        removed: list[int] = []
+        for status in self.runtime.list_jobs():
+            if status.job_id not in wanted or status.job_id in busy:
+                continue
+            killed += self.runtime.kill_leftovers(status.job_id)
+            with self._lock:
+                reported = status.container_id in self._reported_exits
+            if status.running or reported:
+                # A container still running for an ended job, or one whose end was
+                # reported: removing it ends every process inside.
+                self.runtime.remove(status.job_id)
+                removed.append(status.job_id)
+                with self._lock:
+                    self._reported_exits.discard(status.container_id)
+        for job_id in sorted(wanted - busy):
+            self.backend.release_job(job_id)
+        if killed or removed:
+            log.warning(
+                "cleaned up after ended jobs: killed pids %s, removed jobs %s", killed, removed
+            )
+        return {"killed_pids": killed, "removed_jobs": removed}
+
     # -- telemetry --------------------------------------------------------------
 
     def running_job_ids(self) -> list[int]:
@@ -354,7 +444,12 @@ class NodeAgent:
         """Send ``node_heartbeat``, and retry job events a broker outage held back."""
         now = self._clock() if now is None else now
         self.reporter.flush_outbox()
-        return self.reporter.heartbeat({"ts": now, "running_job_ids": self.running_job_ids()})
+        with self._lock:
+            starting = sorted(self._starting)
+        # The portal reconciles its dispatched and running jobs against these two lists.
+        return self.reporter.heartbeat(
+            {"ts": now, "running_job_ids": self.running_job_ids(), "starting_job_ids": starting}
+        )
 
     def sample_once(self, now: float | None = None) -> None:
         """Take one reading of every device; send a batch every ``samples_per_batch`` rounds."""
@@ -391,9 +486,16 @@ class NodeAgent:
                 owner = self.runtime.job_for_pid(proc.pid)
                 if owner is not None:
                     job_id, container_id = owner.job_id, owner.container_id
+            unix_user = proc.unix_user
+            if job_id is None and container_id is None and unix_user is None:
+                unix_user = unix_user_of(proc.pid)  # a stray: staff want to know whose
             processes.append(
                 ProcessSample(
-                    pid=proc.pid, used_mb=proc.used_mb, container_id=container_id, job_id=job_id
+                    pid=proc.pid,
+                    used_mb=proc.used_mb,
+                    container_id=container_id,
+                    job_id=job_id,
+                    unix_user=unix_user,
                 )
             )
         return replace(sample, processes=processes)

@@ -59,3 +59,15 @@ def job_logs(job_id: int, tail: int, auth: Any = None) -> dict[str, Any]:
         return refusal
     node_agent.job_logs(int(job_id), int(tail))
     return {"ok": True}
+
+
+@app.task(name="agent.cleanup_ended_jobs")
+def cleanup_ended_jobs(job_ids: list[int], auth: Any = None) -> dict[str, Any]:
+    """Kill leftover processes and remove containers of these ended jobs (only theirs)."""
+    node_agent = get_node_agent()
+    args = [job_ids]
+    if (
+        refusal := node_agent.refuse_unless_signed("agent.cleanup_ended_jobs", args, auth)
+    ) is not None:
+        return refusal
+    return node_agent.cleanup_ended_jobs(list(job_ids or []))

@@ -1,15 +1,48 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from cluster.errors import SlotsRefused
 from cluster.models import Gpu, Node, NodeToken, RejectedMessage
+
+
+class GpuSlotsForm(forms.ModelForm[Gpu]):
+    """Refuses a shared-slot change the service would refuse (in use, MIG, bad count)."""
+
+    class Meta:
+        model = Gpu
+        fields = ("index", "model", "memory_mb", "shared_slots", "state")
+
+    def clean_shared_slots(self) -> int:
+        from cluster.services import gpu_shared_slots_check
+
+        slots = int(self.cleaned_data["shared_slots"] or 0)
+        if self.instance.pk is not None:
+            current = Gpu.objects.get(pk=self.instance.pk)
+            try:
+                gpu_shared_slots_check(gpu=current, slots=slots)
+            except SlotsRefused as exc:
+                raise forms.ValidationError(str(exc.message)) from exc
+        return slots
+
+
+def _apply_shared_slots(gpu: Gpu) -> None:
+    """Create or remove the GPU's slot rows to match its `shared_slots`."""
+    from cluster.services import gpu_set_shared_slots
+
+    if gpu.kind == Gpu.Kind.WHOLE:
+        gpu_set_shared_slots(gpu_id=gpu.pk, slots=gpu.shared_slots)
 
 
 class GpuInline(admin.TabularInline[Gpu, Node]):
     model = Gpu
+    form = GpuSlotsForm
     fk_name = "node"
     extra = 0
     fields = ("index", "uuid", "model", "memory_mb", "kind", "shared_slots", "state")
@@ -46,6 +79,12 @@ class NodeAdmin(admin.ModelAdmin[Node]):
     inlines = (GpuInline,)
     actions = ("drain", "undrain")
 
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        super().save_formset(request, form, formset, change)
+        for gpu_form in formset.forms:
+            if isinstance(gpu_form.instance, Gpu) and "shared_slots" in gpu_form.changed_data:
+                _apply_shared_slots(gpu_form.instance)
+
     @admin.action(description=_("Drain: let running jobs finish, start nothing new"))
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         from cluster.services import node_set_drain
@@ -78,6 +117,13 @@ class GpuAdmin(admin.ModelAdmin[Gpu]):
     )
     list_filter = ("state", "kind", "model", "node")
     search_fields = ("uuid", "model", "node__name")
+    form = GpuSlotsForm
+    readonly_fields = ("uuid", "node", "kind", "parent")
+
+    def save_model(self, request: HttpRequest, obj: Gpu, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if "shared_slots" in form.changed_data:
+            _apply_shared_slots(obj)
 
 
 @admin.register(NodeToken)

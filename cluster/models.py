@@ -225,6 +225,8 @@ class RejectedMessage(models.Model):
         GPU_ON_OTHER_NODE = "gpu_on_other_node", _("GPU belongs to another node")
         JOB_NOT_ON_NODE = "job_not_on_node", _("job not on this node")
         FORGED_COMMAND = "forged_command", _("command refused by the agent (unsigned or forged)")
+        BAD_TIME = "bad_time", _("time outside the job's run (check the node's clock)")
+        APPLY_FAILED = "apply_failed", _("valid, but failed to apply")
 
     node_name = models.CharField(_("node name"), max_length=63)
     message = models.CharField(_("message"), max_length=40)

@@ -8,6 +8,7 @@ with a reason an admin can read.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -18,6 +19,21 @@ RUNTIMES = ("docker", "local")
 JOB_EVENT_KINDS = ("started", "exited", "start_failed")
 MAX_GPUS_PER_NODE = 1024
 MAX_LOG_CHARS = 1_000_000
+# The protocol's limits are the columns' limits (a test compares them), so a message
+# that passes validation always fits the database.
+MAX_EVENT_ID_CHARS = 160  # JobEvent.event_id
+MAX_CONTAINER_ID_CHARS = 80  # Job.container_id
+MAX_NODE_NAME_CHARS = 63  # Node.name
+MAX_GPU_UUID_CHARS = 96  # Gpu.uuid
+MIN_EXIT_CODE, MAX_EXIT_CODE = -(2**31), 2**31 - 1  # Job.exit_code (integer)
+# Epoch seconds from 2001 to 2100: anything else is a broken clock or a forged message.
+MIN_TS, MAX_TS = 1.0e9, 4102444800.0
+MAX_JOB_IDS = 10_000
+NODE_NAME = re.compile(r"[-a-zA-Z0-9_]{1,63}")
+# PostgreSQL refuses NUL in text and JSON, and no database takes a lone surrogate
+# (JSON over the broker can carry one: "\ud800").
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 class MessageRefused(Exception):
@@ -41,7 +57,13 @@ def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def db_text(value: str) -> str:
+    """`value` with what no database column can hold (NUL, lone surrogates) replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
 def text_field(data: dict[str, Any], key: str, *, max_length: int, required: bool = True) -> str:
+    """Free text (a host name, a GPU model, a log): unstorable characters are replaced."""
     value = data.get(key)
     if value is None and not required:
         return ""
@@ -49,7 +71,28 @@ def text_field(data: dict[str, Any], key: str, *, max_length: int, required: boo
         raise malformed(f"{key} must be a non-empty string, got {value!r:.80}")
     if len(value) > max_length:
         raise malformed(f"{key} is longer than {max_length} characters")
+    return db_text(value)
+
+
+def identifier_field(
+    data: dict[str, Any], key: str, *, max_length: int, required: bool = True
+) -> str:
+    """An identifier (a UUID, an event or container id): control characters refuse it."""
+    value = data.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise malformed(f"{key} must be a non-empty string, got {value!r:.80}")
+    if len(value) > max_length:
+        raise malformed(f"{key} is longer than {max_length} characters")
+    if _CONTROL.search(value):
+        raise malformed(f"{key} contains control characters: {value!r:.80}")
     return value
+
+
+def node_name_valid(value: object) -> TypeGuard[str]:
+    """A node name as the Node model stores it: letters, digits, - and _, at most 63."""
+    return isinstance(value, str) and NODE_NAME.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -129,11 +172,11 @@ def _gpu_report_parse(raw: Any) -> GpuReport:
         raise malformed(f"memory_mb must be a non-negative integer, got {memory_mb!r:.20}")
     parent_uuid = raw.get("parent_uuid")
     if kind == "mig":
-        parent_uuid = text_field(raw, "parent_uuid", max_length=96)
+        parent_uuid = identifier_field(raw, "parent_uuid", max_length=MAX_GPU_UUID_CHARS)
     elif parent_uuid is not None:
         raise malformed("a whole GPU has no parent_uuid")
     return GpuReport(
-        uuid=text_field(raw, "uuid", max_length=96),
+        uuid=identifier_field(raw, "uuid", max_length=MAX_GPU_UUID_CHARS),
         index=index,
         model=text_field(raw, "model", max_length=120),
         memory_mb=memory_mb,
@@ -143,28 +186,76 @@ def _gpu_report_parse(raw: Any) -> GpuReport:
 
 
 def job_event_parse(event: Any) -> dict[str, Any]:
-    """Validate a `job_event`; return it with only the protocol's keys."""
+    """Validate a `job_event`; return it with only the protocol's keys, its text made storable."""
     if not isinstance(event, dict):
         raise malformed(f"event must be an object, got {type(event).__name__}")
-    job_id = event.get("job_id")
-    if not is_int(job_id) or job_id <= 0:
-        raise malformed(f"job_id must be a positive integer, got {job_id!r:.40}")
+    job_id = job_id_parse(event.get("job_id"))
     kind = event.get("kind")
     if kind not in JOB_EVENT_KINDS:
         raise malformed(f"kind must be one of {', '.join(JOB_EVENT_KINDS)}, got {kind!r:.40}")
-    text_field(event, "event_id", max_length=200)
-    for key in ("container_id", "log_tail", "reason"):
+    for key in ("log_tail", "reason"):
         if event.get(key) is not None and not isinstance(event[key], str):
             raise malformed(f"{key} must be a string or null")
-    if event.get("exit_code") is not None and not is_int(event["exit_code"]):
-        raise malformed("exit_code must be an integer or null")
-    if event.get("ts") is not None and not is_number(event["ts"]):
-        raise malformed("ts must be a number (epoch seconds) or null")
-    keys = ("event_id", "job_id", "kind", "ts", "container_id", "exit_code", "log_tail", "reason")
-    return {key: event.get(key) for key in keys}
+    exit_code = event.get("exit_code")
+    if exit_code is not None and (
+        not is_int(exit_code) or not MIN_EXIT_CODE <= exit_code <= MAX_EXIT_CODE
+    ):
+        raise malformed(
+            f"exit_code must be null or an integer from {MIN_EXIT_CODE} to {MAX_EXIT_CODE}, "
+            f"got {exit_code!r:.40}"
+        )
+    ts = event.get("ts")
+    if ts is not None and (not is_number(ts) or not MIN_TS <= ts <= MAX_TS):
+        raise malformed(
+            f"ts must be null or epoch seconds from {MIN_TS:.0f} to {MAX_TS:.0f}, got {ts!r:.40}"
+        )
+    log_tail = event.get("log_tail")
+    if log_tail is not None and len(log_tail) > MAX_LOG_CHARS:
+        log_tail = log_tail[-MAX_LOG_CHARS:]
+    return {
+        "event_id": identifier_field(event, "event_id", max_length=MAX_EVENT_ID_CHARS),
+        "job_id": job_id,
+        "kind": kind,
+        "ts": ts,
+        "container_id": identifier_field(
+            event, "container_id", max_length=MAX_CONTAINER_ID_CHARS, required=False
+        )
+        or None,
+        "exit_code": exit_code,
+        "log_tail": db_text(log_tail) if log_tail is not None else None,
+        "reason": db_text(event["reason"]) if event.get("reason") is not None else None,
+    }
+
+
+@dataclass(frozen=True)
+class HeartbeatInfo:
+    # None when the agent does not report them (an older agent): nothing is reconciled.
+    running_job_ids: frozenset[int] | None
+    starting_job_ids: frozenset[int]
+
+
+def heartbeat_parse(info: Any) -> HeartbeatInfo:
+    """Validate `node_heartbeat`'s info: the jobs the node runs and the ones it is starting."""
+    if not isinstance(info, dict):
+        raise malformed(f"info must be an object, got {type(info).__name__}")
+    return HeartbeatInfo(
+        running_job_ids=_job_ids(info, "running_job_ids"),
+        starting_job_ids=_job_ids(info, "starting_job_ids") or frozenset(),
+    )
+
+
+def _job_ids(info: dict[str, Any], key: str) -> frozenset[int] | None:
+    value = info.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_JOB_IDS:
+        raise malformed(f"{key} must be a list of at most {MAX_JOB_IDS} job ids")
+    if not all(is_int(job_id) and 0 < job_id < 2**63 for job_id in value):
+        raise malformed(f"{key} must hold positive integers, got {value!r:.80}")
+    return frozenset(value)
 
 
 def job_id_parse(job_id: Any) -> int:
-    if not is_int(job_id) or job_id <= 0:
+    if not is_int(job_id) or not 0 < job_id < 2**63:
         raise malformed(f"job_id must be a positive integer, got {job_id!r:.40}")
     return int(job_id)

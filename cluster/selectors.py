@@ -91,7 +91,11 @@ def nodes_for_live_page() -> list[LiveNode]:
             if gpu.kind != Gpu.Kind.SLOT
         }
         for slot in node_gpus:
-            if slot.kind == Gpu.Kind.SLOT and slot.parent_id in rows:
+            if (
+                slot.kind == Gpu.Kind.SLOT
+                and slot.parent_id in rows
+                and slot.state != Gpu.State.MISSING
+            ):
                 row = rows[slot.parent_id]
                 row.slots_total += 1
                 slot_allocations = allocations.get(slot.pk, [])

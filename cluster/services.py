@@ -12,17 +12,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from cluster import selectors
+from cluster.errors import SlotsRefused
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import (
     MAX_LOG_CHARS,
+    MAX_NODE_NAME_CHARS,
     MessageRefused,
     RegisterInfo,
+    db_text,
+    heartbeat_parse,
     job_event_parse,
     job_id_parse,
 )
@@ -47,11 +51,13 @@ def message_reject(
     *, node_name: object, message: str, reason: RejectedMessage.Reason, detail: str = ""
 ) -> None:
     """Log a refused agent message and count it where admins see it (admin: rejected messages)."""
-    name = str(node_name)[:63]
+    # Whatever the agent sent must fit the log itself: a forged name may hold NUL.
+    name = db_text(str(node_name))[:MAX_NODE_NAME_CHARS]
+    detail = db_text(detail)[:2000]
     log.warning("refused %s from node %r: %s %s", message, name, reason.value, detail)
     now = timezone.now()
     same_kind = RejectedMessage.objects.filter(node_name=name, message=message, reason=reason)
-    changes = {"count": F("count") + 1, "last_at": now, "last_detail": detail[:2000]}
+    changes = {"count": F("count") + 1, "last_at": now, "last_detail": detail}
     if same_kind.update(**changes):
         return
     try:
@@ -62,7 +68,7 @@ def message_reject(
                 reason=reason,
                 first_at=now,
                 last_at=now,
-                last_detail=detail[:2000],
+                last_detail=detail,
             )
     except IntegrityError:  # another worker created the row between our two statements
         same_kind.update(**changes)
@@ -198,13 +204,20 @@ def _gpus_mark_missing(*, node: Node, present_ids: set[int]) -> None:
     gone.update(state=Gpu.State.MISSING)
     slots = Gpu.objects.filter(node=node, kind=Gpu.Kind.SLOT)
     slots.filter(parent__state=Gpu.State.MISSING).update(state=Gpu.State.MISSING)
-    slots.filter(state=Gpu.State.MISSING, parent__state=Gpu.State.AVAILABLE).update(
-        state=Gpu.State.AVAILABLE
-    )
+    for slot in (
+        slots.filter(state=Gpu.State.MISSING, parent__state=Gpu.State.AVAILABLE)
+        .only("pk", "uuid", "parent__shared_slots")
+        .select_related("parent")
+    ):
+        # A slot the admin removed stays missing; one the GPU still exposes comes back.
+        number = _slot_number(slot.uuid)
+        if slot.parent is not None and number is not None and number < slot.parent.shared_slots:
+            Gpu.objects.filter(pk=slot.pk).update(state=Gpu.State.AVAILABLE)
 
 
 def node_heartbeat_record(*, node_name: str, info: object) -> None:
-    """Note that the node is alive; a down node comes back up (or draining, if asked)."""
+    """Note that the node is alive (a down node comes back up, or draining, if asked), then
+    reconcile the jobs the portal gave it with the ones it says it runs."""
     if not isinstance(info, dict):
         raise MessageRefused(RejectedMessage.Reason.MALFORMED, "info must be an object")
     node = node_registered(node_name=node_name)
@@ -220,6 +233,17 @@ def node_heartbeat_record(*, node_name: str, info: object) -> None:
     )
     if came_back:
         log.info("node %s is back after a silence", node.name)
+    # Refused after the liveness is recorded: a bad job list does not make the node silent.
+    heartbeat = heartbeat_parse(info)
+    if heartbeat.running_job_ids is not None:
+        from jobqueue.services import jobs_reconcile_with_node
+
+        jobs_reconcile_with_node(
+            node_id=node.pk,
+            running_ids=heartbeat.running_job_ids,
+            starting_ids=heartbeat.starting_job_ids,
+            now=now,
+        )
 
 
 @dataclass
@@ -312,7 +336,7 @@ def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:
         raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {checked_id} (logs)")
     from jobqueue.services import job_logs_store
 
-    job_logs_store(job_id=checked_id, text=text[-MAX_LOG_CHARS:])
+    job_logs_store(job_id=checked_id, text=db_text(text[-MAX_LOG_CHARS:]))
 
 
 def _node_known(*, node_name: str) -> Node:
@@ -322,3 +346,82 @@ def _node_known(*, node_name: str) -> Node:
     if node is None:
         raise MessageRefused(RejectedMessage.Reason.NOT_REGISTERED, "unknown node")
     return node
+
+
+# --- Shared slots ------------------------------------------------------------------
+
+SLOT_SEPARATOR = "::slot"
+MAX_SHARED_SLOTS = 16
+
+
+def slot_uuid(parent_uuid: str, number: int) -> str:
+    """A slot's UUID names its GPU, so an agent can tell which device runs it."""
+    return f"{parent_uuid}{SLOT_SEPARATOR}{number}"
+
+
+def _slot_number(uuid: str) -> int | None:
+    _parent, sep, number = uuid.rpartition(SLOT_SEPARATOR)
+    return int(number) if sep and number.isdigit() else None
+
+
+def gpu_shared_slots_check(*, gpu: Gpu, slots: int) -> None:
+    """Raise `SlotsRefused` if the GPU cannot be exposed as `slots` shared slots now."""
+    from jobqueue.models import Allocation
+
+    if slots < 0 or slots > MAX_SHARED_SLOTS or slots == 1:
+        raise SlotsRefused(
+            gettext("Shared slots must be 0 (whole GPU) or 2 to %(max)d.")
+            % {"max": MAX_SHARED_SLOTS}
+        )
+    if slots and gpu.kind != Gpu.Kind.WHOLE:
+        raise SlotsRefused(gettext("Only a whole GPU can be shared; a MIG instance cannot."))
+    if slots == gpu.shared_slots:
+        return
+    in_use = Allocation.objects.filter(active=True).filter(
+        models.Q(gpu=gpu) | models.Q(gpu__parent=gpu, gpu__kind=Gpu.Kind.SLOT)
+    )
+    if in_use.exists():
+        jobs = sorted(set(in_use.values_list("job_id", flat=True)))
+        raise SlotsRefused(
+            gettext(
+                "%(gpu)s is in use by job(s) %(jobs)s; change its shared slots when it is free "
+                "(drain it first so that nothing new starts)."
+            )
+            % {"gpu": gpu.label, "jobs": ", ".join(f"#{j}" for j in jobs)}
+        )
+
+
+@transaction.atomic
+def gpu_set_shared_slots(*, gpu_id: int, slots: int) -> Gpu:
+    """Expose a whole GPU as `slots` shared slots (0: whole again); never while it is in use.
+
+    Slots keep their UUIDs across changes. A slot that goes away is deleted, or
+    marked missing when past jobs ran on it (their history keeps pointing at it).
+    """
+    from jobqueue.models import Allocation
+
+    gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu_id)
+    gpu_shared_slots_check(gpu=gpu, slots=slots)
+    gpu.shared_slots = slots
+    gpu.save(update_fields=["shared_slots"])
+    existing = {
+        _slot_number(s.uuid): s
+        for s in Gpu.objects.select_for_update().filter(parent=gpu, kind=Gpu.Kind.SLOT)
+    }
+    share_mb = gpu.memory_mb // slots if slots else 0
+    state = Gpu.State.AVAILABLE if gpu.state == Gpu.State.AVAILABLE else gpu.state
+    for number in range(slots):
+        slot = existing.pop(number, None) or Gpu(
+            uuid=slot_uuid(gpu.uuid, number), kind=Gpu.Kind.SLOT, parent=gpu
+        )
+        slot.node, slot.index, slot.model = gpu.node, gpu.index, gpu.model
+        slot.memory_mb, slot.state = share_mb, state
+        slot.save()
+    for slot in existing.values():
+        if Allocation.objects.filter(gpu=slot).exists():
+            slot.state = Gpu.State.MISSING
+            slot.save(update_fields=["state"])
+        else:
+            slot.delete()
+    log.info("%s now has %d shared slot(s)", gpu.label, slots)
+    return gpu

@@ -5,21 +5,27 @@ are always the node name and a signature over the whole message made with the
 node token's key (`agent.signing`; the token itself never travels on the broker).
 Each task checks the signature, then calls a service. A refused message is logged and counted (admin: rejected agent
 messages) and the task returns normally, so the broker never redelivers it.
-Every task is safe to run twice.
+A message that passes validation but fails to apply (a bug, a value the
+database refuses) is rolled back and recorded the same way, as `apply_failed`,
+so nothing an agent reports vanishes or crashes the worker. Every task is safe
+to run twice.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
-from cluster.protocol import MessageRefused, register_info_parse
+from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
 from cluster.signing import report_signature_refusal
+
+log = logging.getLogger(__name__)
 
 # A database that is briefly unreachable should not lose what the agent reported.
 RETRY_ON_DATABASE_ERRORS: dict[str, Any] = {
@@ -36,13 +42,27 @@ def _handle(
     token: object,
     action: Callable[[str], object],
     args: list[Any] | None = None,
+    *,
+    may_retry: bool = False,
 ) -> str:
-    """Check the node's identity, run `action`, and turn a refusal into a logged rejection.
+    """Check the node's identity, run `action`, and turn a refusal or a failure into a logged rejection.
 
     `token` is the signature envelope an agent of this release sends (checked over
     the message's `args`), or a bare token string from an agent of an earlier release.
+    The action runs in one transaction: a refusal keeps what was done before it
+    (a withdrawn registration, say); any other failure rolls everything back.
+    A database that is briefly unreachable raises, for Celery to retry, while
+    `may_retry`; after the last retry the message is recorded too.
     """
-    if isinstance(token, dict) and isinstance(node_name, str):
+    if not node_name_valid(node_name):
+        services.message_reject(
+            node_name=node_name,
+            message=message,
+            reason=RejectedMessage.Reason.BAD_TOKEN,
+            detail=f"node name {str(node_name)[:80]!r} is not a node name",
+        )
+        return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    if isinstance(token, dict):
         refusal = report_signature_refusal(
             node_name=node_name, task=f"control.{message}", args=args or [], envelope=token
         )
@@ -54,38 +74,61 @@ def _handle(
                 detail=refusal,
             )
             return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
-    elif not (
-        isinstance(node_name, str)
-        and isinstance(token, str)
-        and NodeToken.matches(node_name=node_name, secret=token)
-    ):
+    elif not (isinstance(token, str) and NodeToken.matches(node_name=node_name, secret=token)):
         services.message_reject(
             node_name=node_name,
             message=message,
             reason=RejectedMessage.Reason.BAD_TOKEN,
-            detail=f"token {str(token)[:10]}… does not match an active token of this node",
+            detail=f"token {str(token)[:10]!r}… does not match an active token of this node",
         )
         return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
+    failure: MessageRefused | None = None
     try:
-        action(node_name)
-    except MessageRefused as exc:
+        with transaction.atomic():
+            try:
+                action(node_name)
+            except MessageRefused as exc:
+                failure = exc
+    except OperationalError as exc:
+        if may_retry:
+            raise
+        failure = _apply_failed(message, node_name, exc)
+    except Exception as exc:
+        failure = _apply_failed(message, node_name, exc)
+    if failure is not None:
         services.message_reject(
-            node_name=node_name, message=message, reason=exc.reason, detail=exc.detail
+            node_name=node_name, message=message, reason=failure.reason, detail=failure.detail
         )
-        return f"refused: {exc.reason.value}"
+        return f"refused: {failure.reason.value}"
     return "ok"
 
 
+def _apply_failed(message: str, node_name: str, exc: Exception) -> MessageRefused:
+    log.exception("%s from node %s failed to apply", message, node_name)
+    return MessageRefused(
+        RejectedMessage.Reason.APPLY_FAILED, f"{type(exc).__name__}: {str(exc)[:1500]}"
+    )
+
+
+def _retries_left(task: Any) -> bool:
+    return bool(task.request.retries < task.max_retries)
+
+
 @shared_task(
-    name="control.node_register", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+    name="control.node_register",
+    bind=True,
+    time_limit=60,
+    soft_time_limit=50,
+    **RETRY_ON_DATABASE_ERRORS,
 )
-def node_register(node_name: str, token: str, info: dict[str, Any]) -> str:
+def node_register(self: Any, node_name: str, token: str, info: dict[str, Any]) -> str:
     return _handle(
         "node_register",
         node_name,
         token,
         lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
         [info],
+        may_retry=_retries_left(self),
     )
 
 
@@ -102,22 +145,31 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
 
 
 @shared_task(
-    name="control.job_event", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+    name="control.job_event",
+    bind=True,
+    time_limit=60,
+    soft_time_limit=50,
+    **RETRY_ON_DATABASE_ERRORS,
 )
-def job_event(node_name: str, token: str, event: dict[str, Any]) -> str:
+def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> str:
     return _handle(
         "job_event",
         node_name,
         token,
         lambda name: services.job_event_accept(node_name=name, event=event),
         [event],
+        may_retry=_retries_left(self),
     )
 
 
 @shared_task(
-    name="control.samples_ingest", time_limit=120, soft_time_limit=100, **RETRY_ON_DATABASE_ERRORS
+    name="control.samples_ingest",
+    bind=True,
+    time_limit=120,
+    soft_time_limit=100,
+    **RETRY_ON_DATABASE_ERRORS,
 )
-def samples_ingest(node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
+def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
     from telemetry.services import samples_ingest as ingest
 
     return _handle(
@@ -126,19 +178,25 @@ def samples_ingest(node_name: str, token: str, samples: list[dict[str, Any]]) ->
         token,
         lambda name: ingest(node_name=name, samples=samples),
         [samples],
+        may_retry=_retries_left(self),
     )
 
 
 @shared_task(
-    name="control.job_logs_report", time_limit=60, soft_time_limit=50, **RETRY_ON_DATABASE_ERRORS
+    name="control.job_logs_report",
+    bind=True,
+    time_limit=60,
+    soft_time_limit=50,
+    **RETRY_ON_DATABASE_ERRORS,
 )
-def job_logs_report(node_name: str, token: str, job_id: int, text: str) -> str:
+def job_logs_report(self: Any, node_name: str, token: str, job_id: int, text: str) -> str:
     return _handle(
         "job_logs_report",
         node_name,
         token,
         lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
         [job_id, text],
+        may_retry=_retries_left(self),
     )
 
 

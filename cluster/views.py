@@ -6,28 +6,31 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from cluster.models import Gpu, Node
 from cluster.selectors import nodes_for_live_page
 from cluster.services import node_set_drain
 
+GPU_PAGE_RANGES = {"24h": gettext_lazy("24 hours"), "7d": gettext_lazy("7 days")}
+
 
 @login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """The live GPUs page: every GPU, who uses it, its latest reading."""
+def gpu_live(request: HttpRequest) -> HttpResponse:
+    """The GPUs page: every GPU with its latest reading, and charts of the last 24 hours or 7 days."""
     nodes = nodes_for_live_page()
+    chosen = request.GET.get("range", "24h")
     return render(
         request,
         "cluster/dashboard.html",
         {
             "nodes": nodes,
             "gpu_count": sum(1 for n in nodes for row in n.gpus if row.gpu.kind == Gpu.Kind.WHOLE),
+            "range": chosen if chosen in GPU_PAGE_RANGES else "24h",
+            "ranges": list(GPU_PAGE_RANGES.items()),
         },
     )
-
-
-gpu_live = dashboard
 
 
 @login_required

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from accounts.auth import request_user
 
 # Priority grants and emergency requests register their own admins with approval actions.
 from jobqueue import admin_approvals  # noqa: E402, F401
@@ -88,6 +94,23 @@ class JobAdmin(admin.ModelAdmin[Job]):
         "priority",
     )
     inlines = (AllocationInline, JobEventInline)
+    actions = ("force_end",)
+
+    @admin.action(
+        description=gettext_lazy("Force end the selected jobs (last resort: frees their GPUs now)")
+    )
+    def force_end(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from jobqueue.services import job_force_end
+
+        ended = 0
+        for job_id in queryset.exclude(state__in=Job.FINAL_STATES).values_list("pk", flat=True):
+            job_force_end(job_id=job_id, actor=request_user(request))
+            ended += 1
+        self.message_user(
+            request,
+            _("%(n)d job(s) ended; their nodes were told to stop the containers.") % {"n": ended},
+            messages.SUCCESS if ended else messages.WARNING,
+        )
 
 
 @admin.register(SchedulingPolicy)

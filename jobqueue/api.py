@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -87,6 +89,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = services.job_cancel(job_id=job.pk, actor=request_user(request))
         return Response(JobSerializer(job).data)
 
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"], url_path="force-end")
+    def force_end(self, request: Request, pk: str | None = None) -> Response:
+        """Staff only, a last resort: end the job in the portal now and free its GPUs."""
+        job = self.get_object()
+        job = services.job_force_end(job_id=job.pk, actor=request_user(request))
+        return Response(JobSerializer(job).data)
+
     @extend_schema(
         responses={200: {"type": "object", "properties": {"log_tail": {"type": "string"}}}}
     )
@@ -121,6 +131,7 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet[Queue]):
                 "type": "object",
                 "properties": {
                     "waiting": {"type": "array", "items": {"type": "object"}},
+                    "waiting_total": {"type": "integer"},
                     "running": {"type": "array", "items": {"type": "object"}},
                 },
             }
@@ -128,11 +139,29 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet[Queue]):
     )
     @action(detail=False, methods=["get"])
     def overview(self, request: Request) -> Response:
-        """Every waiting job with its position, estimated start and reason; every running job."""
-        data = selectors.queue_overview()
+        """Waiting jobs with position, estimated start and reason (``limit``, default 200, from
+        ``offset``; ``waiting_total`` says how many wait); every running job."""
+        limit = _bounded_int(request.query_params.get("limit"), "limit", 200, 1, 5000)
+        offset = _bounded_int(request.query_params.get("offset"), "offset", 0, 0, 10**9)
+        data = selectors.queue_overview(waiting_offset=offset, waiting_limit=limit)
         return Response(
             {
                 "waiting": QueueEntrySerializer(data["waiting"], many=True).data,
+                "waiting_total": data["waiting_total"],
                 "running": QueueEntrySerializer(data["running"], many=True).data,
             }
         )
+
+
+def _bounded_int(raw: str | None, name: str, default: int, low: int, high: int) -> int:
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ValidationError(
+            {name: _("Give a whole number from %(low)d to %(high)d.") % {"low": low, "high": high}}
+        )
+    return value

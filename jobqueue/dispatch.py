@@ -24,7 +24,7 @@ def _send(task: str, args: list[Any], node: Node) -> None:
         try:
             auth = command_auth(node_name=node.name, task=task, args=args)
             app.send_task(task, args=args, kwargs={"auth": auth}, queue=node.queue_name)
-        except Exception:  # the broker may be briefly away
+        except Exception:  # broker away: the heartbeat reconcile re-sends a start, the beat a stop
             logger.exception("could not send %s to %s", task, node.queue_name)
 
     transaction.on_commit(send)
@@ -67,3 +67,8 @@ def send_stop(*, node: Node, job_id: int, grace_s: int, reason: str) -> None:
 
 def send_logs_request(*, node: Node, job_id: int, tail: int = 200) -> None:
     _send("agent.job_logs", [job_id, tail], node)
+
+
+def send_cleanup(*, node: Node, job_ids: list[int]) -> None:
+    """Ask the agent to remove what these ended jobs left behind (alerts: memory leaks)."""
+    _send("agent.cleanup_ended_jobs", [job_ids], node)

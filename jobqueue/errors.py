@@ -54,3 +54,7 @@ class InvalidTransition(DomainError):
 
 class NotJobOwner(NotAllowed):
     code = "not_job_owner"
+
+
+class StaffOnly(NotAllowed):
+    code = "staff_only"

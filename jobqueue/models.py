@@ -267,6 +267,15 @@ class Job(models.Model):
     emergency_until = models.DateTimeField(null=True, blank=True)
     soft_warned_at = models.DateTimeField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The control messages of this run that the node has not confirmed yet: a start is
+    # confirmed by the node's heartbeat or its "started" event, a stop by "exited".
+    start_sent_at = models.DateTimeField(null=True, blank=True)
+    start_resends = models.PositiveSmallIntegerField(default=0)
+    stop_sent_at = models.DateTimeField(null=True, blank=True)
+    stop_resends = models.PositiveSmallIntegerField(default=0)
+    # Since when the node's heartbeats contradict this job's state (it is not reported
+    # though it should run there, or reported though it ended); None while they agree.
+    unreported_since = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -428,12 +437,12 @@ class EmergencyRequest(StaffDecision):
 class SchedulingPolicy(models.Model):
     """The lab's scheduler settings (one row): multifactor weights and the time-limit policy."""
 
-    weight_age = models.FloatField(_("weight: age"), default=1000.0)
+    weight_age = models.FloatField(_("weight: age"), default=2000.0)
     weight_fairshare = models.FloatField(_("weight: fair share"), default=10000.0)
     weight_queue = models.FloatField(_("weight: queue"), default=1000.0)
     weight_category = models.FloatField(_("weight: category"), default=1000.0)
     weight_size = models.FloatField(_("weight: job size"), default=100.0)
-    max_age_days = models.FloatField(_("age factor saturates after (days)"), default=7.0)
+    max_age_days = models.FloatField(_("age factor saturates after (days)"), default=2.0)
     usage_half_life_days = models.FloatField(_("usage half-life (days)"), default=7.0)
     hard_limit_grace_s = models.PositiveIntegerField(
         _("hard limit: grace after the time limit (seconds)"),

@@ -4,28 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet
 
-from jobqueue.models import Job
+from jobqueue.models import Allocation, Job
 
 
-def queue_overview() -> dict[str, list[Job]]:
-    """Pending jobs in queue order and running jobs with their GPUs."""
-    waiting = list(
+def queue_overview(*, waiting_offset: int = 0, waiting_limit: int | None = None) -> dict[str, Any]:
+    """Waiting jobs in queue order (a slice of them, and how many wait) and running jobs with their GPUs."""
+    waiting_jobs = (
         Job.objects.filter(state__in=Job.WAITING_STATES)
         .select_related("owner", "queue")
-        .order_by("queue_position", "submitted_at", "id")
+        .order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
     )
-    waiting.sort(
-        key=lambda j: (j.queue_position is None, j.queue_position or 0, j.submitted_at, j.pk)
-    )
+    total = waiting_jobs.count()
+    end = None if waiting_limit is None else waiting_offset + waiting_limit
     running = list(
         Job.objects.filter(state__in=Job.ACTIVE_STATES)
         .select_related("owner", "queue", "node")
-        .prefetch_related("allocations__gpu")
+        .prefetch_related(
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.filter(active=True).select_related("gpu__node"),
+            )
+        )
         .order_by("started_at", "id")
     )
-    return {"waiting": waiting, "running": running}
+    return {
+        "waiting": list(waiting_jobs[waiting_offset:end]),
+        "waiting_total": total,
+        "waiting_offset": waiting_offset,
+        "running": running,
+    }
 
 
 def jobs_visible_to(user: Any) -> QuerySet[Job]:

@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from jobqueue import scheduling, services
+from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
 
 
 @shared_task(
@@ -14,6 +15,9 @@ from jobqueue import scheduling, services
 )
 def scheduling_pass_task() -> dict[str, Any]:
     result = scheduling.scheduling_pass()
+    histogram_observe(
+        name=SCHEDULING_PASS, value=result.duration_ms / 1000, bounds=SCHEDULING_PASS_BUCKETS
+    )
     return {
         "started": result.started,
         "preempted": result.preempted,
@@ -23,4 +27,6 @@ def scheduling_pass_task() -> dict[str, Any]:
 
 @shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
 def jobs_enforce_time_limits_task() -> dict[str, int]:
-    return services.jobs_enforce_time_limits()
+    # A job whose stop was already asked is not stopped twice by the limits, but the
+    # escalation makes sure it is not skipped for ever.
+    return {**services.jobs_enforce_time_limits(), **services.jobs_escalate_stops()}

@@ -1,24 +1,32 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
+from alerts.selectors import alerts_for_job
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
-from jobqueue.models import Job
+from jobqueue.models import Job, SchedulingPolicy
 from labportal.errors import DomainError
 
 
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
-    form = JobSubmitForm(request.POST or None, user=user)
+    # Links (e.g. the first-steps checklist) may prefill a few fields: ?queue=debug&command=...
+    prefill = {
+        k: v for k, v in request.GET.items() if k in ("queue", "command", "time_limit_hours")
+    }
+    form = JobSubmitForm(request.POST or None, user=user, initial=prefill)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         hours = data["time_limit_hours"]
@@ -70,7 +78,29 @@ def queue_overview(request: HttpRequest) -> HttpResponse:
         if request.headers.get("HX-Request")
         else "jobqueue/queue.html"
     )
-    return render(request, template, selectors.queue_overview())
+    page = _page_number(request.GET.get("page"))
+    context = selectors.queue_overview(
+        waiting_offset=(page - 1) * QUEUE_PAGE_SIZE, waiting_limit=QUEUE_PAGE_SIZE
+    )
+    total = context["waiting_total"]
+    context.update(
+        page=page,
+        first_shown=min(total, context["waiting_offset"] + 1),
+        last_shown=context["waiting_offset"] + len(context["waiting"]),
+        previous_page=page - 1 if page > 1 else None,
+        next_page=page + 1 if page * QUEUE_PAGE_SIZE < total else None,
+    )
+    return render(request, template, context)
+
+
+QUEUE_PAGE_SIZE = 100  # waiting jobs per page: a busy lab has thousands
+
+
+def _page_number(raw: str | None) -> int:
+    try:
+        return max(1, int(raw or 1))
+    except ValueError:
+        return 1
 
 
 @login_required
@@ -80,6 +110,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job": job,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
+        "job_alerts": alerts_for_job(job_id=job.pk),
+        "now": timezone.now(),
+        "hard_stop_at": _hard_stop_at(job),
     }
     if request.headers.get("HX-Request"):
         # 286 tells htmx to stop polling once the job has ended.
@@ -87,6 +120,14 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
             request, "jobqueue/_job_live.html", context, status=286 if job.is_final else 200
         )
     return render(request, "jobqueue/job_detail.html", context)
+
+
+def _hard_stop_at(job: Job) -> datetime | None:
+    """When the admin's hard limit stops this running job; None where the policy only warns."""
+    grace = SchedulingPolicy.current().hard_limit_grace_s
+    if job.expected_end is None or grace is None:
+        return None
+    return job.expected_end + timedelta(seconds=grace)
 
 
 @login_required

@@ -78,6 +78,8 @@ LOCAL_APPS = [
     "jobqueue",
     "reservations",
     "telemetry",
+    "handbook",
+    "alerts",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
@@ -114,6 +116,8 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "accounts.context_processors.portal",
             ],
+            # {% help_link "slug" %} links a page to its part of the manual, on any page.
+            "builtins": ["handbook.templatetags.handbook"],
         },
     },
 ]
@@ -180,12 +184,14 @@ USE_TZ = True
 
 # --- Static -----------------------------------------------------------------
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "static"
+# The container image collects static files at build time, outside the data volume.
+STATIC_ROOT = Path(env_str("LABPORTAL_STATIC_ROOT", str(VAR_DIR / "static")) or "")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-# htmx comes from the npm registry (package htmx.org) into node_modules/; see Makefile.
+# htmx and uPlot come from the npm registry into node_modules/; see Makefile.
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+    ("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist"),
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -278,11 +284,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 # Each app keeps its periodic work next to its tasks; these modules import only Celery.
 from accounts.beat import CREDITS_BEAT_SCHEDULE  # noqa: E402
+from alerts.beat import ALERTS_BEAT_SCHEDULE  # noqa: E402
 from reservations.beat import RESERVATIONS_BEAT_SCHEDULE  # noqa: E402
 from telemetry.beat import TELEMETRY_BEAT_SCHEDULE  # noqa: E402
 
 CELERY_BEAT_SCHEDULE.update(CREDITS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
+CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
 
 # --- Cache ------------------------------------------------------------------
@@ -328,7 +336,40 @@ ACCOUNT_RATE_LIMITS = {"login_failed": None, "login": "60/m/ip"}
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
 LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
 LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
+# Jobs against the node's heartbeats (docs/jobs.md, "Ways out"): a start the node has not
+# acknowledged after LABPORTAL_START_ACK_S is sent again, LABPORTAL_START_RETRIES times;
+# a job its node stops reporting is acted on after LABPORTAL_JOB_UNREPORTED_GRACE_S.
+LABPORTAL_START_ACK_S = env_int("LABPORTAL_START_ACK_S", 120, minimum=10)
+LABPORTAL_START_RETRIES = env_int("LABPORTAL_START_RETRIES", 2, minimum=0)
+LABPORTAL_MAX_DISPATCHES = env_int("LABPORTAL_MAX_DISPATCHES", 3, minimum=1)
+LABPORTAL_JOB_UNREPORTED_GRACE_S = env_int("LABPORTAL_JOB_UNREPORTED_GRACE_S", 60, minimum=10)
+# A stop not confirmed LABPORTAL_STOP_CONFIRM_S after its SIGKILL is sent again,
+# LABPORTAL_STOP_RETRIES times; then the portal ends the job itself.
+LABPORTAL_STOP_CONFIRM_S = env_int("LABPORTAL_STOP_CONFIRM_S", 60, minimum=5)
+LABPORTAL_STOP_RETRIES = env_int("LABPORTAL_STOP_RETRIES", 3, minimum=0)
+# How far an agent's clock may be off before its job events are refused.
+LABPORTAL_CLOCK_SKEW_S = env_int("LABPORTAL_CLOCK_SKEW_S", 300, minimum=0)
 LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=1000)
+
+# --- Backups ------------------------------------------------------------------
+# Uploaded files (none yet by default); backed up with the database when present.
+MEDIA_URL = "/media/"
+MEDIA_ROOT = Path(env_str("LABPORTAL_MEDIA_ROOT", str(VAR_DIR / "media")) or "")
+LABPORTAL_BACKUP_DIR = Path(env_str("LABPORTAL_BACKUP_DIR", str(VAR_DIR / "backups")) or "")
+LABPORTAL_BACKUP_KEEP_DAILY = env_int("LABPORTAL_BACKUP_KEEP_DAILY", 7, minimum=1)
+LABPORTAL_BACKUP_KEEP_WEEKLY = env_int("LABPORTAL_BACKUP_KEEP_WEEKLY", 4, minimum=0)
+LABPORTAL_BACKUP_KEEP_MONTHLY = env_int("LABPORTAL_BACKUP_KEEP_MONTHLY", 6, minimum=0)
+LABPORTAL_BACKUP_HOUR = env_int("LABPORTAL_BACKUP_HOUR", 3, minimum=0)
+if LABPORTAL_BACKUP_HOUR > 23:
+    raise ImproperlyConfigured(
+        f"LABPORTAL_BACKUP_HOUR must be an hour from 0 to 23 (got {LABPORTAL_BACKUP_HOUR})"
+    )
+# Nightly backups from beat; off in the demo (DEBUG), on in production.
+LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
+if LABPORTAL_BACKUP_ENABLED:
+    from labportal.beat import backup_beat_schedule  # noqa: E402
+
+    CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 
 LOGGING = {
     "version": 1,

@@ -2,23 +2,28 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from cluster import views as cluster_views
 from labportal import views as portal_views
+from telemetry import views as telemetry_views
 
 urlpatterns = [
-    path("", cluster_views.dashboard, name="dashboard"),
+    path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),
+    path("metrics", telemetry_views.metrics, name="metrics"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),
     path("account/", include("accounts.urls")),
     path("jobs/", include("jobqueue.urls")),
     path("reservations/", include("reservations.urls")),
     path("telemetry/", include("telemetry.urls")),
+    path("", include("handbook.urls")),
+    path("alerts/", include("alerts.urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),
     path("api/", include("jobqueue.approval_api_urls")),
+    path("api/", include("telemetry.api_urls")),
+    path("api/", include("alerts.api_urls")),
     # One sign-in page for everyone, so that the login lockout covers staff too.
     path("admin/login/", portal_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
+
+from labportal.home import home_for
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -12,6 +15,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """The member's home: their jobs, next booking, credits, the lab today, what to do next."""
+    return render(request, "labportal/home.html", {"home": home_for(request.user)})
 
 
 def admin_login(request: HttpRequest) -> HttpResponse:

@@ -176,7 +176,7 @@ class Policy:
     max_running_gpus_per_user: int | None = None
     order: str = "multifactor"
     backfill: bool = True
-    backfill_depth: int = 1
+    backfill_depth: int = 8
     drain_horizon_s: float | None = 2 * DAY_S
     drain_reserve_nodes: int = 1
     overrun_assumed_s: float = 300.0

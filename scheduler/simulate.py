@@ -305,7 +305,8 @@ def labportal_policy() -> Policy:
             "normal": QueuePolicy("normal", tier=1, priority_factor=0.5),
         },
         weight_fairshare=10_000.0,
-        weight_age=1000.0,
+        weight_age=2000.0,
+        max_age_s=2 * 86_400.0,
         weight_size=100.0,
         half_life_s=7 * 86_400.0,
     )

@@ -1,16 +1,21 @@
-"""Measurements: raw GPU samples as the agents report them.
+"""Measurements: raw GPU samples as the agents report them, their rollups and retention,
+and what the Prometheus exposition needs (scrape tokens, histograms kept in the database).
 
-Rollups, pruning, alerts and the Prometheus exposition build on these rows later;
-each GPU's latest reading is also kept on `cluster.Gpu` so the live page reads one
+Each GPU's latest reading is also kept on `cluster.Gpu` so the live page reads one
 row per GPU.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from labportal.tokens import hash_secret, new_secret
 
 
 class GpuSample(models.Model):
@@ -195,3 +200,59 @@ class RetentionPolicy(models.Model):
     def current(cls) -> RetentionPolicy:
         policy, _created = cls.objects.get_or_create(pk=1)
         return policy
+
+
+class ScrapeToken(models.Model):
+    """A Bearer token Prometheus presents to read /metrics. Only its SHA-256 is stored."""
+
+    name = models.CharField(_("name"), max_length=80, help_text=_("Which Prometheus uses it."))
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(_("starts with"), max_length=12, editable=False)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("metrics scrape token")
+        verbose_name_plural = _("metrics scrape tokens")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_prefix}…)"
+
+    @classmethod
+    def issue(cls, *, name: str) -> tuple[ScrapeToken, str]:
+        secret = new_secret("lpm_")
+        token = cls.objects.create(
+            name=name, token_hash=hash_secret(secret), token_prefix=secret[:10]
+        )
+        return token, secret
+
+    @classmethod
+    def authenticate(cls, secret: str) -> ScrapeToken | None:
+        """The active token with this secret, its use recorded at most once a minute."""
+        token = cls.objects.filter(token_hash=hash_secret(secret), revoked_at__isnull=True).first()
+        if token is not None:
+            now = timezone.now()
+            if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+                cls.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token
+
+
+class ObservedHistogram(models.Model):
+    """A Prometheus histogram kept in the database, so worker processes can observe
+    and the web process can expose it (e.g. scheduling pass durations)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    # Upper bounds in seconds, and the cumulative count at or below each.
+    bounds = models.JSONField(default=list)
+    counts = models.JSONField(default=list)
+    total = models.FloatField(default=0.0)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("observed histogram")
+        verbose_name_plural = _("observed histograms")
+
+    def __str__(self) -> str:
+        return self.name

@@ -58,7 +58,10 @@ _MINUTE_FIELDS = [
 ]
 _HOUR_FIELDS = [*_MINUTE_FIELDS, "minutes", "busy_minutes", "held_minutes"]
 # pg_try_advisory_xact_lock keys: one rollup run per level at a time.
-_LOCK_KEYS: dict[str, int] = {RollupCursor.Level.MINUTE: 0x4C50_0001, RollupCursor.Level.HOUR: 0x4C50_0002}
+_LOCK_KEYS: dict[str, int] = {
+    RollupCursor.Level.MINUTE: 0x4C50_0001,
+    RollupCursor.Level.HOUR: 0x4C50_0002,
+}
 
 
 def floor_to(moment: datetime, step: timedelta) -> datetime:

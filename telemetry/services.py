@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from cluster import selectors
 from cluster.models import Gpu, RejectedMessage
-from cluster.protocol import MessageRefused, is_int, is_number, malformed
+from cluster.protocol import (
+    MAX_GPU_UUID_CHARS,
+    MessageRefused,
+    identifier_field,
+    is_int,
+    is_number,
+    malformed,
+)
 from cluster.services import message_reject, node_registered
 from telemetry.models import GpuSample
 from telemetry.rollups import LATE_WINDOW, rollups_rewind
@@ -94,7 +101,7 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
     for sample in parsed:
         gpu = gpus.get(sample.gpu_uuid)
         if gpu is None:
-            reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid:.96}")
+            reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid}")
         elif foreign := sample.job_ids - jobs_here:
             reject(
                 RejectedMessage.Reason.JOB_NOT_ON_NODE,
@@ -149,9 +156,7 @@ def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:
     """Validate one sample of a `samples_ingest` batch; raise `MessageRefused` saying what is wrong."""
     if not isinstance(raw, dict):
         raise malformed(f"must be an object, got {type(raw).__name__}")
-    uuid = raw.get("gpu_uuid")
-    if not isinstance(uuid, str) or not uuid or len(uuid) > 96:
-        raise malformed(f"gpu_uuid must be a GPU UUID, got {uuid!r:.100}")
+    uuid = identifier_field(raw, "gpu_uuid", max_length=MAX_GPU_UUID_CHARS)
     ts = raw.get("ts")
     if not is_number(ts) or ts <= 0:
         raise malformed(f"ts must be epoch seconds, got {ts!r:.40}")
@@ -183,27 +188,31 @@ def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
         raise malformed(f"processes must be a list of at most {MAX_PROCESSES_PER_SAMPLE}")
     clean = []
     for process in processes:
-        if not isinstance(process, dict) or not is_int(process.get("pid")):
-            raise malformed("each process needs an integer pid")
+        if not isinstance(process, dict) or not (
+            is_int(process.get("pid")) and 0 <= process["pid"] < 2**31
+        ):
+            raise malformed("each process needs a pid, a non-negative 32-bit integer")
         used_mb, container_id, job_id = (
             process.get("used_mb"),
             process.get("container_id"),
             process.get("job_id"),
         )
-        if used_mb is not None and (not is_int(used_mb) or used_mb < 0):
+        if used_mb is not None and (not is_int(used_mb) or not 0 <= used_mb < 2**31):
             raise malformed("a process's used_mb must be null or a non-negative integer")
-        if container_id is not None and (
-            not isinstance(container_id, str) or len(container_id) > 128
-        ):
-            raise malformed("a process's container_id must be null or a container id")
-        if job_id is not None and (not is_int(job_id) or job_id <= 0):
+        if container_id is not None:
+            container_id = identifier_field(process, "container_id", max_length=128)
+        if job_id is not None and (not is_int(job_id) or not 0 < job_id < 2**63):
             raise malformed("a process's job_id must be null or a positive integer")
-        clean.append(
-            {
-                "pid": process["pid"],
-                "used_mb": used_mb,
-                "container_id": container_id,
-                "job_id": job_id,
-            }
-        )
+        unix_user = process.get("unix_user")
+        if unix_user is not None and (not isinstance(unix_user, str) or len(unix_user) > 64):
+            raise malformed("a process's unix_user must be null or a user name")
+        entry = {
+            "pid": process["pid"],
+            "used_mb": used_mb,
+            "container_id": container_id,
+            "job_id": job_id,
+        }
+        if unix_user is not None:  # only a stray's owner is worth the bytes
+            entry["unix_user"] = unix_user
+        clean.append(entry)
     return clean

@@ -1,3 +1,7 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from telemetry import views
+
+urlpatterns = [
+    path("overview/", views.lab_overview, name="lab_overview"),
+]

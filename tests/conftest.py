@@ -94,6 +94,15 @@ class SentTasks(list):  # type: ignore[type-arg]
 
 
 @pytest.fixture(autouse=True)
+def usage_summed_each_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passes reuse fair-share usage for a minute; tests see every change at once."""
+    from jobqueue import scheduling
+
+    scheduling.usage_forget()
+    monkeypatch.setattr(scheduling, "USAGE_REUSE_S", 0.0)
+
+
+@pytest.fixture(autouse=True)
 def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> SentTasks:
     """Record messages instead of sending them; end-to-end tests use real processes instead."""
     from labportal.celery import app

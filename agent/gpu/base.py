@@ -49,6 +49,8 @@ class ProcessSample:
     used_mb: int | None
     container_id: str | None = None
     job_id: int | None = None
+    # The process's unix user, reported for processes that belong to no job.
+    unix_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,11 @@ class GpuSample:
     processes: list[ProcessSample] = field(default_factory=list)
 
     def as_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        wire = asdict(self)
+        for process in wire["processes"]:
+            if process["unix_user"] is None:  # only a stray's owner is worth the bytes
+                del process["unix_user"]
+        return wire
 
 
 class GpuBackend(ABC):
@@ -99,6 +105,14 @@ class GpuBackend(ABC):
 
     def detach_job(self, job_id: int) -> None:
         """Tell the backend a job has ended. No-op unless the backend simulates."""
+        return None
+
+    def simulate(self, job_id: int, conditions: Iterable[str]) -> None:
+        """Ask a simulated backend to produce conditions for a job (idle, leak, hot...). No-op on hardware."""
+        return None
+
+    def release_job(self, job_id: int) -> None:
+        """The agent removed what an ended job left behind. No-op unless the backend simulates."""
         return None
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -22,6 +22,20 @@ LABEL_MANAGED = "labportal.managed"
 # backend which GPUs a re-attached job holds.
 LABEL_GPU_UUIDS = "labportal.gpu_uuids"
 LABEL_ATTEMPT = "labportal.attempt"
+# A shared slot's UUID is its GPU's UUID plus this and the slot number.
+SLOT_SEPARATOR = "::slot"
+
+
+def device_uuid(uuid: str) -> str:
+    """The physical device a schedulable UUID runs on: a slot's GPU, else the UUID itself."""
+    parent, sep, number = uuid.rpartition(SLOT_SEPARATOR)
+    return parent if sep and number.isdigit() else uuid
+
+
+def device_uuids(uuids: Sequence[str]) -> list[str]:
+    """The distinct physical devices of ``uuids``, in order."""
+    return list(dict.fromkeys(device_uuid(u) for u in uuids))
+
 
 NETWORK_MODES = ("none", "egress")
 
@@ -173,8 +187,13 @@ class JobSpec:
         wrong GPU; a UUID (``GPU-…`` or ``MIG-…``) cannot.
         """
         if self.gpu_uuids:
-            return ",".join(self.gpu_uuids)
+            return ",".join(self.device_uuids)
         return ",".join(str(i) for i in self.gpu_indices)
+
+    @property
+    def device_uuids(self) -> list[str]:
+        """The GPUs the container sees: a shared slot runs on its parent GPU."""
+        return device_uuids(self.gpu_uuids)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -282,6 +301,23 @@ class ContainerRuntime(ABC):
     def job_for_pid(self, pid: int) -> JobStatus | None:
         """The job a host pid belongs to, when the runtime can tell without cgroups."""
         return None
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(job_id)`` from a runtime thread as soon as a job's process ends.
+
+        Optional: a runtime that cannot tell keeps this no-op, and the agent's
+        watch loop finds ended jobs by listing them.
+        """
+        return None
+
+    def kill_leftovers(self, job_id: int) -> list[int]:
+        """Kill processes an ended job left behind; return their pids.
+
+        Only processes the runtime can prove are the job's (its container, its
+        process group). A container's processes end with it, so by default
+        there is nothing to do.
+        """
+        return []
 
     def close(self) -> None:
         """Release connections."""

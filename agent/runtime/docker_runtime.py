@@ -195,7 +195,7 @@ class DockerRuntime(ContainerRuntime):
             kwargs["network"] = self.network_name(spec.job_id)
         else:
             kwargs["network_mode"] = "none"
-        requests = device_requests_for(spec.gpu_uuids) if self._gpu_device_requests else []
+        requests = device_requests_for(spec.device_uuids) if self._gpu_device_requests else []
         if requests:
             kwargs["device_requests"] = requests
         return kwargs

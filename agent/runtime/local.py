@@ -21,6 +21,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,22 @@ def _proc_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def _exit_code(returncode: int) -> int:
     # Popen reports death by signal N as -N; shells and Docker report 128+N.
     return 128 - returncode if returncode < 0 else returncode
@@ -85,6 +102,19 @@ class LocalProcessRuntime(ContainerRuntime):
         self._root.mkdir(parents=True, exist_ok=True)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.RLock()
+        self._exit_callbacks: list[Callable[[int], None]] = []
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        self._exit_callbacks.append(callback)
+
+    def _wait_and_tell(self, job_id: int, proc: subprocess.Popen[bytes]) -> None:
+        """A job's waiter thread: reap the wrapper the moment it ends, then tell the listeners."""
+        proc.wait()
+        for callback in list(self._exit_callbacks):
+            try:
+                callback(job_id)
+            except Exception:
+                log.exception("exit callback for job %s failed", job_id)
 
     # -- state files ---------------------------------------------------------
 
@@ -200,6 +230,12 @@ class LocalProcessRuntime(ContainerRuntime):
             }
             (job_dir / "meta.json").write_text(json.dumps(meta))
             self._procs[spec.job_id] = proc
+        threading.Thread(
+            target=self._wait_and_tell,
+            args=(spec.job_id, proc),
+            name=f"local-job-{spec.job_id}-wait",
+            daemon=True,
+        ).start()
         status = self._status(spec.job_id)
         assert status is not None
         return StartOutcome(status.container_id, True, status)
@@ -297,6 +333,27 @@ class LocalProcessRuntime(ContainerRuntime):
         with self._lock:
             self._procs.pop(job_id, None)
             shutil.rmtree(self._dir(job_id), ignore_errors=True)
+
+    def kill_leftovers(self, job_id: int) -> list[int]:
+        """SIGKILL what is left of an ended job's process group (a child it put in the background).
+
+        A process is the job's only if it is in the job's process group and
+        started no earlier than the job's leader: a group id cannot be reused
+        while any member lives, so nothing else can match.
+        """
+        with self._lock:
+            meta = self._meta(job_id)
+            if meta is None or self._alive(job_id, meta):
+                return []
+            pgid, since = meta["pid"], meta["start_ticks"]
+            killed = []
+            for pid in _group_members(pgid):
+                ticks = _proc_start_ticks(pid)
+                if ticks is not None and ticks >= since:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+            return killed
 
     def job_for_pid(self, pid: int) -> JobStatus | None:
         try:

@@ -96,6 +96,15 @@ class FakeRuntime(ContainerRuntime):
         self.starts = 0
         self.fail_with: str | None = None
         self.logs_text = "out\n"
+        self.exit_callbacks: list[Callable[[int], None]] = []
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        self.exit_callbacks.append(callback)
+
+    def announce_exit(self, job_id: int) -> None:
+        """What a runtime's waiter thread does when a job's process ends."""
+        for callback in self.exit_callbacks:
+            callback(job_id)
 
     def start(self, spec: JobSpec) -> StartOutcome:
         self.starts += 1

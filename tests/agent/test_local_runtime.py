@@ -153,3 +153,44 @@ def test_remove_forgets_an_ended_job(runtime: LocalProcessRuntime) -> None:
     runtime.remove(10)
 
     assert runtime.list_jobs() == []
+
+
+def test_the_runtime_announces_an_exit_once_the_process_has_ended(
+    runtime: LocalProcessRuntime,
+) -> None:
+    ended: list[tuple[int, str | None]] = []
+
+    def record(job_id: int) -> None:
+        status = exited(runtime, job_id)
+        ended.append((job_id, status.state if status else None))
+
+    runtime.on_exit(record)
+    runtime.start(spec(21, "exit 4"))
+
+    # Announced by the runtime's waiter thread; nobody lists the jobs meanwhile.
+    wait_until(lambda: ended)
+    assert ended == [(21, "exited")]
+    status = exited(runtime, 21)
+    assert status is not None and status.exit_code == 4
+
+
+def test_an_agent_on_the_local_runtime_reports_an_exit_without_its_watch_loop(
+    runtime: LocalProcessRuntime,
+) -> None:
+    from agent.gpu import SimulatedBackend
+    from agent.node import NodeAgent
+    from agent.reporter import ControlReporter
+    from tests.agent.support import RecordingApp
+
+    app = RecordingApp()
+    agent = NodeAgent(
+        node="n1",
+        backend=SimulatedBackend(1, node_name="n1", seed=1),
+        runtime=runtime,
+        reporter=ControlReporter(app, "n1", "token"),
+    )
+    agent.start_job(job_spec(22, command=["sh", "-c", "exit 5"]))
+
+    event = wait_until(lambda: app.events("exited"))[0]
+    assert (event["job_id"], event["exit_code"]) == (22, 5)
+    assert [e["kind"] for e in app.events()] == ["started", "exited"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent.gpu import SimulatedBackend
 from agent.node import AgentTiming, NodeAgent
 from agent.reporter import ControlReporter
-from agent.runtime import JobStatus
+from agent.runtime import JobSpec, JobStatus, StartOutcome
 from tests.agent.support import FakeRuntime, RecordingApp, job_spec
 
 NODE, TOKEN = "gpu01", "node-token"
@@ -190,7 +192,7 @@ def test_heartbeats_carry_the_running_jobs(agent: NodeAgent, app: RecordingApp) 
     agent.heartbeat_once(now=555.0)
 
     assert app.args_of("control.node_heartbeat") == [
-        [NODE, TOKEN, {"ts": 555.0, "running_job_ids": [30, 31]}]
+        [NODE, TOKEN, {"ts": 555.0, "running_job_ids": [30, 31], "starting_job_ids": []}]
     ]
 
 
@@ -272,3 +274,84 @@ def test_ended_containers_are_removed_after_the_retention_period(
     assert 70 in runtime.jobs
     agent.cleanup_once(now=200.0 + agent.timing.keep_exited_s + 1)
     assert 70 not in runtime.jobs
+
+
+class _StartCompletesWhileListing(FakeRuntime):
+    """Lists the jobs, then lets a concurrent ``start_job`` finish before the agent goes on.
+
+    That is the moment a real start on another thread may complete: between the
+    runtime's listing and whatever the watcher does next.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_listing: list[Any] = []
+
+    def list_jobs(self) -> list[JobStatus]:
+        listed = super().list_jobs()
+        while self.during_listing:
+            self.during_listing.pop(0)()
+        return listed
+
+
+def test_a_job_that_finishes_starting_during_a_watch_is_not_taken_for_vanished(
+    app: RecordingApp, backend: SimulatedBackend
+) -> None:
+    runtime = _StartCompletesWhileListing()
+    agent = NodeAgent(
+        node=NODE, backend=backend, runtime=runtime, reporter=ControlReporter(app, NODE, TOKEN)
+    )
+    runtime.during_listing.append(lambda: agent.start_job(gpu_spec(agent, 7)))
+
+    agent.watch_once()
+    agent.watch_once()
+
+    assert app.events("exited") == []
+    assert [e["job_id"] for e in app.events("started")] == [7]
+    assert agent.running_job_ids() == [7]
+
+
+def test_a_container_removed_by_hand_is_still_reported_as_vanished(
+    agent: NodeAgent, app: RecordingApp, runtime: FakeRuntime
+) -> None:
+    agent.start_job(gpu_spec(agent, 8))
+    runtime.jobs.pop(8)
+
+    agent.watch_once()
+
+    [event] = app.events("exited")
+    assert event["job_id"] == 8 and "disappeared" in event["reason"]
+
+
+def test_an_exit_the_runtime_announces_is_reported_without_a_watch(
+    agent: NodeAgent, app: RecordingApp, runtime: FakeRuntime
+) -> None:
+    agent.start_job(gpu_spec(agent, 9))
+    runtime.end(9, 0)
+
+    runtime.announce_exit(9)
+
+    [event] = app.events("exited")
+    assert event["job_id"] == 9 and event["exit_code"] == 0
+
+
+def test_an_exit_announced_while_the_start_is_being_reported_follows_started(
+    app: RecordingApp, backend: SimulatedBackend
+) -> None:
+    runtime = FakeRuntime()
+    agent = NodeAgent(
+        node=NODE, backend=backend, runtime=runtime, reporter=ControlReporter(app, NODE, TOKEN)
+    )
+    real_start = runtime.start
+
+    def start_that_ends_at_once(spec: JobSpec) -> StartOutcome:
+        outcome = real_start(spec)
+        runtime.end(spec.job_id, 3)
+        runtime.announce_exit(spec.job_id)  # held back: "started" is not out yet
+        return outcome
+
+    runtime.start = start_that_ends_at_once  # type: ignore[method-assign]
+    agent.start_job(gpu_spec(agent, 10))
+
+    assert [e["kind"] for e in app.events()] == ["started", "exited"]
+    assert app.events("exited")[0]["exit_code"] == 3

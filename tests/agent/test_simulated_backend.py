@@ -130,3 +130,29 @@ def test_readings_stay_physically_plausible(steps: list[tuple[str, int, float]])
             assert 20.0 <= sample.temp_c <= 95.0
             assert 0.0 < sample.power_w < 500.0
             assert sample.ts == now
+
+
+def test_a_busy_job_dips_at_its_periodic_evaluation_and_recovers() -> None:
+    backend = SimulatedBackend(1, node_name="n")
+    uuid = backend.discover()[0].uuid
+    backend.attach_job(1, [uuid], "c1")
+    job = backend._gpus[0].jobs[1]
+    every, length = job.dip_every_s, job.dip_len_s
+    assert 900 <= every <= 1800 and 30 <= length <= 90
+
+    readings: dict[float, float] = {}
+    t = 0.0
+    while t <= 2 * every:
+        (sample,) = backend.sample(t)
+        assert sample.util_pct is not None
+        readings[t] = sample.util_pct
+        t += 5.0
+
+    def at(moment: float) -> float:
+        return readings[max(k for k in readings if k <= moment)]
+
+    before = at(every - 30)
+    during = at(every + length - 5)
+    after = at(every + length + 60)
+    assert before > 40 and after > 40
+    assert during < before / 2  # the evaluation: the GPU mostly waits

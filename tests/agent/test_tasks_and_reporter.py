@@ -41,7 +41,12 @@ def installed_agent() -> Iterator[tuple[NodeAgent, RecordingApp, FakeRuntime]]:
 def test_the_agent_serves_exactly_the_protocols_task_names() -> None:
     served = {name for name in app.tasks if name.startswith("agent.")}
 
-    assert served == {"agent.start_job", "agent.stop_job", "agent.job_logs"}
+    assert served == {
+        "agent.start_job",
+        "agent.stop_job",
+        "agent.job_logs",
+        "agent.cleanup_ended_jobs",
+    }
     assert node_queue("gpu01") == "node.gpu01"
     assert app.conf.task_serializer == "json" and app.conf.accept_content == ["json"]
 
@@ -70,7 +75,7 @@ from agent.reporter import ControlReporter
 configure("memory://")
 ControlReporter(app, "n", "t").heartbeat({"ts": 0.0, "running_job_ids": []})
 assert sorted(n for n in app.tasks if n.startswith("agent.")) == [
-    "agent.job_logs", "agent.start_job", "agent.stop_job"
+    "agent.cleanup_ended_jobs", "agent.job_logs", "agent.start_job", "agent.stop_job"
 ]
 """
 
@@ -107,6 +112,20 @@ def test_a_redelivered_start_job_task_starts_nothing(installed_agent: Any) -> No
     assert [e["kind"] for e in recorder.events()] == ["started", "started", "exited"]
     assert len({e["event_id"] for e in recorder.events("started")}) == 1
     assert recorder.args_of("control.job_logs_report") == [["gpu01", "tok", 5, "out\n"]]
+
+
+def test_cleanup_runs_only_when_the_portal_signed_it(installed_agent: Any) -> None:
+    node_agent, recorder, runtime = installed_agent
+    refused = tasks.cleanup_ended_jobs.apply(args=[[5]]).result
+    forged = tasks.cleanup_ended_jobs.apply(
+        args=[[5]], kwargs={"auth": signed("agent.cleanup_ended_jobs", "gpu01", [[6]])}
+    ).result
+    done = tasks.cleanup_ended_jobs.apply(
+        args=[[5]], kwargs={"auth": signed("agent.cleanup_ended_jobs", "gpu01", [[5]])}
+    ).result
+
+    assert refused["ok"] is False and forged["ok"] is False
+    assert done == {"killed_pids": [], "removed_jobs": []}
 
 
 def test_tasks_fail_loudly_when_no_agent_is_installed() -> None:

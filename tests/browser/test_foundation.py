@@ -17,8 +17,10 @@ def test_a_member_logs_in_sees_the_dashboard_and_switches_to_chinese(
     node = NodeFactory(name="gpu01")
     GpuFactory(node=node, index=0, model="NVIDIA H200")
     log_in(page, live_server, "alice", PASSWORD)
-    page.wait_for_selector("text=GPU servers")
+    page.wait_for_selector("[data-testid=my-jobs]")
     assert page.inner_text("[data-testid=username]") == "alice"
+    page.click("nav >> text=GPUs")
+    page.wait_for_selector("text=GPU servers")
     assert "NVIDIA H200" in page.content()
     page.select_option("select[name=language]", "zh-hans")
     page.wait_for_selector("text=GPU 服务器")

@@ -9,7 +9,7 @@ from django.utils import timezone
 from cluster.models import Gpu, Node, NodeToken, RejectedMessage
 from cluster.tasks import node_register
 from tests.cluster.conftest import gpu_entry, register_info
-from tests.factories import GpuFactory, NodeFactory
+from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -245,10 +245,11 @@ def test_a_simulated_node_registers_when_simulation_is_allowed(issue_token: Any)
 
 def test_a_slot_of_a_missing_gpu_goes_missing_with_it(registered_node: Any) -> None:
     node, secret = registered_node
+    from cluster.services import gpu_set_shared_slots
+
     parent = Gpu.objects.get(uuid="GPU-bbb")
-    slot = GpuFactory.create(
-        node=node, index=1, uuid="GPU-bbb-slot-0", kind=Gpu.Kind.SLOT, parent=parent
-    )
+    gpu_set_shared_slots(gpu_id=parent.pk, slots=2)
+    slot = Gpu.objects.get(parent=parent, uuid="GPU-bbb::slot0")
 
     node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa", 0)))
     slot.refresh_from_db()

@@ -202,3 +202,47 @@ def test_an_empty_or_oversized_batch_is_refused_with_the_limit(
     assert response.status_code == 400
     assert "at most 500 jobs" in body(response)["detail"]
     assert not Job.objects.exists()
+
+
+def test_the_queue_page_shows_waiting_jobs_a_page_at_a_time_in_constant_queries(
+    client: Client, alice: Any, cluster: Any, image: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobqueue.models import Allocation, Job
+    from jobqueue.views import QUEUE_PAGE_SIZE
+
+    for gpu in cluster[0].gpus.all():  # every GPU of one node runs a job
+        job = submit(alice)
+        Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, node=cluster[0])
+        Allocation.objects.create(job=job, gpu=gpu)
+    Job.objects.bulk_create(
+        [
+            Job(owner=alice, queue=job.queue, image=image, command=["true"], time_limit_s=60)
+            for _ in range(QUEUE_PAGE_SIZE + 5)
+        ]
+    )
+    client.force_login(alice)
+    with CaptureQueriesContext(connection) as first:
+        page1 = client.get(reverse("queue_overview")).content.decode()
+    page2 = client.get(reverse("queue_overview"), {"page": 2}).content.decode()
+
+    assert f"Showing 1–{QUEUE_PAGE_SIZE} of {QUEUE_PAGE_SIZE + 5}" in page1
+    assert f"Showing {QUEUE_PAGE_SIZE + 1}–{QUEUE_PAGE_SIZE + 5} of" in page2
+    assert page1.count("gpu01/gpu") == 4  # the running jobs' GPUs, with their node's name
+    assert len(first.captured_queries) <= 12  # not one per allocation
+    assert client.get(reverse("queue_overview"), {"page": "x"}).status_code == 200
+
+
+def test_the_overview_api_gives_a_slice_of_the_waiting_and_how_many_wait(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    jobs = [submit(alice) for _ in range(5)]
+    api = api_as(alice)
+
+    sliced = body(api.get("/api/queues/overview/", {"limit": 2, "offset": 1}))
+    assert sliced["waiting_total"] == 5
+    assert [e["id"] for e in sliced["waiting"]] == [j.pk for j in jobs[1:3]]
+    refused = api.get("/api/queues/overview/", {"limit": "lots"})
+    assert refused.status_code == 400 and "from 1 to 5000" in json.dumps(body(refused))

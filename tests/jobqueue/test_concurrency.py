@@ -88,3 +88,49 @@ def test_fifty_concurrent_submits_and_cancels_with_passes_keep_allocations_sound
         Job.objects.filter(pk__in=[j.pk for j in existing], state__in=[*Job.WAITING_STATES]).count()
         == 0
     )
+
+
+def test_a_submit_committed_while_a_pass_runs_gets_a_pass_of_its_own(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lost wake-up: the submit's request must not be swallowed by the pass already running."""
+    import jobqueue.scheduling as scheduling
+
+    submit(alice, gpus=1)  # requests a pass, as the one below
+    assert len(sent_tasks.named("control.scheduling_pass")) == 1
+    real_load = scheduling.build_engine_input
+    late: list[int] = []
+
+    def load_then_someone_submits(now: Any) -> Any:
+        state = real_load(now)
+        if not late:
+            # Another request commits a job after this pass has read the queue.
+            def other_request() -> None:
+                try:
+                    late.append(submit(alice, gpus=1).pk)
+                finally:
+                    connections.close_all()
+
+            thread = threading.Thread(target=other_request)
+            thread.start()
+            thread.join(timeout=30)
+        return state
+
+    monkeypatch.setattr(scheduling, "build_engine_input", load_then_someone_submits)
+    first = scheduling_pass()
+
+    assert late and late[0] not in first.started
+    assert len(sent_tasks.named("control.scheduling_pass")) == 2  # the late job's own pass
+    second = scheduling_pass()
+    assert second.started == late
+
+
+def test_requests_coalesce_until_a_pass_takes_them(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    for _ in range(3):
+        submit(alice, gpus=1)
+    assert len(sent_tasks.named("control.scheduling_pass")) == 1
+    scheduling_pass()
+    submit(alice, gpus=1)
+    assert len(sent_tasks.named("control.scheduling_pass")) == 2

@@ -9,6 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from cluster.protocol import MessageRefused
 from jobqueue import errors
 from jobqueue.models import Job, SchedulingPolicy
 from jobqueue.scheduling import scheduling_pass
@@ -80,12 +81,14 @@ def test_the_same_event_twice_changes_nothing(
     assert [e.kind for e in job.events.all()] == ["submitted", "dispatched", "started", "exited"]
 
 
-def test_an_event_from_another_node_is_ignored(
+def test_an_event_from_another_node_is_refused_and_changes_nothing(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
     other = "gpu02" if node_name(job) == "gpu01" else "gpu01"
-    job_event_apply(node_name=other, event=event(job, "exited", exit_code=0))
+    with pytest.raises(MessageRefused) as refused:
+        job_event_apply(node_name=other, event=event(job, "exited", exit_code=0))
+    assert refused.value.reason == "job_not_on_node"
     job.refresh_from_db()
     assert job.state == Job.State.DISPATCHED
 

@@ -219,3 +219,77 @@ def test_the_owners_job_runs_in_the_reservation_ahead_of_everyone(
         reservation.gpus.values_list("id", flat=True)
     )
     assert earlier.state == Job.State.PENDING
+
+
+def _finished(owner: Any, *, hours_ago: float, hours: float, gpus: int = 1) -> Job:
+    job = submit(owner, gpus=gpus)
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.COMPLETED,
+        started_at=now - timedelta(hours=hours_ago + hours),
+        ended_at=now - timedelta(hours=hours_ago),
+    )
+    return job
+
+
+@pytest.mark.postgres
+def test_usage_summed_by_postgresql_equals_the_engines_decay(
+    alice: Any, bob: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import connection
+
+    from jobqueue import scheduling
+
+    _finished(alice, hours_ago=1, hours=5, gpus=2)
+    _finished(alice, hours_ago=24 * 20, hours=30)
+    _finished(bob, hours_ago=24 * 3, hours=2, gpus=4)
+    running = submit(bob, gpus=1)
+    Job.objects.filter(pk=running.pk).update(
+        state=Job.State.RUNNING, started_at=timezone.now() - timedelta(hours=2)
+    )
+    now = timezone.now()
+    in_sql = scheduling._usage(now, 7 * 86400.0)
+    monkeypatch.setattr(connection, "vendor", "python-path")  # the SQLite path: Python sums
+    in_python = scheduling._usage(now, 7 * 86400.0)
+
+    assert in_sql.keys() == in_python.keys() == {"alice", "bob"}
+    for user, value in in_python.items():
+        assert in_sql[user] == pytest.approx(value, rel=1e-9)
+
+
+def test_a_pass_reuses_usage_for_a_minute_then_sums_it_again(
+    alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobqueue import scheduling
+
+    monkeypatch.setattr(scheduling, "USAGE_REUSE_S", 60.0)
+    _finished(alice, hours_ago=1, hours=5)
+    now = timezone.now()
+    first = scheduling._usage_recent(now, 7 * 86400.0)
+    _finished(alice, hours_ago=1, hours=5)  # doubles alice's usage
+
+    within = scheduling._usage_recent(now + timedelta(seconds=30), 7 * 86400.0)
+    after = scheduling._usage_recent(now + timedelta(seconds=61), 7 * 86400.0)
+
+    decay = 0.5 ** (30 / (7 * 86400.0))
+    assert within["alice"] == pytest.approx(first["alice"] * decay)
+    assert after["alice"] == pytest.approx(2 * first["alice"], rel=1e-3)
+
+
+def test_positions_estimates_and_reasons_are_stored_for_every_waiting_job(
+    alice: Any, bob: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    waiting = [submit(owner, gpus=4) for owner in (alice, bob, alice, bob)]
+    Node.objects.filter(name="gpu02").update(state=Node.State.DOWN)
+    run_pass(django_capture_on_commit_callbacks)
+    run_pass(django_capture_on_commit_callbacks)  # the second stores only what changed
+
+    stored = {j.pk: j for j in Job.objects.filter(pk__in=[j.pk for j in waiting])}
+    dispatched = [j for j in stored.values() if j.state == Job.State.DISPATCHED]
+    pending = sorted(
+        (j for j in stored.values() if j.state == Job.State.PENDING),
+        key=lambda j: j.queue_position or 0,
+    )
+    assert len(dispatched) == 1
+    assert [j.queue_position for j in pending] == [1, 2, 3]
+    assert all(j.pending_reason and j.priority is not None for j in pending)

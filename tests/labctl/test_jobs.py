@@ -116,7 +116,7 @@ def test_json_output_parses_for_scripts(labctl: Run, as_alice: str) -> None:
     jobs = labctl("status", "--json").json()
     assert [j["id"] for j in jobs] == [job["id"]]
     overview = labctl("--json", "queue").json()
-    assert set(overview) == {"waiting", "running"}
+    assert set(overview) == {"waiting", "waiting_total", "running"}
     logs = labctl("--json", "logs", str(job["id"])).json()
     assert logs["job"] == job["id"] and logs["state"] == "pending"
 

@@ -33,7 +33,10 @@ def test_the_demo_lab_is_seeded_once_however_often_it_runs(settings: Any, tmp_pa
     assert sorted(Node.objects.values_list("name", flat=True)) == ["sim-node-1", "sim-node-2"]
     # The simulated agents register the same UUIDs, so the seeded GPUs are theirs.
     assert Gpu.objects.filter(uuid=simulated_gpu_uuid("sim-node-2", 3)).exists()
-    assert Gpu.objects.count() == 8
+    assert Gpu.objects.exclude(kind=Gpu.Kind.SLOT).count() == 8
+    # The debug queue can run two jobs on one GPU: its two shared slots.
+    shared = Gpu.objects.get(uuid=simulated_gpu_uuid("sim-node-2", 3))
+    assert shared.shared_slots == 2 and shared.children.filter(kind=Gpu.Kind.SLOT).count() == 2
     assert all(balance > 0 for balance in CreditAccount.objects.values_list("balance", flat=True))
     agents = json.loads((tmp_path / "demo-agents.json").read_text())
     for agent in agents:

@@ -15,16 +15,17 @@ def test_the_dashboard_renders_in_chinese(client: Client, alice: Any) -> None:
     html = client.get(reverse("dashboard")).content.decode()
     assert 'lang="zh-hans"' in html
     assert "仪表盘" in html
-    assert "GPU 服务器" in html
+    assert "我的作业" in html
+    assert "GPU 服务器" in client.get(reverse("gpu_live")).content.decode()
 
 
-def test_the_dashboard_lists_nodes_and_gpus(client: Client, alice: Any) -> None:
+def test_the_gpus_page_lists_nodes_and_gpus(client: Client, alice: Any) -> None:
     from tests.factories import GpuFactory, NodeFactory
 
     node = NodeFactory(name="gpu07")
     GpuFactory(node=node, index=0, model="NVIDIA H200")
     client.force_login(alice)
-    html = client.get(reverse("dashboard")).content.decode()
+    html = client.get(reverse("gpu_live")).content.decode()
     assert "gpu07" in html
     assert "NVIDIA H200" in html
 

@@ -90,3 +90,54 @@ class TestCalendar:
         assert job_bar.kind == "job"
         assert job_bar.left_pct + job_bar.width_pct == pytest.approx((11 / 24) * 100, abs=0.01)
         assert len(view["columns"]) == 24
+
+
+def _busy_by_hour_reference(
+    intervals: list[tuple[Any, Any]], since: Any, now: Any
+) -> dict[int, float]:
+    """The definition, hour by hour: each interval's overlap with every local hour it touches."""
+    from django.utils import timezone
+
+    from reservations.timegrid import overlap
+
+    totals: dict[int, float] = {}
+    for begin, end in intervals:
+        begin, end = max(begin, since), min(end, now)
+        hour = timezone.localtime(begin).replace(minute=0, second=0, microsecond=0)
+        while hour < end:
+            nxt = hour + timedelta(hours=1)
+            h = hour_of_week(hour)
+            totals[h] = totals.get(h, 0.0) + overlap(begin, end, hour, nxt).total_seconds()
+            hour = nxt
+    return totals
+
+
+class TestBusyHoursSweep:
+    def test_the_sweep_equals_the_hour_by_hour_definition(self, db: Any) -> None:
+        import random
+
+        from reservations.selectors import _busy_seconds_by_hour_of_week
+
+        rng = random.Random(3)
+        since, now = T0 - timedelta(weeks=4), T0
+        intervals = []
+        for _ in range(300):
+            begin = since - timedelta(hours=5) + timedelta(seconds=rng.uniform(0, 29 * 86400))
+            intervals.append((begin, begin + timedelta(seconds=rng.uniform(1, 30 * 3600))))
+        swept = _busy_seconds_by_hour_of_week(
+            ((max(b, since).timestamp(), min(e, now).timestamp()) for b, e in intervals),
+            since=since,
+            now=now,
+        )
+        expected = _busy_by_hour_reference(intervals, since, now)
+        assert set(k for k, v in swept.items() if v) == set(k for k, v in expected.items() if v)
+        for h, seconds in expected.items():
+            assert swept[h] == pytest.approx(seconds, abs=1e-3)
+
+    def test_a_job_that_ends_shows_in_the_profile_at_once(
+        self, alice: Any, gpus: list[Any]
+    ) -> None:
+        before = busy_fraction_by_hour_of_week(now=T0, weeks=4)
+        finished_job(owner=alice, gpus=gpus[:2], started_at=T0 - timedelta(days=2), hours=1)
+        after = busy_fraction_by_hour_of_week(now=T0, weeks=4)
+        assert sum(after.values()) > sum(before.values()) == 0

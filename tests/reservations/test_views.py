@@ -183,3 +183,21 @@ def test_the_pages_render_in_chinese(alice: Any, gpus: list[Any], alices: Reserv
     client.cookies["django_language"] = "zh-hans"
     assert client.get("/reservations/").status_code == 200
     assert client.get("/reservations/mine/").status_code == 200
+
+
+def test_each_week_cell_is_a_labelled_booking_link_for_a_future_hour(
+    alice: Any, gpus: list[Any]
+) -> None:
+    page = (
+        client_for(alice)
+        .get("/reservations/", {"view": "week", "date": "2027-03-10"})
+        .content.decode()
+    )
+    label = gpus[0].label
+    cell = (
+        f'<a class="cal-cell busy-0 day-start" href="/reservations/book/?gpus={gpus[0].pk}'
+        f'&amp;start=2027-03-08T00:00&amp;end=2027-03-08T01:00" data-start="2027-03-08T00:00"'
+        f' data-end="2027-03-08T01:00" data-col="0" aria-label="Book {label} at '
+    )
+    assert cell in page
+    assert page.count('<a class="cal-cell') == 168 * len(gpus)

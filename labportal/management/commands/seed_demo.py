@@ -16,6 +16,7 @@ from cluster.models import Gpu, Node, NodeToken
 
 DEMO_PASSWORD = "labportal-demo"
 DEMO_NODES = ("sim-node-1", "sim-node-2")
+DEMO_SHARED_SLOTS = 2
 DEMO_GPUS_PER_NODE = 4
 DEMO_GPU_MODEL = "Simulated A100 80GB"
 DEMO_GPU_MEMORY_MB = 81920
@@ -75,6 +76,13 @@ class Command(BaseCommand):
                         "memory_mb": DEMO_GPU_MEMORY_MB,
                     },
                 )
+            if name == DEMO_NODES[-1]:
+                # The debug queue's shared slots: two debug jobs can run on this GPU at once.
+                from cluster.services import gpu_set_shared_slots
+
+                shared = Gpu.objects.get(uuid=simulated_gpu_uuid(name, DEMO_GPUS_PER_NODE - 1))
+                if shared.shared_slots != DEMO_SHARED_SLOTS:
+                    gpu_set_shared_slots(gpu_id=shared.pk, slots=DEMO_SHARED_SLOTS)
             NodeToken.objects.filter(node_name=name, name="demo").delete()
             _token, secret = NodeToken.issue(node_name=name, name="demo")
             agents.append({"name": name, "token": secret, "gpus": DEMO_GPUS_PER_NODE})

@@ -1,0 +1,153 @@
+"""The lab's rules as they are configured right now, for the rules page.
+
+Every value comes from the live settings rows (queues, categories, booking rules, the
+credit and scheduling policies). "Last changed" is the latest change an admin saved in
+the admin panel (Django's admin log), or the row's own timestamp where it keeps one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Max, Model
+
+from accounts.models import Category, CreditPolicy
+from jobqueue.models import Queue, SchedulingPolicy
+from reservations.models import BookingRule
+
+
+@dataclass(frozen=True)
+class CategoryRules:
+    category: Category
+    monthly_grant: Decimal
+    booking: BookingRule
+    changed: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    queue: Queue
+    changed: datetime | None
+
+    @property
+    def max_hours(self) -> float:
+        return self.queue.max_time_limit_s / 3600
+
+    @property
+    def default_hours(self) -> float:
+        return self.queue.default_time_limit_s / 3600
+
+
+@dataclass(frozen=True)
+class LabRules:
+    queues: list[QueueRules]
+    categories: list[CategoryRules]
+    credits: CreditPolicy
+    credits_changed: datetime | None
+    scheduling: SchedulingPolicy
+    scheduling_changed: datetime | None
+    last_changed: datetime | None = field(default=None)
+
+
+def _admin_changes(objects: list[Model]) -> dict[tuple[int, str], datetime]:
+    """The latest admin-log time of each object, keyed by (content type id, pk as text)."""
+    if not objects:
+        return {}
+    types = ContentType.objects.get_for_models(*{type(o) for o in objects})
+    rows = (
+        LogEntry.objects.filter(
+            content_type__in=types.values(), object_id__in={str(o.pk) for o in objects}
+        )
+        .values("content_type_id", "object_id")
+        .annotate(latest=Max("action_time"))
+    )
+    return {(r["content_type_id"], r["object_id"]): r["latest"] for r in rows}
+
+
+def _latest(*moments: datetime | None) -> datetime | None:
+    known = [m for m in moments if m is not None]
+    return max(known) if known else None
+
+
+def lab_rules() -> LabRules:
+    """Queues open for submissions, every category with its booking rules, and the policies."""
+    queues = list(Queue.objects.filter(is_active=True).order_by("tier", "name"))
+    categories = list(Category.objects.order_by("name"))
+    bookings = {b.category_id: b for b in BookingRule.objects.filter(category__in=categories)}
+    credits = CreditPolicy.current()
+    scheduling = SchedulingPolicy.current()
+    tracked: list[Model] = [*queues, *categories, *bookings.values(), credits, scheduling]
+    changes = _admin_changes(tracked)
+    type_ids = {
+        model: ct.pk
+        for model, ct in ContentType.objects.get_for_models(
+            Queue, Category, BookingRule, CreditPolicy, SchedulingPolicy
+        ).items()
+    }
+
+    def changed(obj: Model | None) -> datetime | None:
+        if obj is None or obj.pk is None:
+            return None
+        return _latest(
+            changes.get((type_ids[type(obj)], str(obj.pk))), getattr(obj, "updated_at", None)
+        )
+
+    category_rules = []
+    for category in categories:
+        booking = bookings.get(category.pk)
+        category_rules.append(
+            CategoryRules(
+                category=category,
+                monthly_grant=(credits.base_grant * category.credit_multiplier).quantize(
+                    Decimal("1")
+                ),
+                booking=booking or BookingRule(category=category),
+                changed=_latest(changed(category), changed(booking)),
+            )
+        )
+    queue_rules = [QueueRules(queue=q, changed=changed(q)) for q in queues]
+    rules = LabRules(
+        queues=queue_rules,
+        categories=category_rules,
+        credits=credits,
+        credits_changed=changed(credits),
+        scheduling=scheduling,
+        scheduling_changed=changed(scheduling),
+    )
+    everything: list[Any] = [
+        *(q.changed for q in queue_rules),
+        *(c.changed for c in category_rules),
+        rules.credits_changed,
+        rules.scheduling_changed,
+    ]
+    return LabRules(**{**rules.__dict__, "last_changed": _latest(*everything)})
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    key: str
+    done: bool
+
+
+def onboarding_checklist(user: Any) -> list[ChecklistItem] | None:
+    """A member's first steps, each ticked from what they did; None once put away or all done."""
+    from accounts.models import PersonalAccessToken
+    from handbook.models import OnboardingProgress
+    from jobqueue.models import Job
+    from reservations.models import Reservation
+
+    progress = OnboardingProgress.objects.filter(user=user).first()
+    if progress is not None and progress.dismissed_at is not None:
+        return None
+    items = [
+        ChecklistItem("rules", progress is not None and progress.rules_read_at is not None),
+        ChecklistItem("debug_job", Job.objects.filter(owner=user, queue__name="debug").exists()),
+        ChecklistItem("booking", Reservation.objects.filter(user=user).exists()),
+        ChecklistItem("api_token", PersonalAccessToken.objects.filter(user=user).exists()),
+    ]
+    return None if all(item.done for item in items) else items

@@ -1,0 +1,52 @@
+"""{% help_link "slug" %}: a link to a manual page, checked when the template compiles."""
+
+from __future__ import annotations
+
+from django import template
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+
+from handbook.manual import PAGES_BY_SLUG
+
+register = template.Library()
+
+
+@register.simple_tag
+def help_link(slug: str, text: str = "") -> str:
+    if slug not in PAGES_BY_SLUG:
+        # Fails the page's tests at once instead of shipping a dead link.
+        raise template.TemplateSyntaxError(f"help_link: no manual page {slug!r}")
+    return format_html(
+        '<a class="helplink" href="{}" data-help="{}">{}</a>',
+        reverse("help_page", args=[slug]),
+        slug,
+        text or _("Help"),
+    )
+
+
+@register.inclusion_tag("handbook/_backup_status.html", takes_context=True)
+def backup_status(context: template.Context, banner: bool = False) -> dict[str, object]:
+    """For staff: the newest backup, and whether it is overdue (only where backups are on)."""
+    from django.conf import settings
+
+    from labportal.backups import backup_is_stale, last_backup
+
+    user = context.get("user")
+    if user is None or not user.is_staff:
+        return {"show": False}
+    stale = settings.LABPORTAL_BACKUP_ENABLED and backup_is_stale()
+    return {"show": stale or not banner, "banner": banner, "stale": stale, "last": last_backup()}
+
+
+@register.inclusion_tag("handbook/_checklist.html", takes_context=True)
+def onboarding_checklist(context: template.Context) -> dict[str, object]:
+    """A new member's first steps, ticked off as they do them, until done or put away."""
+    from handbook.selectors import onboarding_checklist as checklist_for
+
+    user = context.get("user")
+    items = checklist_for(user) if user is not None and user.is_authenticated else None
+    return {
+        "items": {item.key: item.done for item in items} if items else None,
+        "csrf_token": context.get("csrf_token"),
+    }

@@ -1,0 +1,142 @@
+"""The rules page reads the live settings, shows what an admin changed and when, and takes
+members' suggestions to the admins."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from accounts.models import CreditPolicy, Notification
+from handbook.models import RuleSuggestion
+from jobqueue.models import Queue
+
+pytestmark = pytest.mark.django_db
+
+
+class FormValues(HTMLParser):
+    """The values a browser would post back from an admin change form, unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, str] = {}
+        self._select: str | None = None
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        name = a.get("name")
+        if tag == "input" and name and a.get("type") not in ("submit", "button"):
+            if a.get("type") == "checkbox":
+                if "checked" in a:
+                    self.values[name] = "on"
+            else:
+                self.values[name] = a.get("value") or ""
+        elif tag == "select" and name:
+            self._select = name
+        elif tag == "option" and self._select and "selected" in a:
+            self.values[self._select] = a.get("value") or ""
+        elif tag == "textarea" and name:
+            self._textarea = name
+            self.values[name] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select":
+            self._select = None
+        if tag == "textarea":
+            self._textarea = None
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea:
+            self.values[self._textarea] += data.strip("\n")
+
+
+def admin_change(client: Client, url: str, **changes: str) -> None:
+    parser = FormValues()
+    parser.feed(client.get(url).content.decode())
+    data = {**parser.values, **changes}
+    response = client.post(url, data)
+    assert response.status_code == 302, response.content.decode()[-3000:]
+
+
+def test_the_rules_page_needs_a_login(client: Client) -> None:
+    assert client.get("/rules/").status_code == 302
+
+
+def test_the_rules_page_reads_queues_categories_and_credits_from_the_settings(
+    client: Client, alice: Any, queues: Any
+) -> None:
+    policy = CreditPolicy.current()
+    policy.base_grant = 1234
+    policy.emergency_max_uses = 3
+    policy.save()
+    client.force_login(alice)
+    html = client.get("/rules/").content.decode()
+    debug = Queue.objects.get(name="debug")
+    assert f"A job may ask for up to {debug.max_gpus_per_job} GPU" in html
+    assert "monthly grant of 1234 credits" in html
+    assert "Each member may have 3 approved emergency requests" in html
+    assert alice.category.name in html
+    # 1234 × the PhD category's multiplier, in the category table.
+    assert str(int(1234 * alice.category.credit_multiplier)) in html
+
+
+def test_the_rules_page_shows_a_setting_an_admin_changed_and_when(
+    client: Client, admin_user: Any, alice: Any, queues: Any
+) -> None:
+    debug = Queue.objects.get(name="debug")
+    member = Client()
+    member.force_login(alice)
+    before = member.get("/rules/").content.decode()
+    assert "A job may ask for up to 3 GPUs." not in before.split('id="categories"')[0]
+
+    client.force_login(admin_user)
+    admin_change(client, f"/admin/jobqueue/queue/{debug.pk}/change/", max_gpus_per_job="3")
+
+    after = member.get("/rules/").content.decode()
+    queues_section = after.split('id="categories"')[0]
+    debug_part = queues_section.split("<code>debug</code>")[1].split("<h3>")[0]
+    assert "A job may ask for up to 3 GPUs." in debug_part
+    assert "Changed " in debug_part  # the admin log's time of the change
+    assert "Last change:" in after
+
+
+def test_the_rules_page_is_in_chinese_for_chinese_readers(
+    client: Client, alice: Any, queues: Any
+) -> None:
+    client.force_login(alice)
+    html = client.get("/rules/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "使用规则" in html and "紧急通道" in html and "每月基础积分" in html
+
+
+def test_a_member_suggests_a_change_and_every_admin_is_told(
+    client: Client, alice: Any, admin_user: Any, charlie: Any, queues: Any
+) -> None:
+    client.force_login(alice)
+    response = client.post(
+        "/rules/", {"topic": "debug time limit", "text": "Two hours would fit a full epoch."}
+    )
+    assert response.status_code == 302
+    suggestion = RuleSuggestion.objects.get()
+    assert (suggestion.author, suggestion.state) == (alice, RuleSuggestion.State.OPEN)
+    notes = Notification.objects.filter(kind="rule_suggestion")
+    assert [n.user for n in notes] == [admin_user]
+    assert "debug time limit" in notes[0].body
+
+    # Staff read it in the admin; members (charlie) cannot.
+    outsider = Client()
+    outsider.force_login(charlie)
+    assert outsider.get(notes[0].url).status_code == 302
+    staff = Client()
+    staff.force_login(admin_user)
+    assert "Two hours would fit a full epoch." in staff.get(notes[0].url).content.decode()
+
+
+def test_an_empty_suggestion_is_refused_with_the_reason(client: Client, alice: Any) -> None:
+    client.force_login(alice)
+    response = client.post("/rules/", {"topic": "", "text": ""})
+    assert response.status_code == 200
+    assert "This field is required." in response.content.decode()
+    assert not RuleSuggestion.objects.exists()

@@ -1,0 +1,229 @@
+"""/metrics: the scrape token, the names, labels and types, a fixed query count, and promtool."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from accounts.models import CreditAccount, LedgerEntry
+from cluster.models import Gpu, Node
+from cluster.tasks import samples_ingest
+from jobqueue.models import Allocation, Job
+from jobqueue.tasks import scheduling_pass_task
+from telemetry.models import ScrapeToken
+from tests.cluster.conftest import job_on
+from tests.conftest import require_in_ci
+from tests.factories import GpuFactory, NodeFactory
+from tests.telemetry.test_ingest import a_sample
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def scrape_token(db: Any) -> str:
+    _token, secret = ScrapeToken.issue(name="prometheus")
+    return secret
+
+
+def scrape(token: str | None) -> Any:
+    if token is None:
+        return Client().get("/metrics")
+    return Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def families(token: str) -> dict[str, Any]:
+    response = scrape(token)
+    assert response.status_code == 200, response.content
+    return {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+
+
+def by_labels(family: Any, suffix: str = "", **labels: str) -> float:
+    matches = [
+        s.value
+        for s in family.samples
+        if s.name == family.name + suffix and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(matches) == 1, (family.name, labels, family.samples)
+    return float(matches[0])
+
+
+def test_it_refuses_a_scrape_without_a_valid_token(scrape_token: str) -> None:
+    missing = scrape(None)
+    assert missing.status_code == 401
+    assert b"Authorization: Bearer" in missing.content
+    assert missing["WWW-Authenticate"].startswith("Bearer")
+    assert scrape("lpm_not-a-token").status_code == 401
+    ScrapeToken.objects.update(revoked_at=timezone.now())
+    assert scrape(scrape_token).status_code == 401
+
+
+def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
+    registered_node: Any, scrape_token: str, alice: Any
+) -> None:
+    node, secret = registered_node
+    job = job_on(node, alice)
+    aaa = Gpu.objects.get(uuid="GPU-aaa")
+    Allocation.objects.create(job=job, gpu=aaa)
+    samples_ingest(
+        "gpu01",
+        secret,
+        [
+            a_sample("GPU-aaa", util_pct=87.0, mem_used_mb=1024, ecc_errors=3, xid_errors=1),
+            a_sample("GPU-bbb", util_pct=5.0),
+        ],
+    )
+
+    found = families(scrape_token)
+
+    held = {"node": "gpu01", "gpu": "0", "uuid": "GPU-aaa", "user": "alice", "job_id": str(job.pk)}
+    assert found["labportal_gpu_utilization_ratio"].type == "gauge"
+    assert by_labels(found["labportal_gpu_utilization_ratio"], **held) == pytest.approx(0.87)
+    assert by_labels(found["labportal_gpu_memory_used_bytes"], **held) == 1024 * 1024 * 1024
+    assert by_labels(found["labportal_gpu_memory_total_bytes"], **held) == aaa.memory_mb * 2**20
+    assert by_labels(found["labportal_gpu_temperature_celsius"], **held) == 66.0
+    assert by_labels(found["labportal_gpu_power_watts"], **held) == 512.5
+    assert by_labels(found["labportal_gpu_allocated"], **held) == 1
+    assert found["labportal_gpu_ecc_errors"].type == "counter"
+    assert by_labels(found["labportal_gpu_ecc_errors"], "_total", **held) == 3
+    assert by_labels(found["labportal_gpu_xid_errors"], "_total", **held) == 1
+    idle = {"uuid": "GPU-bbb", "user": "", "job_id": ""}
+    assert by_labels(found["labportal_gpu_allocated"], **idle) == 0
+    assert by_labels(found["labportal_gpu_utilization_ratio"], **idle) == pytest.approx(0.05)
+    assert set(found["labportal_gpu_utilization_ratio"].samples[0].labels) == {
+        "node",
+        "gpu",
+        "uuid",
+        "model",
+        "user",
+        "job_id",
+    }
+
+
+def test_a_silent_gpu_keeps_its_info_but_no_stale_reading(
+    registered_node: Any, scrape_token: str
+) -> None:
+    _node, secret = registered_node
+    samples_ingest("gpu01", secret, [a_sample("GPU-aaa", time.time() - 3600)])
+
+    found = families(scrape_token)
+
+    assert by_labels(found["labportal_gpu_info"], uuid="GPU-aaa", kind="gpu") == 1
+    assert not [s for s in found["labportal_gpu_utilization_ratio"].samples]
+    assert by_labels(found["labportal_gpu_sample_age_seconds"], uuid="GPU-aaa") >= 3600
+
+
+def test_nodes_queues_waits_reservations_and_credits(
+    registered_node: Any, scrape_token: str, alice: Any, bob: Any, charlie: Any
+) -> None:
+    node, _secret = registered_node
+    Node.objects.filter(pk=node.pk).update(
+        drain_requested=True, state=Node.State.DRAINING, last_heartbeat=timezone.now()
+    )
+    NodeFactory.create(name="gpu09", state=Node.State.DOWN)
+    for user, gpus in ((alice, 2), (bob, 1)):
+        waiting = job_on(None, user, state="pending")
+        Job.objects.filter(pk=waiting.pk).update(gpus=gpus)
+    started = job_on(node, charlie, state="running")
+    Job.objects.filter(pk=started.pk).update(
+        submitted_at=timezone.now() - timedelta(seconds=400),
+        started_at=timezone.now(),
+    )
+    for user, kind, amount in (
+        (alice, LedgerEntry.Kind.GRANT, "100"),
+        (alice, LedgerEntry.Kind.CHARGE, "-30"),
+        (bob, LedgerEntry.Kind.GRANT, "100"),
+        (charlie, LedgerEntry.Kind.GRANT, "50"),
+    ):
+        account, _ = CreditAccount.objects.get_or_create(user=user)
+        LedgerEntry.objects.create(
+            account=account,
+            kind=kind,
+            amount=Decimal(amount),
+            balance_after=Decimal(0),
+            idempotency_key=f"{user.username}-{kind}",
+        )
+
+    found = families(scrape_token)
+
+    assert by_labels(found["labportal_node_up"], node="gpu01") == 1
+    assert by_labels(found["labportal_node_draining"], node="gpu01") == 1
+    assert by_labels(found["labportal_node_up"], node="gpu09") == 0
+    assert by_labels(found["labportal_node_heartbeat_age_seconds"], node="gpu01") < 60
+    assert by_labels(found["labportal_queue_pending_jobs"], queue="normal") == 2
+    assert by_labels(found["labportal_queue_pending_gpus"], queue="normal") == 3
+    assert by_labels(found["labportal_queue_running_jobs"], queue="normal") == 1
+    wait = found["labportal_job_wait_seconds"]
+    assert wait.type == "histogram"
+    assert by_labels(wait, "_bucket", le="300.0") == 0
+    assert by_labels(wait, "_bucket", le="900.0") == 1
+    assert by_labels(wait, "_count") == 1
+    assert by_labels(found["labportal_reservations_active"]) == 0
+    granted, spent = found["labportal_credits_granted"], found["labportal_credits_spent"]
+    assert by_labels(granted, "_total", category="PhD, thesis phase") == 200
+    assert by_labels(spent, "_total", category="PhD, thesis phase") == 30
+    assert by_labels(granted, "_total", category="Master") == 50
+    # Balances stay private: no metric is labelled with a member.
+    credit_labels = {k for f in (granted, spent) for s in f.samples for k in s.labels}
+    assert credit_labels == {"category"}
+
+
+def test_scheduling_passes_are_counted_in_a_histogram(
+    registered_node: Any, scrape_token: str
+) -> None:
+    scheduling_pass_task()
+    scheduling_pass_task()
+
+    passes = families(scrape_token)["labportal_scheduling_pass_duration_seconds"]
+
+    assert passes.type == "histogram"
+    assert by_labels(passes, "_count") == 2
+    assert by_labels(passes, "_bucket", le="+Inf") == 2
+    assert by_labels(passes, "_sum") > 0
+
+
+def test_a_scrape_costs_the_same_queries_for_two_gpus_or_forty(
+    registered_node: Any, scrape_token: str, alice: Any
+) -> None:
+    node, secret = registered_node
+    samples_ingest("gpu01", secret, [a_sample("GPU-aaa"), a_sample("GPU-bbb")])
+    scrape(scrape_token)  # the first use of a token is recorded once
+    with CaptureQueriesContext(connection) as small:
+        scrape(scrape_token)
+    for index in range(2, 40):
+        gpu = GpuFactory.create(node=node, index=index, uuid=f"GPU-more-{index}")
+        Allocation.objects.create(job=job_on(node, alice), gpu=gpu)
+    with CaptureQueriesContext(connection) as large:
+        scrape(scrape_token)
+
+    assert len(large.captured_queries) == len(small.captured_queries)
+
+
+def test_promtool_accepts_the_exposition(
+    registered_node: Any, scrape_token: str, alice: Any
+) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        require_in_ci("promtool (Debian package prometheus)")
+    node, secret = registered_node
+    Allocation.objects.create(job=job_on(node, alice), gpu=Gpu.objects.get(uuid="GPU-aaa"))
+    samples_ingest("gpu01", secret, [a_sample("GPU-aaa"), a_sample("GPU-bbb")])
+    scheduling_pass_task()
+    body = scrape(scrape_token).content
+
+    checked = subprocess.run(
+        [str(promtool), "check", "metrics"], input=body, capture_output=True, timeout=60
+    )
+
+    assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+    assert (checked.stdout + checked.stderr).strip() == b""
