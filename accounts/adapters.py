@@ -1,15 +1,23 @@
-"""allauth policy: signup closed by default; in approval mode an admin approves first."""
+"""allauth policy: signup closed by default; in approval mode an admin approves first;
+failed sign-ins lock the account or the address for a short, announced time."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
+
+from accounts import lockout
+
+
+def _login_of(credentials: dict[str, Any]) -> str:
+    return str(credentials.get("email") or credentials.get("username") or "")
 
 
 class LabAccountAdapter(DefaultAccountAdapter):
@@ -34,3 +42,28 @@ class LabAccountAdapter(DefaultAccountAdapter):
             )
             return redirect("account_login")
         return super().pre_login(request, user, **kwargs)
+
+    def get_client_ip(self, request: HttpRequest) -> str:
+        """allauth's own rate limits count the same address as the lockout."""
+        return lockout.client_address(request)
+
+    def pre_authenticate(self, request: HttpRequest, **credentials: Any) -> None:
+        super().pre_authenticate(request, **credentials)
+        refused = lockout.login_lockout(
+            login=_login_of(credentials), address=lockout.client_address(request)
+        )
+        if refused is not None:
+            raise forms.ValidationError(refused.message, code="too_many_login_attempts")
+
+    def authenticate(self, request: HttpRequest, **credentials: Any) -> Any:
+        user = super().authenticate(request, **credentials)
+        if user is not None:
+            lockout.login_success_record(login=_login_of(credentials))
+        return user
+
+    def authentication_failed(self, request: HttpRequest, **credentials: Any) -> None:
+        locked = lockout.login_failure_record(
+            login=_login_of(credentials), address=lockout.client_address(request)
+        )
+        if locked is not None:
+            raise forms.ValidationError(locked.message, code="too_many_login_attempts")

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -25,8 +25,13 @@ from accounts.serializers import (
     LedgerEntrySerializer,
     NotificationSerializer,
 )
+from labportal.api_schema import SingleObjectAutoSchema
 
 USER_PARAM = OpenApiParameter("user", str, description="Staff only: another member's username.")
+NO_SUCH_MEMBER = OpenApiResponse(
+    {"type": "object", "properties": {"detail": {"type": "string"}}},
+    description="Staff asked for a member (?user=) who does not exist.",
+)
 
 
 def _subject(request: Request) -> User:
@@ -46,8 +51,11 @@ class CreditViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     """Your credit balance, burn rate over the last 7 days and when it runs out at that rate."""
 
     serializer_class = CreditSummarySerializer
+    schema = SingleObjectAutoSchema()
 
-    @extend_schema(parameters=[USER_PARAM], responses=CreditSummarySerializer)
+    @extend_schema(
+        parameters=[USER_PARAM], responses={200: CreditSummarySerializer, 404: NO_SUCH_MEMBER}
+    )
     def list(self, request: Request) -> Response:
         user = _subject(request)
         summary = selectors.credit_summary(user)
@@ -66,7 +74,8 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
             USER_PARAM,
             OpenApiParameter("kind", str, enum=LedgerEntry.Kind.values),
             OpenApiParameter("month", str, description="YYYY-MM"),
-        ]
+        ],
+        responses={200: LedgerEntrySerializer(many=True), 404: NO_SUCH_MEMBER},
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from accounts.models import PersonalAccessToken
@@ -36,3 +37,19 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
+
+
+class PersonalAccessTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the Bearer token in the OpenAPI schema (drf-spectacular finds it by import)."""
+
+    target_class = PersonalAccessTokenAuthentication
+    name = "personalAccessToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "lp_…",
+            "description": "A personal access token from Account → API tokens, sent as "
+            "`Authorization: Bearer lp_…`. The token acts with its owner's rights.",
+        }

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.contrib import messages
@@ -107,7 +108,8 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
     raw_id = request.POST.get("id", "")
     if raw_id:
-        if not raw_id.isdigit():
+        # str.isdigit() also accepts "²" and other digits int() refuses.
+        if not re.fullmatch(r"[0-9]{1,18}", raw_id):
             messages.error(request, _("That notification does not exist."))
             return redirect("notifications")
         note = get_object_or_404(Notification, pk=int(raw_id), user=user)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -21,8 +21,20 @@ from jobqueue.serializers import (
     QueueEntrySerializer,
     QueueSerializer,
 )
+from labportal.api_params import choices_param, choices_schema_param
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            choices_schema_param("state", Job.State.values, "Only jobs in these states."),
+            OpenApiParameter("queue", str, description="Only jobs in this queue (its name)."),
+            OpenApiParameter(
+                "active", str, enum=["true", "1"], description="Only waiting and running jobs."
+            ),
+        ]
+    )
+)
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
     """Your jobs (every job for staff). Filter with ?state=pending,running&queue=normal&active=true."""
 
@@ -33,9 +45,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "allocations__gpu", "mounts"
         )
         params = self.request.query_params
+        states = choices_param(self.request, "state", Job.State.values)
         return selectors.jobs_filtered(
             jobs,
-            state=params.get("state"),
+            state=",".join(states) or None,
             queue=params.get("queue"),
             active=True if params.get("active") in ("1", "true") else None,
         )

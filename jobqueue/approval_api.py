@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from accounts.auth import request_user
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
+from labportal.api_params import choices_param, choices_schema_param
 
 
 class PriorityGrantSerializer(serializers.ModelSerializer[PriorityGrant]):
@@ -93,12 +94,24 @@ class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
 
 class EmergencyCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     jobs = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), min_length=1, max_length=100
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=100,
     )
     reason = serializers.CharField(max_length=2000)
-    hours = serializers.IntegerField(min_value=1, required=False)
+    # The lab's policy caps the hours further; this bound is the column's.
+    hours = serializers.IntegerField(min_value=1, max_value=32767, required=False)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            choices_schema_param(
+                "state", PriorityGrant.State.values, "Only grants in these states."
+            )
+        ]
+    )
+)
 class GrantViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[PriorityGrant]
 ):
@@ -108,8 +121,8 @@ class GrantViewSet(
 
     def get_queryset(self) -> QuerySet[PriorityGrant]:
         qs = approvals.grants_visible_to(request_user(self.request))
-        state = self.request.query_params.get("state")
-        return qs.filter(state=state) if state else qs
+        states = choices_param(self.request, "state", PriorityGrant.State.values)
+        return qs.filter(state__in=states) if states else qs
 
     @extend_schema(request=GrantApplySerializer, responses={201: PriorityGrantSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -147,6 +160,15 @@ class GrantViewSet(
         return Response(PriorityGrantSerializer(grant).data)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            choices_schema_param(
+                "state", EmergencyRequest.State.values, "Only requests in these states."
+            )
+        ]
+    )
+)
 class EmergencyViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[EmergencyRequest]
 ):
@@ -156,8 +178,8 @@ class EmergencyViewSet(
 
     def get_queryset(self) -> QuerySet[EmergencyRequest]:
         qs = approvals.emergencies_visible_to(request_user(self.request))
-        state = self.request.query_params.get("state")
-        return qs.filter(state=state) if state else qs
+        states = choices_param(self.request, "state", EmergencyRequest.State.values)
+        return qs.filter(state__in=states) if states else qs
 
     @extend_schema(request=EmergencyCreateSerializer, responses={201: EmergencyRequestSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -3,9 +3,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from jobqueue.models import Job, JobEvent, Queue, VolumeMount
+
+MAX_INT32 = 2**31 - 1
+MAX_BIGINT = 2**63 - 1
 
 
 class QueueSerializer(serializers.ModelSerializer[Queue]):
@@ -96,23 +100,34 @@ class JobSubmitSerializer(serializers.Serializer[Any]):
     shared_slot = serializers.BooleanField(default=False)
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
     mounts = serializers.ListField(child=serializers.CharField(), default=list)
-    time_limit_s = serializers.IntegerField(required=False, min_value=1)
-    min_gpu_memory_mb = serializers.IntegerField(default=0, min_value=0)
-    gpu_model = serializers.CharField(default="", allow_blank=True)
+    # Upper bounds are those of the columns (PositiveIntegerField, BigAutoField), so
+    # that a too-large number is a clear 400 and never reaches the database.
+    time_limit_s = serializers.IntegerField(required=False, min_value=1, max_value=MAX_INT32)
+    min_gpu_memory_mb = serializers.IntegerField(default=0, min_value=0, max_value=MAX_INT32)
+    gpu_model = serializers.CharField(default="", allow_blank=True, max_length=120)
     cpus = serializers.DecimalField(
         default=Decimal("4"), max_digits=5, decimal_places=2, min_value=Decimal("0.1")
     )
-    memory_mb = serializers.IntegerField(default=16384, min_value=64)
+    memory_mb = serializers.IntegerField(default=16384, min_value=64, max_value=MAX_INT32)
     name = serializers.CharField(default="", allow_blank=True, max_length=120)
-    reservation = serializers.IntegerField(required=False, allow_null=True)
+    reservation = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_BIGINT
+    )
     preemptible = serializers.BooleanField(default=False)
 
     def validate_command(self, value: Any) -> Any:
         if isinstance(value, str) or (
             isinstance(value, list) and all(isinstance(p, str | int | float) for p in value)
         ):
+            parts = [value] if isinstance(value, str) else [str(p) for p in value]
+            if any("\x00" in part for part in parts):
+                raise serializers.ValidationError(
+                    _("The command contains a NUL character (\\0); remove it.")
+                )
             return value
-        raise serializers.ValidationError("Give the command as a list of strings or as one string.")
+        raise serializers.ValidationError(
+            _("Give the command as a list of strings or as one string.")
+        )
 
 
 class JobBatchSerializer(serializers.Serializer[Any]):

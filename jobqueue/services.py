@@ -130,6 +130,9 @@ def _parse_command(command: str | Iterable[str]) -> list[str]:
     argv = [str(part) for part in command]
     if not argv or not argv[0].strip():
         raise JobRefused(_("The command is empty. Give the program to run, e.g. python train.py."))
+    if any("\x00" in part for part in argv):
+        # No process argument can hold one, and PostgreSQL cannot store it.
+        raise JobRefused(_("The command contains a NUL character (\\0); remove it."))
     return argv
 
 

@@ -6,6 +6,7 @@ that an operator can fix the deployment from the error message alone.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterable
 
@@ -73,3 +74,32 @@ def env_required(name: str, *, why: str) -> str:
     if raw is None:
         raise ImproperlyConfigured(f"{name} is not set. {why}")
     return raw
+
+
+def env_url(name: str, default: str, *, schemes: Iterable[str], example: str) -> str:
+    """A URL whose scheme is one of `schemes` (each given with its `://`)."""
+    allowed = tuple(schemes)
+    raw = env_str(name)
+    if raw is None:
+        return default
+    if not raw.startswith(allowed):
+        raise ImproperlyConfigured(
+            f"{name} must start with {', '.join(allowed)} (got {raw!r}); e.g. {name}={example}"
+        )
+    return raw
+
+
+def env_networks(
+    name: str, default: list[str]
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of IP addresses or networks in CIDR notation."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must be IP addresses or networks, comma-separated, "
+                f"e.g. {name}=127.0.0.1,10.0.0.0/8 (got {item!r})."
+            ) from None
+    return tuple(networks)

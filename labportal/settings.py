@@ -20,8 +20,10 @@ from labportal.envvars import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
     env_required,
     env_str,
+    env_url,
 )
 
 # Lets model admins and querysets be subscripted for mypy at run time too.
@@ -97,9 +99,12 @@ INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "labportal.middleware.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    # After LocaleMiddleware, so that its refusal is in the member's language.
+    "labportal.middleware.RejectNulCharactersMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -226,8 +231,13 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "labportal.api_schema.LabPortalAutoSchema",
+    "DEFAULT_PARSER_CLASSES": [
+        "labportal.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "labportal.parsers.StrictMultiPartParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "labportal.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "labportal.api_errors.domain_exception_handler",
 }
@@ -298,6 +308,45 @@ CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
 
+# --- Cache ------------------------------------------------------------------
+# Login lockout counters live here, so every web worker must share it: Redis in
+# production (the broker's by default); a file cache under var/ for the demo.
+_redis_broker = CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
+CACHE_URL = env_url(
+    "CACHE_URL",
+    CELERY_BROKER_URL if _redis_broker else f"file://{VAR_DIR / 'cache'}",
+    schemes=("redis://", "rediss://", "file://", "locmem://"),
+    example="redis://127.0.0.1:6379/1",
+)
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    _cache: dict[str, object] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CACHE_URL,
+    }
+elif CACHE_URL.startswith("file://"):
+    _cache = {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": CACHE_URL.removeprefix("file://"),
+    }
+else:  # locmem:// is per process: one web worker only.
+    _cache = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+CACHES = {"default": {**_cache, "KEY_PREFIX": "labportal"}}
+
+# --- Login lockout ------------------------------------------------------------
+# Failed sign-ins are counted per account and per client address separately; past
+# either limit, sign-ins for that account (or from that address) wait out a short,
+# announced lockout. X-Forwarded-For is believed only from these proxies.
+LABPORTAL_TRUSTED_PROXIES = env_networks("LABPORTAL_TRUSTED_PROXIES", [])
+LABPORTAL_LOGIN_FAILURES_PER_ACCOUNT = env_int("LABPORTAL_LOGIN_FAILURES_PER_ACCOUNT", 5, minimum=1)
+LABPORTAL_LOGIN_FAILURES_PER_ADDRESS = env_int(
+    "LABPORTAL_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=1
+)
+LABPORTAL_LOGIN_LOCKOUT_S = env_int("LABPORTAL_LOGIN_LOCKOUT_S", 300, minimum=10)
+# allauth's own per-IP failure limit would lock out everyone behind one proxy and
+# cannot say for how long; accounts.lockout replaces it. allauth's flood limit on
+# the sign-in form (per address, failures or not) stays above the address lockout.
+ACCOUNT_RATE_LIMITS = {"login_failed": None, "login": "60/m/ip"}
+
 # --- LabPortal policy -------------------------------------------------------
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
 LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
@@ -347,6 +396,20 @@ LOGGING = {
         "level": env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
     },
 }
+
+# --- Security headers -------------------------------------------------------
+# HSTS is sent only on https responses (behind a proxy: X-Forwarded-Proto https).
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+# The pages load only their own scripts and styles (htmx is served locally, with
+# its inline indicator style turned off in portal.js); style attributes stay
+# allowed for the calendar's bars.
+LABPORTAL_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "style-src-attr 'unsafe-inline'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)

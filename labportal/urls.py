@@ -3,7 +3,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 from django.views.generic.base import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from labportal import views as portal_views
 from telemetry import views as telemetry_views
@@ -35,7 +35,9 @@ urlpatterns = [
     path("api/", include("reports.api_urls")),
     path("api/", include("telemetry.api_urls")),
     path("api/", include("alerts.api_urls")),
+    # One sign-in page for everyone, so that the login lockout covers staff too.
+    path("admin/login/", portal_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api_docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api_docs"),
 ]

@@ -1,15 +1,15 @@
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib import admin
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.i18n import set_language as django_set_language
 
 from labportal.home import home_for
-from django.conf import settings
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.i18n import set_language as django_set_language
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -23,6 +23,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def dashboard(request: HttpRequest) -> HttpResponse:
     """The member's home: their jobs, next booking, credits, the lab today, what to do next."""
     return render(request, "labportal/home.html", {"home": home_for(request.user)})
+
+
 def set_language(request: HttpRequest) -> HttpResponse:
     """Django's language switch, which also remembers the choice on the member's account:
     notifications and emails written later use it."""
@@ -39,3 +41,15 @@ def set_language(request: HttpRequest) -> HttpResponse:
         user.preferred_language = language
         user.save(update_fields=["preferred_language"])
     return response
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """Staff sign in on the one sign-in page, where the login lockout applies.
+
+    A signed-in member without staff rights still sees the admin's own refusal
+    (sending them to the sign-in page would bounce straight back to the admin).
+    """
+    if request.method == "GET" and request.user.is_authenticated:
+        return admin.site.login(request)
+    query = request.GET.urlencode()
+    return redirect(reverse("account_login") + (f"?{query}" if query else ""))

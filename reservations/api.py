@@ -7,12 +7,13 @@ from typing import Any
 
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from labportal.api_params import choices_param, choices_schema_param
 from reservations.errors import ReservationError
 from reservations.models import CalendarFeed, Reservation
 from reservations.selectors import reservation_suggest
@@ -39,6 +40,15 @@ def _refusal(error: ReservationError) -> Response:
     return Response(body, status=error.status_code)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            choices_schema_param(
+                "state", Reservation.State.values, "Only bookings in these states."
+            )
+        ]
+    )
+)
 class ReservationViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -53,9 +63,9 @@ class ReservationViewSet(
             .select_related("user")
             .prefetch_related("gpus__node")
         )
-        state = self.request.query_params.get("state")
-        if state:
-            queryset = queryset.filter(state=state)
+        states = choices_param(self.request, "state", Reservation.State.values)
+        if states:
+            queryset = queryset.filter(state__in=states)
         return queryset.order_by("start", "pk")
 
     @extend_schema(request=ReservationCreateSerializer, responses={201: ReservationSerializer})

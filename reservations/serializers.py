@@ -46,9 +46,10 @@ class ReservationSerializer(serializers.ModelSerializer[Reservation]):
 
 class ReservationCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
     gpus = serializers.ListField(
-        child=serializers.IntegerField(min_value=1),
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         required=False,
         allow_empty=False,
+        max_length=512,
         help_text=_("Ids of whole GPUs; or give node and gpu_count instead."),
     )
     node = serializers.SlugRelatedField(

@@ -153,3 +153,16 @@ def image(db: Any) -> Any:
     from tests.factories import ContainerImageFactory
 
     return ContainerImageFactory()
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(settings: Any) -> None:
+    """A fresh in-process cache per test: login lockout counters never leak between tests."""
+    import uuid
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"test-{uuid.uuid4().hex}",
+        }
+    }

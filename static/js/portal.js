@@ -1,4 +1,13 @@
 // Small progressive enhancements; everything works without JavaScript.
+
+// The Content-Security-Policy allows no inline <style> and no eval: htmx must
+// neither inject its indicator style nor evaluate hx-on/js: attributes. This runs
+// before htmx initialises (both scripts are deferred, htmx first).
+if (window.htmx) {
+  window.htmx.config.includeIndicatorStyles = false;
+  window.htmx.config.allowEval = false;
+}
+
 document.addEventListener("change", (event) => {
   const target = event.target;
   if (target instanceof HTMLSelectElement && target.dataset.autosubmit !== undefined) {

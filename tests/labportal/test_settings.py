@@ -84,6 +84,19 @@ def test_database_and_broker_urls_switch_to_postgres_and_redis(tmp_path: Path) -
             "LABPORTAL_NODE_DOWN_AFTER_S must be at least 5 (got 1)",
         ),
         ({"LANGUAGE_CODE": "fr"}, "LANGUAGE_CODE must be one of: en, zh-hans (got 'fr')"),
+        (
+            {"LABPORTAL_TRUSTED_PROXIES": "127.0.0.1,proxy.lab"},
+            "LABPORTAL_TRUSTED_PROXIES must be IP addresses or networks, comma-separated, "
+            "e.g. LABPORTAL_TRUSTED_PROXIES=127.0.0.1,10.0.0.0/8 (got 'proxy.lab')",
+        ),
+        (
+            {"CACHE_URL": "memcached://m:11211"},
+            "CACHE_URL must start with redis://, rediss://, file://, locmem://",
+        ),
+        (
+            {"LABPORTAL_LOGIN_LOCKOUT_S": "1"},
+            "LABPORTAL_LOGIN_LOCKOUT_S must be at least 10 (got 1)",
+        ),
     ],
 )
 def test_each_bad_value_names_the_variable_and_the_fix(
@@ -101,3 +114,34 @@ def test_production_mode_starts_with_its_required_variables(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "False"
+
+
+def test_production_shares_the_brokers_redis_as_cache_and_sends_hsts(tmp_path: Path) -> None:
+    probe = (
+        "import labportal.settings as s; "
+        "print(s.CACHES['default']['BACKEND'], s.CACHES['default']['LOCATION'], "
+        "s.SECURE_HSTS_SECONDS, s.LABPORTAL_TRUSTED_PROXIES)"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DEBUG", "DJANGO_SETTINGS_MODULE", "CACHE_URL"}
+    }
+    env.update(
+        LABPORTAL_VAR_DIR=str(tmp_path),
+        DEBUG="false",
+        SECRET_KEY="s" * 50,
+        ALLOWED_HOSTS="lab.example",
+        CELERY_BROKER_URL="redis://r:6379/0",
+        LABPORTAL_TRUSTED_PROXIES="10.0.0.5, 192.168.0.0/16",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(" ", 3) == [
+        "django.core.cache.backends.redis.RedisCache",
+        "redis://r:6379/0",
+        "31536000",
+        "(IPv4Network('10.0.0.5/32'), IPv4Network('192.168.0.0/16'))\n",
+    ]

@@ -1,0 +1,79 @@
+"""Request guards and response headers that apply to every page and API call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.utils.cache import patch_cache_control
+from django.utils.translation import gettext as _
+
+NUL = "\x00"
+FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def nul_character_refusal(request: HttpRequest, where: str) -> HttpResponse:
+    """A 400 that names where the NUL character was; JSON for the API, text for pages."""
+    message = _(
+        "The request contains a NUL character (\\0, %%00) in %(where)s. "
+        "Remove it; no name, filter or text in LabPortal can contain one."
+    ) % {"where": where}
+    if request.path_info.startswith("/api/"):
+        return JsonResponse({"detail": message, "code": "nul_character"}, status=400)
+    return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+
+
+def _nul_location(request: HttpRequest) -> str | None:
+    if NUL in request.path_info:
+        return _("the address")
+    for key, values in request.GET.lists():
+        if NUL in key or any(NUL in value for value in values):
+            return _("the query parameter “%(name)s”") % {"name": key.replace(NUL, "\\0")}
+    if request.method == "POST" and request.content_type in FORM_CONTENT_TYPES:
+        # CsrfViewMiddleware reads request.POST of every POST anyway; DRF reuses it.
+        for key, values in request.POST.lists():
+            if NUL in key or any(NUL in value for value in values):
+                return _("the form field “%(name)s”") % {"name": key.replace(NUL, "\\0")}
+    return None
+
+
+class RejectNulCharactersMiddleware:
+    """Refuse a NUL in the path, the query string or a form body before any view runs.
+
+    PostgreSQL text cannot hold a NUL, so a lookup or filter with one would fail
+    deep in the database with a 500. JSON bodies are checked by the API's parsers
+    (labportal.parsers), where a NUL inside a string is visible after decoding.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        where = _nul_location(request)
+        if where is not None:
+            return nul_character_refusal(request, where)
+        return self.get_response(request)
+
+
+class SecurityHeadersMiddleware:
+    """A Content-Security-Policy on every response; `private, no-store` for signed-in users.
+
+    Pages of a signed-in member show their jobs, credits and tokens: no shared or
+    browser cache may keep them. HSTS comes from Django's SecurityMiddleware
+    (SECURE_HSTS_SECONDS), which sends it only over https.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy = settings.LABPORTAL_CONTENT_SECURITY_POLICY
+        if policy and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = policy
+        user = getattr(request, "user", None)
+        signed_in = user is not None and user.is_authenticated
+        if signed_in or "HTTP_AUTHORIZATION" in request.META:
+            patch_cache_control(response, private=True, no_store=True)
+        return response
