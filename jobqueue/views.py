@@ -12,8 +12,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
-from alerts.selectors import alerts_for_job
 from accounts.selectors import credits_charged_for_job
+from alerts.selectors import alerts_for_job
 from jobqueue import dispatch, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy

@@ -355,6 +355,7 @@ class LocalProcessRuntime(ContainerRuntime):
                         os.kill(pid, signal.SIGKILL)
                         killed.append(pid)
             return killed
+
     def close(self) -> None:
         """Stop every job still running: local processes must not outlive the demo's agent.
 

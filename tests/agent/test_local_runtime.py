@@ -194,6 +194,8 @@ def test_an_agent_on_the_local_runtime_reports_an_exit_without_its_watch_loop(
     event = wait_until(lambda: app.events("exited"))[0]
     assert (event["job_id"], event["exit_code"]) == (22, 5)
     assert [e["kind"] for e in app.events()] == ["started", "exited"]
+
+
 def test_closing_the_runtime_stops_the_whole_process_group_of_running_jobs(
     runtime: LocalProcessRuntime,
 ) -> None:

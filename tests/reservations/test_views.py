@@ -203,6 +203,8 @@ def test_each_week_cell_is_a_labelled_booking_link_for_a_future_hour(
     )
     assert cell in page
     assert page.count('<a class="cal-cell') == 168 * len(gpus)
+
+
 def test_extending_past_what_the_form_takes_says_the_maximum(
     alice: Any, alices: Reservation
 ) -> None:
