@@ -196,7 +196,8 @@ def test_an_agent_clock_a_year_off_charges_nothing_for_a_year(
     make_agent: Any, alice: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
 ) -> None:
     agent, bridge = make_agent(YearBehindRuntime)
-    job, spec = dispatch(alice, "exit 0", django_capture_on_commit_callbacks, sent_tasks)
+    # Long enough to be seen running: the runtime reports an exit the moment it happens.
+    job, spec = dispatch(alice, "sleep 6", django_capture_on_commit_callbacks, sent_tasks)
 
     with django_capture_on_commit_callbacks(execute=True):
         agent.start_job(spec, delivery_id="d1")
