@@ -9,7 +9,7 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from cluster.models import Gpu
 from jobqueue.selectors import jobs_visible_to
+from labportal.api_schema import ERROR_BODY
 from telemetry import selectors
 from telemetry.serializers import (
     RANGES,
@@ -37,7 +38,13 @@ def _series_answer(series: selectors.Series, gpus: list[Gpu]) -> dict[str, Any]:
 class TelemetryViewSet(viewsets.ViewSet):
     """GPU history for charts, from the minute and hour rollups, downsampled to `points` bins."""
 
-    @extend_schema(parameters=[GpuSeriesQuerySerializer], responses=SeriesSerializer)
+    @extend_schema(
+        parameters=[GpuSeriesQuerySerializer],
+        responses={
+            200: SeriesSerializer,
+            404: OpenApiResponse(ERROR_BODY, description="No such node or GPU (?node= or ?gpu=)."),
+        },
+    )
     @action(detail=False, methods=["get"], url_path="gpu-series")
     def gpu_series(self, request: Request) -> Response:
         """Utilisation and memory of every GPU (or one node's, or one GPU) and of each node."""
