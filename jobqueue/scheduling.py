@@ -261,6 +261,27 @@ def _usage_in_sql(jobs: QuerySet[Job], now: datetime, half_life_s: float) -> dic
     return {username: float(usage or 0.0) for username, usage in rows}
 
 
+def engine_units(gpus: list[Gpu], all_gpus: list[Gpu]) -> list[sm.Gpu]:
+    """The engine's schedulable units for `gpus` (with node and parent loaded).
+
+    A partitioned GPU (one with MIG instances or shared slots among `all_gpus`) is
+    scheduled through its children only, so it is left out.
+    """
+    partitioned = {g.parent_id for g in all_gpus if g.parent_id}
+    return [
+        sm.Gpu(
+            id=g.uuid,
+            node=g.node.name,
+            model=g.model,
+            memory_mb=g.memory_mb,
+            kind=KIND_TO_ENGINE[g.kind],
+            parent=g.parent.uuid if g.parent is not None else None,
+        )
+        for g in gpus
+        if g.pk not in partitioned
+    ]
+
+
 def _emergency_job_ids(now: datetime) -> set[int]:
     return set(
         EmergencyRequest.objects.filter(
@@ -319,20 +340,9 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         for n in nodes
     }
     all_gpus = list(Gpu.objects.select_related("node", "parent").exclude(state=Gpu.State.MISSING))
-    parents_with_children = {g.parent_id for g in all_gpus if g.parent_id}
     gpu_by_uuid = {g.uuid: g for g in all_gpus}
     engine_gpus = tuple(
-        sm.Gpu(
-            id=g.uuid,
-            node=g.node.name,
-            model=g.model,
-            memory_mb=g.memory_mb,
-            kind=KIND_TO_ENGINE[g.kind],
-            parent=g.parent.uuid if g.parent is not None else None,
-        )
-        for g in all_gpus
-        # A partitioned GPU is scheduled through its MIG instances or slots only.
-        if g.state == Gpu.State.AVAILABLE and g.pk not in parents_with_children
+        engine_units([g for g in all_gpus if g.state == Gpu.State.AVAILABLE], all_gpus)
     )
     emergency_ids = _emergency_job_ids(now)
     running = []

@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from accounts.models import Category, User
 from cluster.models import Gpu
 from jobqueue.models import Job, Queue, SchedulingPolicy, command_text
-from jobqueue.scheduling import KIND_TO_ENGINE, engine_policy, share_tree
+from jobqueue.scheduling import engine_policy, engine_units, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
 from reports.selectors import JobRow, WeekLine, percentile, unmet_demand, weeks_of
@@ -169,19 +169,7 @@ def lab_cluster(
         .exclude(state=Gpu.State.MISSING)
         .order_by("node__name", "index", "id")
     )
-    parents = {g.parent_id for g in rows if g.parent_id}
-    units = [
-        sm.Gpu(
-            id=g.uuid,
-            node=g.node.name,
-            model=g.model,
-            memory_mb=g.memory_mb,
-            kind=KIND_TO_ENGINE[g.kind],
-            parent=g.parent.uuid if g.parent is not None else None,
-        )
-        for g in rows
-        if g.pk not in parents
-    ]
+    units = engine_units(rows, rows)
     memory = {g.model: g.memory_mb for g in rows}
     if gpu_delta and gpu_model not in memory:
         raise BadReplay(
