@@ -8,7 +8,6 @@ cleans up the leak, and two debug jobs share one GPU while a third waits.
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from cluster.services import gpu_set_shared_slots
 from jobqueue.models import ContainerImage, Job
 from labportal.devstack import Stack
 from tests.conftest import api_as, require_in_ci
-from tests.e2e.test_jobs_end_to_end import database_url_for_children, wait_until
+from tests.e2e.test_jobs_end_to_end import stack_env, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,15 +39,7 @@ IMAGE = "labportal/busybox:test"  # the local runtime ignores it; the allowlist 
 def stack(tmp_path: Path) -> Any:
     if not settings.CELERY_BROKER_URL.startswith("redis://"):
         require_in_ci("a Redis broker (CELERY_BROKER_URL=redis://…)")
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url_for_children(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "LABPORTAL_VAR_DIR": str(tmp_path / "var"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    running = Stack(env=env, log_dir=tmp_path / "logs")
+    running = Stack(env=stack_env(tmp_path), log_dir=tmp_path / "logs")
     yield running
     running.stop()
 

@@ -40,6 +40,20 @@ def database_url_for_children() -> str:
     return f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
+def stack_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of the real processes: this test's database and broker, a var dir
+    of their own, and no settings module of the test run."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_children(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "LABPORTAL_VAR_DIR": str(tmp_path / "var"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
 def docker_ready() -> bool:
     try:
         import docker
@@ -70,15 +84,7 @@ def stack(tmp_path: Path) -> Any:
         require_in_ci("a Redis broker (CELERY_BROKER_URL=redis://…)")
     if not docker_ready():
         require_in_ci(f"a Docker engine with the image {TEST_IMAGE} (bash .ci/docker-setup.sh)")
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url_for_children(),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "LABPORTAL_VAR_DIR": str(tmp_path / "var"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    running = Stack(env=env, log_dir=tmp_path / "logs")
+    running = Stack(env=stack_env(tmp_path), log_dir=tmp_path / "logs")
     yield running
     running.stop()
     if os.environ.get("LABPORTAL_E2E_KEEP_LOGS"):
