@@ -394,6 +394,13 @@ if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
         "of Slurm's JWT key (slurm.conf AuthAltParameters=jwt_key=...), readable by the portal."
     )
+if LABPORTAL_EXECUTOR == "slurm":
+    # Slurm schedules and enforces time limits; the portal reconciles with it instead.
+    from slurm.beat import slurm_beat_schedule  # noqa: E402
+
+    for _portal_pass in ("scheduling-pass", "time-limits"):
+        CELERY_BEAT_SCHEDULE.pop(_portal_pass, None)
+    CELERY_BEAT_SCHEDULE.update(slurm_beat_schedule(sync_s=LABPORTAL_SLURM_SYNC_S))
 
 # --- Backups ------------------------------------------------------------------
 # Uploaded files (none yet by default); backed up with the database when present.
