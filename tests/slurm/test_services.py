@@ -238,3 +238,20 @@ def test_inventory_maps_node_states_and_gpu_counts(scripted: ScriptedSlurm) -> N
     assert Gpu.objects.get(node__name="s1", index=1).state == Gpu.State.MISSING
     assert Node.objects.get(name="s2").state == Node.State.DOWN  # Slurm no longer lists it
     assert Gpu.objects.filter(node__name="s1").count() == 2  # nothing duplicated
+
+
+def test_telemetry_attributes_a_slurm_jobs_gpu_process_to_its_portal_job(
+    scripted: ScriptedSlurm, alice: Any, image: Any
+) -> None:
+    from telemetry.services import _processes
+
+    job = submit(alice)
+    processes = _processes(
+        {
+            "processes": [
+                {"pid": 5, "used_mb": 100, "slurm_job_id": 1001},
+                {"pid": 6, "slurm_job_id": 9},
+            ]
+        }
+    )
+    assert [(p["job_id"], p["slurm_job_id"]) for p in processes] == [(job.pk, 1001), (None, 9)]
