@@ -275,20 +275,60 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
             accounted = []  # no accounting: the jobs stay as last seen until Slurm reports them
     result.from_accounting = len(accounted)
     logins = dict(UnixLogin.objects.values_list("username", "user_id"))
-    for info in [*live, *accounted]:
-        result.seen += 1
-        created, changed = _sync_one(info, logins)
-        result.created += created
-        result.changed += changed
+    infos = {info.job_id: info for info in [*live, *accounted]}
+    result.seen = len(infos)
+    # One read of what the portal knows, writes only for what changed: a pass over
+    # thousands of unchanged jobs is a handful of queries.
+    known: dict[int, SlurmJob] = {}
+    ids = list(infos)
+    for chunk in range(0, len(ids), SYNC_CHUNK):
+        known.update(
+            SlurmJob.objects.in_bulk(ids[chunk : chunk + SYNC_CHUNK], field_name="slurm_job_id")
+        )
+    new, changed = [], []
+    for job_id, info in infos.items():
+        record = known.get(job_id)
+        if record is None:
+            record = SlurmJob(slurm_job_id=job_id, name=info.name[:200])
+            _copy_info(record, info, logins)
+            new.append(record)
+        elif _copy_info(record, info, logins):
+            changed.append(record)
+    SlurmJob.objects.bulk_create(new, batch_size=SYNC_CHUNK, ignore_conflicts=True)
+    SlurmJob.objects.bulk_update(changed, _SYNCED_FIELDS, batch_size=SYNC_CHUNK)
+    result.created, result.changed = len(new), len(changed)
+    linked = {r.job_id: r.slurm_job_id for r in known.values() if r.job_id is not None}
+    open_jobs = Job.objects.filter(pk__in=list(linked)).exclude(state__in=Job.FINAL_STATES)
+    for job_id in open_jobs.values_list("pk", flat=True):
+        with transaction.atomic():
+            if _apply_to_job(job_id, infos[linked[job_id]]):
+                result.changed += 1
     return result
 
 
-@transaction.atomic
-def _sync_one(info: JobInfo, logins: dict[str, int]) -> tuple[bool, bool]:
-    record, created = SlurmJob.objects.select_for_update().get_or_create(
-        slurm_job_id=info.job_id,
-        defaults={"unix_user": info.user, "user_id": logins.get(info.user), "name": info.name},
-    )
+SYNC_CHUNK = 2000
+_SYNCED_FIELDS = [
+    "unix_user",
+    "user",
+    "state",
+    "reason",
+    "partition",
+    "qos",
+    "account",
+    "nodes",
+    "gpus",
+    "estimated_start",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "output_path",
+    "synced_at",
+]
+
+
+def _copy_info(record: SlurmJob, info: JobInfo, logins: dict[str, int]) -> bool:
+    """Copy what Slurm reports onto the record; True if anything changed."""
     fields = {
         "unix_user": info.user or record.unix_user,
         "user_id": record.user_id or logins.get(info.user),
@@ -304,17 +344,14 @@ def _sync_one(info: JobInfo, logins: dict[str, int]) -> tuple[bool, bool]:
         "started_at": info.started_at,
         "ended_at": info.ended_at if portal_state(info) in Job.FINAL_STATES else None,
         "exit_code": info.exit_code,
+        "output_path": record.output_path or info.output_path[:500],
     }
-    if info.output_path and not record.output_path:
-        fields["output_path"] = info.output_path
     changed = [k for k, v in fields.items() if getattr(record, k) != v]
     for key in changed:
         setattr(record, key, fields[key])
     if changed:
         record.synced_at = timezone.now()
-        record.save()
-    job_changed = _apply_to_job(record.job_id, info) if record.job_id else False
-    return created, bool(changed) or job_changed
+    return bool(changed)
 
 
 def _apply_to_job(job_id: int, info: JobInfo) -> bool:
