@@ -254,3 +254,21 @@ def test_telemetry_attributes_a_slurm_jobs_gpu_process_to_its_portal_job(
         }
     )
     assert [(p["job_id"], p["slurm_job_id"]) for p in processes] == [(job.pk, 1001), (None, 9)]
+
+
+def test_in_slurm_mode_node_silence_and_heartbeats_never_end_slurms_jobs(
+    scripted: ScriptedSlurm, alice: Any, image: Any
+) -> None:
+    from cluster.services import node_heartbeat_record, nodes_check_liveness
+
+    job = submit(alice)
+    scripted.live = [_info(1001, "RUNNING", nodes="gpu01", started_at=T0)]
+    slurm_jobs_sync()
+    Node.objects.filter(name="gpu01").update(
+        last_heartbeat=T0 - timedelta(days=1), registered_at=T0 - timedelta(days=2)
+    )
+    report = nodes_check_liveness()
+    assert report.marked_down == [] and report.jobs_lost == {}
+    node_heartbeat_record(node_name="gpu01", info={"running_job_ids": [], "starting_job_ids": []})
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
