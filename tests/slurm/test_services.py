@@ -272,3 +272,15 @@ def test_in_slurm_mode_node_silence_and_heartbeats_never_end_slurms_jobs(
     node_heartbeat_record(node_name="gpu01", info={"running_job_ids": [], "starting_job_ids": []})
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING
+
+
+def test_the_job_page_shows_slurms_state_reason_and_unix_user(
+    scripted: ScriptedSlurm, alice: Any, image: Any, client: Any
+) -> None:
+    job = submit(alice)
+    scripted.live = [_info(1001, "PENDING", reason="Priority")]
+    slurm_jobs_sync()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="slurm-state"' in page
+    assert "1001" in page and "PENDING" in page and "Priority" in page and "alice_u" in page

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -39,12 +39,20 @@ def synced_until(check: Callable[[], bool], what: str, timeout_s: float = 60) ->
 
 
 @pytest.fixture
-def slurm_lab(slurm_settings: Any, queues: Any, image: Any, alice: Any) -> None:
-    """alice runs as unix user nobody; the portal's inventory comes from Slurm."""
+def slurm_lab(
+    slurm_settings: Any, queues: Any, image: Any, alice: Any, local_slurm: LocalSlurm
+) -> Iterator[None]:
+    """alice runs as unix user nobody; the portal's inventory comes from Slurm.
+
+    Each test leaves Slurm's queue empty, so no test waits behind another's jobs.
+    """
     UnixLogin.objects.create(user=alice, username="nobody")
     for queue in queues:
         QueueMapping.objects.update_or_create(queue=queue, defaults={"qos": "normal"})
     slurm_inventory_sync()
+    yield
+    local_slurm._run("scancel", "--partition", local_slurm.partition, check=False)
+    local_slurm.queue_empty(60)
 
 
 def submit(user: Any, command: Any, **extra: Any) -> Any:
@@ -119,6 +127,7 @@ def test_a_waiting_job_shows_slurms_reason_and_estimated_start(
     synced_until(
         lambda: Job.objects.get(pk=waiting).estimated_start is not None,
         "Slurm estimates a start",
+        timeout_s=120,
     )
     shown = body(api_as(alice).get(f"/api/jobs/{waiting}/"))
     assert shown["state"] == "pending" and shown["pending_reason"] == "resources"
