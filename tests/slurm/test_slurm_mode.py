@@ -184,3 +184,16 @@ def test_an_unreachable_slurm_is_a_503_not_a_500(slurm_lab: Any, alice: Any, set
     response = submit(alice, "true")
     assert response.status_code == 503
     assert body(response)["code"] == "slurm_unavailable"
+
+
+def test_without_slurmrestd_the_portal_runs_sbatch_as_the_member(
+    slurm_lab: Any, alice: Any, settings: Any
+) -> None:
+    settings.LABPORTAL_SLURM_REST_URL = ""  # the Slurm commands, through LABPORTAL_SLURM_RUN_AS
+    response = submit(alice, "id -un")
+    assert response.status_code == 201, response.content
+    job_id = body(response)["id"]
+    synced_until(lambda: Job.objects.get(pk=job_id).is_final, "the job ends")
+    job = Job.objects.get(pk=job_id)
+    assert job.state == Job.State.COMPLETED and job.slurm.unix_user == "nobody"
+    assert body(api_as(alice).get(f"/api/jobs/{job_id}/logs/"))["log_tail"].strip() == "nobody"
