@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -103,23 +104,32 @@ def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
     )
 
 
-def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
-    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
-    unix_user = unix_user_for(job.owner)
-    request = submit_request(job, unix_user=unix_user)
-    client = client or client_from_settings()
+@contextmanager
+def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
+    """Slurm's failures as the member's refusals: away (503, try again) or refused (400, why)."""
     try:
-        slurm_job_id = client.submit(request)
+        yield
     except SlurmUnavailable as exc:
         raise SlurmDown(
             _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
             % {"error": exc}
         ) from exc
     except SlurmError as exc:
-        raise SlurmRefused(
+        raise SlurmRefused(refused(exc)) from exc
+
+
+def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
+    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+    unix_user = unix_user_for(job.owner)
+    request = submit_request(job, unix_user=unix_user)
+    client = client or client_from_settings()
+    with _slurm_errors(
+        lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")
             % {"user": unix_user, "error": exc}
-        ) from exc
+        )
+    ):
+        slurm_job_id = client.submit(request)
     record = SlurmJob.objects.create(
         slurm_job_id=slurm_job_id,
         job=job,
@@ -152,15 +162,8 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
     if record is None:  # never reached Slurm (refused): nothing runs anywhere
         _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
         return
-    try:
+    with _slurm_errors(lambda exc: _("Slurm could not cancel the job: %(error)s") % {"error": exc}):
         (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
-    except SlurmUnavailable as exc:
-        raise SlurmDown(
-            _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
-            % {"error": exc}
-        ) from exc
-    except SlurmError as exc:
-        raise SlurmRefused(_("Slurm could not cancel the job: %(error)s") % {"error": exc}) from exc
     job.stop_requested_at = timezone.now()
     job.end_reason = "cancelled"
     job.save(update_fields=["stop_requested_at", "end_reason"])
@@ -404,25 +407,14 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
 def _apply_state(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
-    """End the portal job as Slurm ended it. Credits are charged from Slurm's accounting."""
-    from jobqueue.services import _notify_job_end, _release, record_event
+    """End the portal job as Slurm ended it, as the agents' path ends one (credits, notice)."""
+    from jobqueue.services import _finish, record_event
 
-    job.state = state
-    job.ended_at = at
-    job.exit_code = exit_code
-    job.end_reason = reason[:200]
     job.pending_reason = ""
     job.estimated_start = None
     job.queue_position = None
-    _release(job, at)
-    job.save()
-    record_event(
-        job,
-        "ended",
-        gettext_noop("Ended in Slurm: %(state)s."),
-        params={"state": state},
-    )
-    _notify_job_end(job)
+    record_event(job, "ended", gettext_noop("Ended in Slurm: %(state)s."), params={"state": state})
+    _finish(job, state, at=at, exit_code=exit_code, reason=reason[:200])
 
 
 # -- inventory -----------------------------------------------------------------------------
