@@ -6,6 +6,8 @@ from pathlib import Path
 
 from agent.gpu.base import GpuSample, ProcessSample
 from agent.gpu.cgroup import slurm_job_id_for_pid, slurm_job_id_from_cgroup
+from agent.node import NodeAgent
+from tests.agent.test_alert_support import backend, local_agent  # noqa: F401 (fixtures)
 
 V1 = """12:memory:/slurm/uid_1000/job_4242/step_0/task_0
 11:devices:/slurm/uid_1000/job_4242/step_0
@@ -49,3 +51,15 @@ def test_the_slurm_job_goes_on_the_wire_only_when_known() -> None:
     )
     first, second = sample.as_wire()["processes"]
     assert first["slurm_job_id"] == 77 and "slurm_job_id" not in second
+
+
+def test_the_agent_keeps_the_slurm_job_and_names_no_owner_for_it(
+    local_agent: NodeAgent,  # noqa: F811
+) -> None:
+    sample = GpuSample(
+        gpu_uuid="GPU-x",
+        ts=0.0,
+        processes=[ProcessSample(pid=2**22 + 1, used_mb=5, slurm_job_id=42)],
+    )
+    (process,) = local_agent._attribute(sample).processes
+    assert process.slurm_job_id == 42 and process.unix_user is None and process.job_id is None
