@@ -114,18 +114,25 @@ def scheduling_pass_request() -> None:
     row is never held locked for a pass's length, so a submit never waits for one.
     """
 
-    def enqueue() -> None:
-        claimed = _request_claim()
-        if claimed:
-            from jobqueue.tasks import scheduling_pass_task
+    if not _pass_already_asked_in_this_transaction():
+        transaction.on_commit(_enqueue_pass)
 
-            try:
-                scheduling_pass_task.apply_async()
-            except Exception:  # broker away: beat runs a pass every few seconds anyway
-                logger.exception("could not enqueue a scheduling pass")
-                SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
-    transaction.on_commit(enqueue)
+def _pass_already_asked_in_this_transaction() -> bool:
+    # A batch of 50 submits, or a job's end with its follow-ups, asks once per commit.
+    return any(entry[1] is _enqueue_pass for entry in connection.run_on_commit)
+
+
+def _enqueue_pass() -> None:
+    claimed = _request_claim()
+    if claimed:
+        from jobqueue.tasks import scheduling_pass_task
+
+        try:
+            scheduling_pass_task.apply_async()
+        except Exception:  # broker away: beat runs a pass every few seconds anyway
+            logger.exception("could not enqueue a scheduling pass")
+            SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
 
 def _request_claim() -> bool:
