@@ -56,7 +56,7 @@ def _cell_texts(
             finish = min(finish, begin + max_length)
         start, end = timezone.localtime(begin), timezone.localtime(finish)
         day = " day-start" if first.starts_day else ""
-        level = max(columns[i].busy_level for i in group)
+        level = sum(columns[i].busy_level for i in group) // len(group)  # the day's usual load
         texts.append(
             _CellText(
                 start=date_format(start, _ISO_MINUTE),
