@@ -65,6 +65,7 @@ RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABPORTAL_JOB
 MAX_COMMAND_CHARS = 8000
 MAX_ENV_VARS = 64
 LOG_TAIL_CHARS = 64_000
+FIRST_STEP = min(JobEvent.STEPS.values())
 
 
 def record_event(
@@ -83,9 +84,10 @@ def record_event(
     before an event of an earlier step (an agent's clock may lag the portal's)."""
     step = JobEvent.STEPS.get(kind, 30)
     when = at or timezone.now()
-    floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
-    if floor is not None and floor > when:
-        when = floor
+    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
+        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+        if floor is not None and floor > when:
+            when = floor
     stored = dict(data or {})
     if message:
         stored["msgid"] = message
