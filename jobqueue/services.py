@@ -26,7 +26,7 @@ from accounts import services as credit_services
 from accounts.models import User
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import MessageRefused, db_text
-from jobqueue import dispatch
+from jobqueue import dispatch, executors
 from jobqueue.errors import (
     GrantRequired,
     ImageNotAllowed,
@@ -325,7 +325,7 @@ def job_submit(
         params={"queue": queue_obj.name},
         actor=owner,
     )
-    request_scheduling_pass()
+    executors.current().job_queued(job)
     # A new job has no GPUs yet and only the mounts just set: whoever shows it
     # (the API's answer) need not ask the database again.
     job._prefetched_objects_cache = {  # type: ignore[attr-defined]
@@ -432,7 +432,12 @@ def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
 
 
 def request_scheduling_pass() -> None:
-    """Ask for a scheduling pass after this transaction commits; requests coalesce."""
+    """Ask for a scheduling pass after this transaction commits; requests coalesce.
+
+    Where the executor schedules itself (Slurm), the portal runs no pass.
+    """
+    if not executors.portal_schedules():
+        return
     from jobqueue.scheduling import scheduling_pass_request
 
     scheduling_pass_request()
@@ -460,6 +465,12 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
+    executors.current().job_cancel(job, actor=actor)
+    return job
+
+
+def cancel_on_agents(job: Job, *, actor: User) -> None:
+    """Agents mode: a waiting job ends at once; a running one is stopped (SIGTERM, grace, SIGKILL)."""
     if job.state in Job.WAITING_STATES:
         job.state = Job.State.CANCELLED
         job.ended_at = timezone.now()
@@ -471,19 +482,28 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
         )
         record_event(job, "cancelled", gettext_noop("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
-        return job
+        return
     _request_stop(
         job,
         reason="cancelled",
         message=gettext_noop("Cancel requested; stopping the container."),
         actor=actor,
     )
-    return job
+
+
+def _refuse_in_slurm_mode() -> None:
+    if not executors.portal_schedules():
+        raise InvalidTransition(
+            _(
+                "Slurm schedules the jobs here: hold or release a job in Slurm (scontrol hold / scontrol release)."
+            )
+        )
 
 
 @transaction.atomic
 def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
     """An admin keeps a waiting job from starting (it stays in its queue) until released."""
+    _refuse_in_slurm_mode()
     job = _locked_job(job_id)
     if job.state != Job.State.PENDING:
         raise InvalidTransition(
@@ -509,6 +529,7 @@ def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
 @transaction.atomic
 def job_release(*, job_id: int, actor: User) -> Job:
     """Let a held job compete for GPUs again, with its original place (submit time)."""
+    _refuse_in_slurm_mode()
     job = _locked_job(job_id)
     if job.state != Job.State.HELD:
         raise InvalidTransition(

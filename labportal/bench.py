@@ -5,7 +5,7 @@
 
 It creates (and afterwards drops) a database `<name>_bench` next to the one in
 DATABASE_URL and serves the portal with gunicorn (production settings). When
-Slurm is installed it first starts a private one (labportal.bench_slurm: one
+Slurm is installed it first starts a private one (slurm.local: one
 node, Gres=gpu:4) and runs the same workloads on it; otherwise every Slurm
 column says "not measured". Then, for the portal:
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _slurm_anchor(args: argparse.Namespace) -> dict[str, Any]:
     """The same workloads on a private Slurm, or why it was not measured."""
-    from labportal.bench_slurm import LocalSlurm, summary
+    from slurm.local import LocalSlurm, summary
 
     missing = "skipped with --no-slurm" if args.no_slurm else LocalSlurm.missing()
     if missing:
@@ -425,7 +425,7 @@ def _time_to_start(stack: Any, base: str, session: Any, count: int) -> dict[str,
                     f"job {job_id} did not start within 60 s:\n{stack.tail('control')}"
                 )
             time.sleep(0.02)
-    from labportal.bench_slurm import summary
+    from slurm.local import summary
 
     time.sleep(1)  # let the last one end: the next figure starts on an idle cluster
     return {**summary(waits), "jobs": len(waits)}
