@@ -159,14 +159,14 @@ def _lookups(records: list[JobInfo]) -> _Lookups:
             charges[(charge.slurm_job_id, charge.submitted_at)] = charge
     default_name = getattr(settings, "LABPORTAL_SLURM_DEFAULT_QUEUE", "normal")
     return _Lookups(
-        members={
-            login.username: login.user for login in UnixLogin.objects.select_related("user")
-        },
+        members={login.username: login.user for login in UnixLogin.objects.select_related("user")},
         portal_jobs=portal_jobs,
         charges=charges,
         rates=dict(Queue.objects.values_list("id", "credit_rate")),
         mappings=list(QueueMapping.objects.values_list("partition", "qos", "queue_id")),
-        default_queue_id=Queue.objects.filter(name=default_name).values_list("id", flat=True).first(),
+        default_queue_id=Queue.objects.filter(name=default_name)
+        .values_list("id", flat=True)
+        .first(),
         interval_minutes=CreditPolicy.current().charge_interval_minutes,
     )
 
@@ -187,9 +187,7 @@ def accounting_reconcile(*, records: list[JobInfo], now: datetime | None = None)
             result.skipped += 1
             continue
         existing = (
-            look.charges.get((record.job_id, record.submitted_at))
-            if record.submitted_at
-            else None
+            look.charges.get((record.job_id, record.submitted_at)) if record.submitted_at else None
         )
         if existing is not None and (
             existing.final or (existing.charged_seconds >= point.seconds and not point.final)
@@ -332,7 +330,9 @@ def _charge_portal_job(record: JobInfo, point: ChargePoint, job_id: int) -> bool
     return posted
 
 
-def accounting_sync(*, since: datetime | None = None, now: datetime | None = None) -> ReconcileResult:
+def accounting_sync(
+    *, since: datetime | None = None, now: datetime | None = None
+) -> ReconcileResult:
     """Read Slurm's accounting since ``since`` (default: the lookback window) and reconcile it."""
     now = now or timezone.now()
     lookback_h = int(getattr(settings, "LABPORTAL_SLURM_ACCOUNTING_LOOKBACK_H", 48))

@@ -73,7 +73,11 @@ def _rows(text: str) -> list[list[str]]:
 def parse_accounts(text: str) -> list[SlurmAccount]:
     """``sacctmgr -Pn show account format=Account,Organization,Description``."""
     return [
-        SlurmAccount(name=r[0], organization=r[1] if len(r) > 1 else "", description=r[2] if len(r) > 2 else "")
+        SlurmAccount(
+            name=r[0],
+            organization=r[1] if len(r) > 1 else "",
+            description=r[2] if len(r) > 2 else "",
+        )
         for r in _rows(text)
     ]
 
@@ -157,7 +161,7 @@ class SlurmAdmin:
         self.run = runner or command_runner()
         self.cluster = cluster
 
-    def _where_cluster(self) -> list[str]:
+    def where_cluster(self) -> list[str]:
         return [f"cluster={self.cluster}"] if self.cluster else []
 
     # -- reading ----------------------------------------------------------------------
@@ -170,7 +174,14 @@ class SlurmAdmin:
     def associations(self) -> list[SlurmAssociation]:
         return parse_associations(
             self.run(
-                ["sacctmgr", "-Pn", "show", "assoc", *self._where_cluster(), f"format={ASSOC_FORMAT}"]
+                [
+                    "sacctmgr",
+                    "-Pn",
+                    "show",
+                    "assoc",
+                    *self.where_cluster(),
+                    f"format={ASSOC_FORMAT}",
+                ]
             )
         )
 
