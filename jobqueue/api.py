@@ -41,8 +41,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     serializer_class = JobSerializer
 
     def get_queryset(self) -> Any:
-        jobs = selectors.jobs_visible_to(self.request.user).prefetch_related(
-            "allocations__gpu", "mounts"
+        jobs = (
+            selectors.jobs_visible_to(self.request.user)
+            .select_related("slurm")
+            .prefetch_related("allocations__gpu", "mounts")
         )
         params = self.request.query_params
         states = choices_param(self.request, "state", Job.State.values)

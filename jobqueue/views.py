@@ -17,6 +17,7 @@ from alerts.selectors import alerts_for_job
 from jobqueue import executors, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
+from slurm.models import SlurmJob
 from labportal.errors import DomainError
 
 
@@ -107,8 +108,10 @@ def _page_number(raw: str | None) -> int:
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    executors.current().job_output(job, refresh=False)
     context = {
         "job": job,
+        "slurm_job": SlurmJob.objects.filter(job=job).first(),
         "credits_charged": credits_charged_for_job(job.pk) if job.is_final else None,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),

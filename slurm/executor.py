@@ -26,4 +26,7 @@ class SlurmExecutor:
         return {"seen": result.seen, "created": result.created, "changed": result.changed}
 
     def job_output(self, job: Job, *, refresh: bool) -> str:
-        return services.slurm_job_output(job=job) if refresh or not job.log_tail else job.log_tail
+        # Slurm writes the output file itself: read it while the job runs, or when asked.
+        if refresh or not job.is_final or not job.log_tail:
+            return services.slurm_job_output(job=job)
+        return job.log_tail

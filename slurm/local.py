@@ -216,7 +216,7 @@ MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
 # Tuned for latency, the stronger anchor: batch jobs are otherwise held up to 3 s.
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu

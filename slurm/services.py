@@ -290,6 +290,8 @@ def _sync_one(info: JobInfo, logins: dict[str, int]) -> tuple[bool, bool]:
         defaults={"unix_user": info.user, "user_id": logins.get(info.user), "name": info.name},
     )
     fields = {
+        "unix_user": info.user or record.unix_user,
+        "user_id": record.user_id or logins.get(info.user),
         "state": info.state,
         "reason": info.reason[:120],
         "partition": info.partition,
@@ -354,6 +356,8 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
         reason = "cancelled" if target == Job.State.CANCELLED else info.reason or info.state.lower()
         if info.started_at and not job.started_at:
             job.started_at = info.started_at
+        if info.nodes and job.node_id is None:
+            job.node = Node.objects.filter(name=info.nodes.split(",")[0]).first()
         _apply_state(job, target, at=info.ended_at or now, exit_code=info.exit_code, reason=reason)
         slurm_job_output(job=job)
         return True
