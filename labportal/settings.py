@@ -399,9 +399,10 @@ LABPORTAL_SLURM_ACCOUNTING_LOOKBACK_H = env_int(
 LABPORTAL_SLURM_ACCOUNT_PREFIX = env_str("LABPORTAL_SLURM_ACCOUNT_PREFIX", "lp-") or "lp-"
 LABPORTAL_SLURM_ACCOUNT_PARENT = env_str("LABPORTAL_SLURM_ACCOUNT_PARENT", "root") or "root"
 LABPORTAL_SLURM_CLUSTER = env_str("LABPORTAL_SLURM_CLUSTER", "") or ""
-# The emergency channel's QOS (created with this priority if missing).
+# The emergency channel's QOS, created if missing with this priority (0: one above the
+# highest QOS priority, since Slurm divides every QOS priority by the highest).
 LABPORTAL_SLURM_TOP_QOS = env_str("LABPORTAL_SLURM_TOP_QOS", "lp-emergency") or "lp-emergency"
-LABPORTAL_SLURM_TOP_QOS_PRIORITY = env_int("LABPORTAL_SLURM_TOP_QOS_PRIORITY", 100000, minimum=1)
+LABPORTAL_SLURM_TOP_QOS_PRIORITY = env_int("LABPORTAL_SLURM_TOP_QOS_PRIORITY", 0, minimum=0)
 # The nice value of pending jobs of members at zero credit; 0: one more than the sum of
 # slurm.conf's PriorityWeight* (so they start after every job of a member with credit).
 LABPORTAL_SLURM_ZERO_CREDIT_NICE = env_int("LABPORTAL_SLURM_ZERO_CREDIT_NICE", 0, minimum=0)

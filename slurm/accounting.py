@@ -34,7 +34,7 @@ from django.utils import timezone
 from accounts.models import CREDIT_QUANTUM, CreditPolicy, LedgerEntry, User
 from accounts.services import credits_settle_job, ledger_post
 from jobqueue.models import Job, Queue
-from slurm.cli import JobInfo, client_from_settings
+from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import SlurmCharge
 
@@ -337,5 +337,8 @@ def accounting_sync(
     now = now or timezone.now()
     lookback_h = int(getattr(settings, "LABPORTAL_SLURM_ACCOUNTING_LOOKBACK_H", 48))
     since = since or now - timedelta(hours=lookback_h)
-    records = client_from_settings().accounting_jobs(since=since)
+    # sacct on the portal host, as the other rules use the commands: slurmrestd's slurmdb
+    # endpoints need slurmdbd to accept JWT as well, which many sites do not configure.
+    client = CommandsClient(slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""), run_as="")
+    records = client.accounting_jobs(since=since)
     return accounting_reconcile(records=records, now=now)

@@ -188,8 +188,10 @@ class SlurmAdmin:
     def users(self) -> dict[str, str]:
         return parse_users(self.run(["sacctmgr", "-Pn", "show", "user", f"format={USER_FORMAT}"]))
 
-    def qos_names(self) -> set[str]:
-        return {r[0] for r in _rows(self.run(["sacctmgr", "-Pn", "show", "qos", "format=Name"]))}
+    def qos_priorities(self) -> dict[str, int]:
+        """Every QOS and its priority."""
+        rows = _rows(self.run(["sacctmgr", "-Pn", "show", "qos", "format=Name,Priority"]))
+        return {r[0]: int(r[1]) if len(r) > 1 and r[1].isdigit() else 0 for r in rows}
 
     def pending_jobs(self) -> list[PendingJob]:
         return parse_pending_jobs(self.run(["squeue", "-a", "-h", "-t", "PD", "-o", "%i|%u|%y|%q"]))

@@ -365,10 +365,17 @@ def top_qos_name() -> str:
 
 
 def _ensure_top_qos(admin: SlurmAdmin, result: PolicyResult) -> bool:
+    """The emergency channel's QOS, created if missing.
+
+    Slurm divides each QOS priority by the highest one, so a huge top priority would
+    squash every other QOS factor to nothing; by default it is one above the highest.
+    """
     name = top_qos_name()
-    if name in admin.qos_names():
+    priorities = admin.qos_priorities()
+    if name in priorities:
         return True
-    priority = int(getattr(settings, "LABPORTAL_SLURM_TOP_QOS_PRIORITY", 100000))
+    configured = int(getattr(settings, "LABPORTAL_SLURM_TOP_QOS_PRIORITY", 0))
+    priority = configured or max(priorities.values(), default=0) + 1
     ok = _run(
         admin,
         result,

@@ -16,7 +16,8 @@ the member's jobs (portal or plain sbatch) enter it without ``--reservation``, a
 booking made on the calendar is never refused by Slurm because a job still runs there
 (the portal's calendar already kept the slot free of bookings). Bookings that end, are
 released early or cancelled lose their Slurm reservation on the next pass; a change of
-time or GPUs updates it. The portal only touches reservations named ``lp-booking-<id>``.
+time or GPUs updates it (a core-based one is replaced: 22.05 cannot update those). The
+portal only touches reservations named ``lp-booking-<id>``.
 """
 
 from __future__ import annotations
@@ -205,7 +206,12 @@ def slurm_reservations_sync(
         if exists and known is not None and known.spec == spec.key() and not known.error:
             continue
         try:
-            if exists:
+            if exists and (spec.core_counts is not None or in_slurm[name].core_count):
+                # 22.05 refuses to update a core-based reservation: replace it.
+                admin.scontrol("delete", f"ReservationName={name}")
+                admin.scontrol("create", "reservation", *spec.arguments(update=False))
+                result.updated += 1
+            elif exists:
                 admin.scontrol("update", *spec.arguments(update=True))
                 result.updated += 1
             else:

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import LedgerEntry
@@ -20,7 +21,7 @@ from jobqueue.services import job_submit
 from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin
-from slurm.cli import JobInfo, client_from_settings
+from slurm.cli import CommandsClient, JobInfo
 from slurm.local import LocalSlurm
 from slurm.models import QueueMapping, UnixLogin
 from slurm.policy import slurm_policy_sync
@@ -47,7 +48,9 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 90) ->
 
 def _accounted(job_id: int) -> JobInfo | None:
     since = timezone.now() - timedelta(hours=1)
-    for info in client_from_settings().accounting_jobs(since=since):
+    for info in CommandsClient(slurm_conf=settings.LABPORTAL_SLURM_CONF).accounting_jobs(
+        since=since
+    ):
         if info.job_id == job_id and info.ended_at is not None:
             return info
     return None
@@ -80,7 +83,13 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     slurm_inventory_sync()  # the core's inventory: Slurm's node and GPUs in the portal
     image = ContainerImageFactory()
     job = job_submit(
-        owner=alice, queue="normal", image=image.reference, command="sleep 2", time_limit_s=300
+        owner=alice,
+        queue="normal",
+        image=image.reference,
+        command="sleep 2",
+        time_limit_s=300,
+        cpus=1,
+        memory_mb=64,
     )
     plain_id = int(
         local_slurm.run_as(
@@ -198,18 +207,25 @@ def test_a_member_at_zero_credit_starts_after_a_member_with_credit(
     def squeue(job_id: int) -> str:
         return local_slurm._run("squeue", "-h", "-j", str(job_id), "-o", "%T|%y", check=False)
 
-    blocker = sbatch("daemon", 300)
-    wait_for("the blocker running", lambda: squeue(blocker).startswith("RUNNING"))
-    broke = sbatch("nobody", 2)  # alice, no credit: submitted first
-    rich = sbatch("daemon", 2)  # bob, with credit
+    # A site's weights give every job some priority; this bare cluster's would all be 0
+    # (no age weight, no usage yet), and Slurm floors priorities at 1, so the "normal"
+    # QOS gets a little for the duration of the test.
+    local_slurm.sacctmgr("modify", "qos", "where", "name=normal", "set", "priority=10")
+    try:
+        blocker = sbatch("daemon", 300)
+        wait_for("the blocker running", lambda: squeue(blocker).startswith("RUNNING"))
+        broke = sbatch("nobody", 2)  # alice, no credit: submitted first
+        rich = sbatch("daemon", 2)  # bob, with credit
 
-    slurm_policy_sync(admin=admin)
+        slurm_policy_sync(admin=admin)
 
-    assert squeue(broke).strip() != "" and not squeue(broke).strip().endswith("|0")
-    assert squeue(rich).strip().endswith("|0")
-    local_slurm._run("scancel", str(blocker))
-    ran_broke = wait_for("alice's job ran", lambda: _accounted(broke), timeout_s=120)
-    ran_rich = wait_for("bob's job ran", lambda: _accounted(rich), timeout_s=60)
+        assert squeue(broke).strip() != "" and not squeue(broke).strip().endswith("|0")
+        assert squeue(rich).strip().endswith("|0")
+        local_slurm._run("scancel", str(blocker))
+        ran_broke = wait_for("alice's job ran", lambda: _accounted(broke), timeout_s=120)
+        ran_rich = wait_for("bob's job ran", lambda: _accounted(rich), timeout_s=60)
+    finally:
+        local_slurm.sacctmgr("modify", "qos", "where", "name=normal", "set", "priority=0")
     assert ran_rich.started_at is not None and ran_broke.started_at is not None
     assert ran_rich.started_at < ran_broke.started_at  # bob first, though alice queued first
     assert ran_broke.ended_at is not None  # she ran all the same: never blocked

@@ -334,7 +334,7 @@ class FakeSlurm:
             if what == "user":
                 return "".join(f"{u}|lab\n" for (_a, u) in self.assocs)
             if what == "qos":
-                return "".join(f"{q}\n" for q in self.qos)
+                return "".join(f"{q}|10\n" for q in self.qos)
         if argv[0] == "squeue":
             return "".join(f"{i}|{u}|{n}|normal\n" for i, u, n in self.pending)
         if argv[:3] == ["scontrol", "show", "config"]:
