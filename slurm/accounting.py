@@ -21,6 +21,7 @@ The rules are the portal's own (docs/slurm.md, "Credits"):
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import CREDIT_QUANTUM, CreditPolicy, LedgerEntry, User
-from accounts.services import credits_settle_job, ledger_post
+from accounts.services import Posting, credits_settle_job, ledger_post, ledger_post_batch
 from jobqueue.models import Job, Queue
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
@@ -172,10 +173,16 @@ def _lookups(records: list[JobInfo]) -> _Lookups:
 
 
 def accounting_reconcile(*, records: list[JobInfo], now: datetime | None = None) -> ReconcileResult:
-    """Charge every job in ``records`` (sacct's view) up to where it stands; safe to repeat."""
+    """Charge every job in ``records`` (sacct's view) up to where it stands; safe to repeat.
+
+    Plain jobs are charged one member at a time, in one transaction each (one ledger lock,
+    one balance move); portal jobs one at a time, against their run's own keys.
+    """
     now = now or timezone.now()
     result = ReconcileResult(seen=len(records))
     look = _lookups(records)
+    plain: dict[int, list[tuple[JobInfo, ChargePoint]]] = defaultdict(list)
+    portal: list[tuple[JobInfo, ChargePoint, int]] = []
     for record in records:
         point = charge_point(record, now=now, interval_minutes=look.interval_minutes)
         if point is None:
@@ -186,27 +193,34 @@ def accounting_reconcile(*, records: list[JobInfo], now: datetime | None = None)
             result.unknown_users.add(record.user)
             result.skipped += 1
             continue
-        existing = (
-            look.charges.get((record.job_id, record.submitted_at)) if record.submitted_at else None
-        )
+        existing = look.charges.get((record.job_id, record.submitted_at or record.started_at))  # type: ignore[arg-type]
         if existing is not None and (
             existing.final or (existing.charged_seconds >= point.seconds and not point.final)
         ):
             result.skipped += 1
             continue
         portal_job_id = look.portal_jobs.get(record.job_id)
+        if portal_job_id is not None:
+            portal.append((record, point, portal_job_id))
+        else:
+            plain[member.pk].append((record, point))
+    for member_id in sorted(plain):  # one order for every pass: no deadlock between two
+        member = next(m for m in look.members.values() if m.pk == member_id)
         try:
-            if portal_job_id is not None:
-                moved = _charge_portal_job(record, point, portal_job_id)
-            else:
-                moved = _charge_plain_job(record, point, member, look)
-        except IntegrityError:  # another pass is charging this job right now
+            moved, settled = _charge_plain_jobs(member, plain[member_id], look)
+        except IntegrityError:  # another pass is charging these jobs right now
+            result.skipped += len(plain[member_id])
+            continue
+        result.charged += moved
+        result.settled += settled
+    for record, point, job_id in portal:
+        try:
+            moved_one = _charge_portal_job(record, point, job_id)
+        except IntegrityError:
             result.skipped += 1
             continue
-        if moved:
-            result.charged += 1
-        if point.final:
-            result.settled += 1
+        result.charged += int(moved_one)
+        result.settled += int(point.final)
     if result.unknown_users:
         log.warning(
             "Slurm accounting: jobs of unix users no member has (not charged): %s",
@@ -234,37 +248,65 @@ def _locked_charge(record: JobInfo, **defaults: object) -> SlurmCharge:
 
 
 @transaction.atomic
-def _charge_plain_job(record: JobInfo, point: ChargePoint, member: User, look: _Lookups) -> bool:
-    queue_id = queue_for(record, look.mappings, look.default_queue_id)
-    rate = look.rates.get(queue_id, Decimal("1")) if queue_id is not None else Decimal("1")
-    assert record.started_at is not None
-    charge = _locked_charge(
-        record, user=member, queue_id=queue_id, gpus=record.gpus, started_at=record.started_at
-    )
-    if charge.final or (charge.charged_seconds >= point.seconds and not point.final):
-        return False
-    owed = gpu_cost(gpus=record.gpus, seconds=point.seconds, rate=rate) - charge.charged
-    key = job_key(record) + (":final" if point.final else f":upto:{point.upto.isoformat()}")  # type: ignore[union-attr]
-    if owed != 0:
-        ledger_post(
-            user=member,
-            amount=-owed,
-            kind=LedgerEntry.Kind.CHARGE,
-            idempotency_key=key,
-            note=(
-                f"Slurm job {record.job_id}: {record.gpus} GPU × "
-                f"{point.seconds / 3600:.3f} h × {rate}/GPU-h"
-            ),
+def _charge_plain_jobs(
+    member: User, items: list[tuple[JobInfo, ChargePoint]], look: _Lookups
+) -> tuple[int, int]:
+    """One member's plain-sbatch jobs: returns (jobs charged, jobs settled)."""
+    ids = [record.job_id for record, _point in items]
+    locked = {
+        (c.slurm_job_id, c.submitted_at): c
+        for c in SlurmCharge.objects.select_for_update().filter(user=member, slurm_job_id__in=ids)
+    }
+    postings: list[Posting] = []
+    rows: list[SlurmCharge] = []
+    settled = 0
+    for record, point in items:
+        submitted = record.submitted_at or record.started_at
+        assert submitted is not None and record.started_at is not None
+        charge = locked.get((record.job_id, submitted))
+        if charge is not None and (
+            charge.final or (charge.charged_seconds >= point.seconds and not point.final)
+        ):
+            continue  # a concurrent pass got here first
+        queue_id = queue_for(record, look.mappings, look.default_queue_id)
+        rate = look.rates.get(queue_id, Decimal("1")) if queue_id is not None else Decimal("1")
+        already = charge.charged if charge is not None else ZERO
+        owed = gpu_cost(gpus=record.gpus, seconds=point.seconds, rate=rate) - already
+        if owed != 0:
+            suffix = ":final" if point.final else f":upto:{point.upto.isoformat()}"  # type: ignore[union-attr]
+            postings.append(
+                Posting(
+                    amount=-owed,
+                    kind=LedgerEntry.Kind.CHARGE,
+                    idempotency_key=job_key(record) + suffix,
+                    note=(
+                        f"Slurm job {record.job_id}: {record.gpus} GPU × "
+                        f"{point.seconds / 3600:.3f} h × {rate}/GPU-h"
+                    ),
+                )
+            )
+        settled += int(point.final)
+        rows.append(
+            SlurmCharge(
+                slurm_job_id=record.job_id,
+                submitted_at=submitted,
+                user=member,
+                queue_id=queue_id,
+                gpus=record.gpus,
+                started_at=record.started_at,
+                charged=already + owed,
+                charged_seconds=point.seconds,
+                final=point.final,
+            )
         )
-    SlurmCharge.objects.filter(pk=charge.pk).update(
-        charged=charge.charged + owed,
-        charged_seconds=point.seconds,
-        final=point.final,
-        gpus=record.gpus,
-        queue_id=queue_id,
-        updated_at=timezone.now(),
+    moved = ledger_post_batch(user=member, postings=postings)
+    SlurmCharge.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["slurm_job_id", "submitted_at"],
+        update_fields=["charged", "charged_seconds", "final", "gpus", "queue", "updated_at"],
     )
-    return owed != 0
+    return moved, settled
 
 
 def _taken_for_run(run_tag: str) -> Decimal:

@@ -282,7 +282,7 @@ def test_a_portal_job_shares_its_charge_keys_with_the_portal_charger(alice: Any)
     job = Job.objects.create(
         owner=alice,
         queue=Queue.objects.get(name="normal"),
-        image=ContainerImageFactory(),
+        image=ContainerImageFactory.create(),
         command=["true"],
         gpus=1,
         time_limit_s=7200,
@@ -446,7 +446,7 @@ def test_grants_emergencies_and_zero_credit_reach_slurm_and_are_taken_back(
     job = Job.objects.create(
         owner=alice,
         queue=Queue.objects.get(name="normal"),
-        image=ContainerImageFactory(),
+        image=ContainerImageFactory.create(),
         command=["true"],
         time_limit_s=60,
     )
