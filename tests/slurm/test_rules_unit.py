@@ -464,3 +464,64 @@ def test_grants_emergencies_and_zero_credit_reach_slurm_and_are_taken_back(
     assert ["scontrol", "update", "jobid=7", "qos=normal"] in slurm.calls
     assert "lp-emergency" not in slurm.assocs[("lab", "nobody")]
     assert CreditAccount.objects.get(user=alice).balance == Decimal("5.000")
+
+
+@pytest.mark.django_db
+def test_a_batch_posts_each_key_once_and_moves_the_balance_once(alice: Any) -> None:
+    from accounts.services import Posting, ledger_post_batch
+
+    postings = [
+        Posting(amount=Decimal("-1.5"), kind="charge", idempotency_key="b:1"),
+        Posting(amount=Decimal("-2"), kind="charge", idempotency_key="b:2"),
+    ]
+    assert ledger_post_batch(user=alice, postings=postings) == 2
+    assert ledger_post_batch(user=alice, postings=postings) == 0
+    account = CreditAccount.objects.get(user=alice)
+    assert account.balance == Decimal("-3.500")
+    assert not CreditAccount.objects.inconsistent().exists()  # type: ignore[misc]
+    assert list(
+        LedgerEntry.objects.filter(account=account)
+        .order_by("id")
+        .values_list("balance_after", flat=True)
+    ) == [Decimal("-1.500"), Decimal("-3.500")]
+
+
+@pytest.mark.django_db
+def test_an_admin_settles_a_conflict_from_the_admin_site_and_others_cannot(
+    client: Any, admin_user: Any, charlie: Any
+) -> None:
+    conflict = PolicyConflict.objects.create(
+        key="share:lp-phd", base_value="30", portal_value="60", slurm_value="5"
+    )
+    url = "/admin/slurm/policyconflict/"
+    client.force_login(charlie)
+    assert (
+        client.post(url, {"action": "keep_slurm", "_selected_action": [conflict.pk]}).status_code
+        == 302
+    )
+    conflict.refresh_from_db()
+    assert conflict.resolved_at is None  # charlie is no admin: sent to the login page
+    client.force_login(admin_user)
+    client.post(url, {"action": "keep_slurm", "_selected_action": [conflict.pk]})
+    conflict.refresh_from_db()
+    assert conflict.resolution == "slurm"
+    assert ManagedValue.objects.get(key="share:lp-phd").value == "60"  # next pass pulls "5"
+
+
+@pytest.mark.django_db
+def test_my_bookings_say_what_slurm_reserved_in_the_members_language(
+    client: Any, alice: Any
+) -> None:
+    from reservations.models import Reservation
+    from slurm.rules_models import SlurmReservation
+
+    start = datetime.now(tz=UTC) + timedelta(hours=1)
+    booking = Reservation.objects.create(user=alice, start=start, end=start + timedelta(hours=1))
+    SlurmReservation.objects.create(
+        reservation=booking, name=f"lp-booking-{booking.pk}", granularity="cores"
+    )
+    client.force_login(alice)
+    page = client.get("/reservations/mine/").content.decode()
+    assert "Slurm: cores reserved, GPUs not fenced" in page
+    page = client.get("/reservations/mine/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "Slurm：已预约 CPU 核，GPU 未隔离" in page
