@@ -521,7 +521,8 @@ def test_my_bookings_say_what_slurm_reserved_in_the_members_language(
         reservation=booking, name=f"lp-booking-{booking.pk}", granularity="cores"
     )
     client.force_login(alice)
-    page = client.get("/reservations/mine/").content.decode()
-    assert "Slurm: cores reserved, GPUs not fenced" in page
     page = client.get("/reservations/mine/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "Slurm：已预约 CPU 核，GPU 未隔离" in page
+    # English last: a request leaves its language active in the thread for later tests.
+    page = client.get("/reservations/mine/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "Slurm: cores reserved, GPUs not fenced" in page
