@@ -4,7 +4,7 @@ priority grant, a booking as a reservation, and a member at zero credit starting
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -65,8 +65,18 @@ def members(slurm_settings: Any, alice: Any, bob: Any) -> tuple[Any, Any]:
 
 
 @pytest.fixture
-def admin(local_slurm: LocalSlurm) -> SlurmAdmin:
-    return SlurmAdmin(cluster="labportal")
+def admin(local_slurm: LocalSlurm) -> Iterator[SlurmAdmin]:
+    """The portal's admin commands; afterwards, what the portal made in the shared Slurm goes."""
+    admin = SlurmAdmin(cluster="labportal")
+    yield admin
+    for reservation in admin.reservations():
+        if reservation.name.startswith("lp-booking-"):
+            admin.scontrol("delete", f"ReservationName={reservation.name}")
+    for account in admin.accounts():
+        if account.organization == "labportal":
+            local_slurm.sacctmgr("delete", "user", "where", f"account={account.name}", check=False)
+            local_slurm.sacctmgr("delete", "account", "where", f"name={account.name}", check=False)
+    local_slurm.sacctmgr("delete", "qos", "where", "name=lp-emergency", check=False)
 
 
 def _charged(user: Any, **filters: Any) -> Decimal:
