@@ -58,6 +58,10 @@ def window_floor(now: datetime, minutes: int) -> datetime:
     return datetime.fromtimestamp(int(now.timestamp()) // step * step, tz=UTC)
 
 
+# Jobs that ended through the system, not the member: what they were charged is given back.
+SYSTEM_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+
+
 @dataclass(frozen=True)
 class ChargePoint:
     """How far a job is to be charged now: ``seconds`` of run time, ``final`` once it ended."""
@@ -72,6 +76,8 @@ def charge_point(record: JobInfo, *, now: datetime, interval_minutes: int) -> Ch
     if record.started_at is None or record.gpus <= 0:
         return None
     if record.ended_at is not None:
+        if record.state in SYSTEM_FAILURES:
+            return ChargePoint(seconds=0, final=True, upto=None)  # refunded, as in agents mode
         if record.elapsed_s is not None:
             seconds = record.elapsed_s
         else:
@@ -277,7 +283,9 @@ def _charge_plain_jobs(
             postings.append(
                 Posting(
                     amount=-owed,
-                    kind=LedgerEntry.Kind.CHARGE,
+                    kind=LedgerEntry.Kind.REFUND
+                    if owed < 0 and record.state in SYSTEM_FAILURES
+                    else LedgerEntry.Kind.CHARGE,
                     idempotency_key=job_key(record) + suffix,
                     note=(
                         f"Slurm job {record.job_id}: {record.gpus} GPU × "
@@ -351,7 +359,9 @@ def _charge_portal_job(record: JobInfo, point: ChargePoint, job_id: int) -> bool
             ledger_post(
                 user=job.owner,
                 amount=-owed,
-                kind=LedgerEntry.Kind.CHARGE,
+                kind=LedgerEntry.Kind.REFUND
+                if owed < 0 and record.state in SYSTEM_FAILURES
+                else LedgerEntry.Kind.CHARGE,
                 idempotency_key=key,
                 job=job,
                 note=(

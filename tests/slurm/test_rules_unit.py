@@ -4,6 +4,7 @@ parsers of sacctmgr/scontrol output, and the accounting reconciliation on record
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -267,6 +268,20 @@ def test_a_running_job_is_charged_as_it_goes_then_settled_on_slurms_elapsed_time
     accounting_reconcile(records=[ended], now=T0 + timedelta(hours=1))
     assert _charges(alice) == Decimal("0.750")
     assert LedgerEntry.objects.filter(account__user=alice).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_job_lost_with_its_node_is_refunded_what_it_was_charged(alice: Any) -> None:
+    UnixLogin.objects.create(user=alice, username="alice")
+    running = JobInfo(
+        job_id=45, user="alice", state="RUNNING", gpus=2, submitted_at=T0, started_at=T0
+    )
+    accounting_reconcile(records=[running], now=T0 + timedelta(minutes=30))
+    assert _charges(alice) == Decimal("1.000")
+    lost = replace(_ended(45, "alice", gpus=2, seconds=2400), state="NODE_FAIL")
+    accounting_reconcile(records=[lost], now=T0 + timedelta(hours=1))
+    assert CreditAccount.objects.get(user=alice).balance == Decimal("0.000")
+    assert LedgerEntry.objects.filter(account__user=alice, kind="refund").count() == 1
 
 
 @pytest.mark.django_db
