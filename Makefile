@@ -51,6 +51,7 @@ bench: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting
 
 bench-json: install
@@ -58,6 +59,7 @@ bench-json: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting --json
 
 messages: install

@@ -487,8 +487,9 @@ class NodeAgent:
                 if owner is not None:
                     job_id, container_id = owner.job_id, owner.container_id
             unix_user = proc.unix_user
-            if job_id is None and container_id is None and unix_user is None:
-                unix_user = unix_user_of(proc.pid)  # a stray: staff want to know whose
+            # A process in a Slurm job's cgroup is Slurm's, not a stray.
+            if job_id is None and container_id is None and proc.slurm_job_id is None:
+                unix_user = unix_user or unix_user_of(proc.pid)  # staff want to know whose
             processes.append(
                 ProcessSample(
                     pid=proc.pid,
@@ -496,6 +497,7 @@ class NodeAgent:
                     container_id=container_id,
                     job_id=job_id,
                     unix_user=unix_user,
+                    slurm_job_id=proc.slurm_job_id,
                 )
             )
         return replace(sample, processes=processes)

@@ -17,8 +17,8 @@ from alerts.selectors import alerts_for_job
 from jobqueue import executors, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
-from slurm.models import SlurmJob
 from labportal.errors import DomainError
+from slurm.models import SlurmJob
 
 
 @login_required

@@ -327,6 +327,9 @@ StorageLoc=slurm_acct_db
                 str(self.dir / "slurm.conf"),
                 "-a",
                 "rest_auth/jwt",
+                # The accounting endpoints only where there is accounting to serve.
+                "-s",
+                "openapi/v0.0.38,openapi/dbv0.0.38" if self.accounting else "openapi/v0.0.38",
                 "-u",
                 str(nobody.pw_uid),
                 "-g",

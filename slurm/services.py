@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -103,23 +104,32 @@ def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
     )
 
 
-def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
-    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
-    unix_user = unix_user_for(job.owner)
-    request = submit_request(job, unix_user=unix_user)
-    client = client or client_from_settings()
+@contextmanager
+def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
+    """Slurm's failures as the member's refusals: away (503, try again) or refused (400, why)."""
     try:
-        slurm_job_id = client.submit(request)
+        yield
     except SlurmUnavailable as exc:
         raise SlurmDown(
             _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
             % {"error": exc}
         ) from exc
     except SlurmError as exc:
-        raise SlurmRefused(
+        raise SlurmRefused(refused(exc)) from exc
+
+
+def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
+    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+    unix_user = unix_user_for(job.owner)
+    request = submit_request(job, unix_user=unix_user)
+    client = client or client_from_settings()
+    with _slurm_errors(
+        lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")
             % {"user": unix_user, "error": exc}
-        ) from exc
+        )
+    ):
+        slurm_job_id = client.submit(request)
     record = SlurmJob.objects.create(
         slurm_job_id=slurm_job_id,
         job=job,
@@ -152,15 +162,8 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
     if record is None:  # never reached Slurm (refused): nothing runs anywhere
         _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
         return
-    try:
+    with _slurm_errors(lambda exc: _("Slurm could not cancel the job: %(error)s") % {"error": exc}):
         (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
-    except SlurmUnavailable as exc:
-        raise SlurmDown(
-            _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
-            % {"error": exc}
-        ) from exc
-    except SlurmError as exc:
-        raise SlurmRefused(_("Slurm could not cancel the job: %(error)s") % {"error": exc}) from exc
     job.stop_requested_at = timezone.now()
     job.end_reason = "cancelled"
     job.save(update_fields=["stop_requested_at", "end_reason"])
@@ -275,20 +278,60 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
             accounted = []  # no accounting: the jobs stay as last seen until Slurm reports them
     result.from_accounting = len(accounted)
     logins = dict(UnixLogin.objects.values_list("username", "user_id"))
-    for info in [*live, *accounted]:
-        result.seen += 1
-        created, changed = _sync_one(info, logins)
-        result.created += created
-        result.changed += changed
+    infos = {info.job_id: info for info in [*live, *accounted]}
+    result.seen = len(infos)
+    # One read of what the portal knows, writes only for what changed: a pass over
+    # thousands of unchanged jobs is a handful of queries.
+    known: dict[int, SlurmJob] = {}
+    ids = list(infos)
+    for chunk in range(0, len(ids), SYNC_CHUNK):
+        known.update(
+            SlurmJob.objects.in_bulk(ids[chunk : chunk + SYNC_CHUNK], field_name="slurm_job_id")
+        )
+    new, changed = [], []
+    for job_id, info in infos.items():
+        record = known.get(job_id)
+        if record is None:
+            record = SlurmJob(slurm_job_id=job_id, name=info.name[:200])
+            _copy_info(record, info, logins)
+            new.append(record)
+        elif _copy_info(record, info, logins):
+            changed.append(record)
+    SlurmJob.objects.bulk_create(new, batch_size=SYNC_CHUNK, ignore_conflicts=True)
+    SlurmJob.objects.bulk_update(changed, _SYNCED_FIELDS, batch_size=SYNC_CHUNK)
+    result.created, result.changed = len(new), len(changed)
+    linked = {r.job_id: r.slurm_job_id for r in known.values() if r.job_id is not None}
+    open_jobs = Job.objects.filter(pk__in=list(linked)).exclude(state__in=Job.FINAL_STATES)
+    for job_id in open_jobs.values_list("pk", flat=True):
+        with transaction.atomic():
+            if _apply_to_job(job_id, infos[linked[job_id]]):
+                result.changed += 1
     return result
 
 
-@transaction.atomic
-def _sync_one(info: JobInfo, logins: dict[str, int]) -> tuple[bool, bool]:
-    record, created = SlurmJob.objects.select_for_update().get_or_create(
-        slurm_job_id=info.job_id,
-        defaults={"unix_user": info.user, "user_id": logins.get(info.user), "name": info.name},
-    )
+SYNC_CHUNK = 2000
+_SYNCED_FIELDS = [
+    "unix_user",
+    "user",
+    "state",
+    "reason",
+    "partition",
+    "qos",
+    "account",
+    "nodes",
+    "gpus",
+    "estimated_start",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "output_path",
+    "synced_at",
+]
+
+
+def _copy_info(record: SlurmJob, info: JobInfo, logins: dict[str, int]) -> bool:
+    """Copy what Slurm reports onto the record; True if anything changed."""
     fields = {
         "unix_user": info.user or record.unix_user,
         "user_id": record.user_id or logins.get(info.user),
@@ -304,17 +347,14 @@ def _sync_one(info: JobInfo, logins: dict[str, int]) -> tuple[bool, bool]:
         "started_at": info.started_at,
         "ended_at": info.ended_at if portal_state(info) in Job.FINAL_STATES else None,
         "exit_code": info.exit_code,
+        "output_path": record.output_path or info.output_path[:500],
     }
-    if info.output_path and not record.output_path:
-        fields["output_path"] = info.output_path
     changed = [k for k, v in fields.items() if getattr(record, k) != v]
     for key in changed:
         setattr(record, key, fields[key])
     if changed:
         record.synced_at = timezone.now()
-        record.save()
-    job_changed = _apply_to_job(record.job_id, info) if record.job_id else False
-    return created, bool(changed) or job_changed
+    return bool(changed)
 
 
 def _apply_to_job(job_id: int, info: JobInfo) -> bool:
@@ -367,25 +407,14 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
 def _apply_state(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
-    """End the portal job as Slurm ended it. Credits are charged from Slurm's accounting."""
-    from jobqueue.services import _notify_job_end, _release, record_event
+    """End the portal job as Slurm ended it, as the agents' path ends one (credits, notice)."""
+    from jobqueue.services import _finish, record_event
 
-    job.state = state
-    job.ended_at = at
-    job.exit_code = exit_code
-    job.end_reason = reason[:200]
     job.pending_reason = ""
     job.estimated_start = None
     job.queue_position = None
-    _release(job, at)
-    job.save()
-    record_event(
-        job,
-        "ended",
-        gettext_noop("Ended in Slurm: %(state)s."),
-        params={"state": state},
-    )
-    _notify_job_end(job)
+    record_event(job, "ended", gettext_noop("Ended in Slurm: %(state)s."), params={"state": state})
+    _finish(job, state, at=at, exit_code=exit_code, reason=reason[:200])
 
 
 # -- inventory -----------------------------------------------------------------------------

@@ -153,8 +153,7 @@ def test_the_sync_walks_a_job_through_pending_running_completed_once(
     scripted.live = [
         replace(running, state="COMPLETED", ended_at=T0 + timedelta(hours=2), exit_code=0)
     ]
-    first = slurm_jobs_sync()
-    assert first.changed == 1
+    assert slurm_jobs_sync().changed == 2  # Slurm's record and the portal job
     assert slurm_jobs_sync().changed == 0
     job.refresh_from_db()
     assert (job.state, job.exit_code, job.ended_at) == ("completed", 0, T0 + timedelta(hours=2))
@@ -238,3 +237,50 @@ def test_inventory_maps_node_states_and_gpu_counts(scripted: ScriptedSlurm) -> N
     assert Gpu.objects.get(node__name="s1", index=1).state == Gpu.State.MISSING
     assert Node.objects.get(name="s2").state == Node.State.DOWN  # Slurm no longer lists it
     assert Gpu.objects.filter(node__name="s1").count() == 2  # nothing duplicated
+
+
+def test_telemetry_attributes_a_slurm_jobs_gpu_process_to_its_portal_job(
+    scripted: ScriptedSlurm, alice: Any, image: Any
+) -> None:
+    from telemetry.services import _processes
+
+    job = submit(alice)
+    processes = _processes(
+        {
+            "processes": [
+                {"pid": 5, "used_mb": 100, "slurm_job_id": 1001},
+                {"pid": 6, "slurm_job_id": 9},
+            ]
+        }
+    )
+    assert [(p["job_id"], p["slurm_job_id"]) for p in processes] == [(job.pk, 1001), (None, 9)]
+
+
+def test_in_slurm_mode_node_silence_and_heartbeats_never_end_slurms_jobs(
+    scripted: ScriptedSlurm, alice: Any, image: Any
+) -> None:
+    from cluster.services import node_heartbeat_record, nodes_check_liveness
+
+    job = submit(alice)
+    scripted.live = [_info(1001, "RUNNING", nodes="gpu01", started_at=T0)]
+    slurm_jobs_sync()
+    Node.objects.filter(name="gpu01").update(
+        last_heartbeat=T0 - timedelta(days=1), registered_at=T0 - timedelta(days=2)
+    )
+    report = nodes_check_liveness()
+    assert report.marked_down == [] and report.jobs_lost == {}
+    node_heartbeat_record(node_name="gpu01", info={"running_job_ids": [], "starting_job_ids": []})
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+
+
+def test_the_job_page_shows_slurms_state_reason_and_unix_user(
+    scripted: ScriptedSlurm, alice: Any, image: Any, client: Any
+) -> None:
+    job = submit(alice)
+    scripted.live = [_info(1001, "PENDING", reason="Priority")]
+    slurm_jobs_sync()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="slurm-state"' in page
+    assert "1001" in page and "PENDING" in page and "Priority" in page and "alice_u" in page

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -39,12 +39,20 @@ def synced_until(check: Callable[[], bool], what: str, timeout_s: float = 60) ->
 
 
 @pytest.fixture
-def slurm_lab(slurm_settings: Any, queues: Any, image: Any, alice: Any) -> None:
-    """alice runs as unix user nobody; the portal's inventory comes from Slurm."""
+def slurm_lab(
+    slurm_settings: Any, queues: Any, image: Any, alice: Any, local_slurm: LocalSlurm
+) -> Iterator[None]:
+    """alice runs as unix user nobody; the portal's inventory comes from Slurm.
+
+    Each test leaves Slurm's queue empty, so no test waits behind another's jobs.
+    """
     UnixLogin.objects.create(user=alice, username="nobody")
     for queue in queues:
         QueueMapping.objects.update_or_create(queue=queue, defaults={"qos": "normal"})
     slurm_inventory_sync()
+    yield
+    local_slurm._run("scancel", "--partition", local_slurm.partition, check=False)
+    local_slurm.queue_empty(60)
 
 
 def submit(user: Any, command: Any, **extra: Any) -> Any:
@@ -119,6 +127,7 @@ def test_a_waiting_job_shows_slurms_reason_and_estimated_start(
     synced_until(
         lambda: Job.objects.get(pk=waiting).estimated_start is not None,
         "Slurm estimates a start",
+        timeout_s=120,
     )
     shown = body(api_as(alice).get(f"/api/jobs/{waiting}/"))
     assert shown["state"] == "pending" and shown["pending_reason"] == "resources"
@@ -175,3 +184,16 @@ def test_an_unreachable_slurm_is_a_503_not_a_500(slurm_lab: Any, alice: Any, set
     response = submit(alice, "true")
     assert response.status_code == 503
     assert body(response)["code"] == "slurm_unavailable"
+
+
+def test_without_slurmrestd_the_portal_runs_sbatch_as_the_member(
+    slurm_lab: Any, alice: Any, settings: Any
+) -> None:
+    settings.LABPORTAL_SLURM_REST_URL = ""  # the Slurm commands, through LABPORTAL_SLURM_RUN_AS
+    response = submit(alice, "id -un")
+    assert response.status_code == 201, response.content
+    job_id = body(response)["id"]
+    synced_until(lambda: Job.objects.get(pk=job_id).is_final, "the job ends")
+    job = Job.objects.get(pk=job_id)
+    assert job.state == Job.State.COMPLETED and job.slurm.unix_user == "nobody"
+    assert body(api_as(alice).get(f"/api/jobs/{job_id}/logs/"))["log_tail"].strip() == "nobody"
