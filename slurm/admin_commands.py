@@ -11,15 +11,13 @@ are plain functions with unit tests; the runner is injectable for them.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
 
-from slurm.cli import SlurmError, SlurmUnavailable
+from slurm.cli import CommandsClient
 
 Runner = Callable[[Sequence[str]], str]
 
@@ -210,27 +208,6 @@ class SlurmAdmin:
 
 
 def command_runner() -> Runner:
-    """Runs the commands with the portal's slurm.conf (LABPORTAL_SLURM_CONF) as the portal's user."""
-    env = {**os.environ}
-    env.pop("SLURM_JWT", None)
-    conf = getattr(settings, "LABPORTAL_SLURM_CONF", "")
-    if conf:
-        env["SLURM_CONF"] = conf
-
-    def run(argv: Sequence[str]) -> str:
-        try:
-            done = subprocess.run(
-                list(argv), env=env, capture_output=True, text=True, timeout=120, check=False
-            )
-        except FileNotFoundError as exc:
-            raise SlurmUnavailable(f"{argv[0]} is not installed on the portal host") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmUnavailable(f"{' '.join(argv[:2])} did not answer in 120 s") from exc
-        if done.returncode != 0:
-            message = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
-            if "Unable to contact slurm controller" in message or "Connection refused" in message:
-                raise SlurmUnavailable(message)
-            raise SlurmError(message)
-        return done.stdout
-
-    return run
+    """The commands with the portal's slurm.conf (LABPORTAL_SLURM_CONF), as the portal's own user."""
+    client = CommandsClient(slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""), run_as="")
+    return lambda argv: client._run(list(argv), timeout=120)
