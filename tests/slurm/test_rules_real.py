@@ -16,14 +16,14 @@ from django.utils import timezone
 from accounts.models import LedgerEntry
 from accounts.services import ledger_post
 from cluster.models import Gpu
-from jobqueue.models import PriorityGrant, Queue
+from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 from jobqueue.services import job_submit
 from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin
 from slurm.cli import CommandsClient, JobInfo
 from slurm.local import LocalSlurm
-from slurm.models import QueueMapping, UnixLogin
+from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import slurm_policy_sync
 from slurm.reservations import slurm_reservations_sync
 from slurm.services import slurm_inventory_sync, slurm_jobs_sync
@@ -239,3 +239,46 @@ def test_a_member_at_zero_credit_starts_after_a_member_with_credit(
     assert ran_rich.started_at is not None and ran_broke.started_at is not None
     assert ran_rich.started_at < ran_broke.started_at  # bob first, though alice queued first
     assert ran_broke.ended_at is not None  # she ran all the same: never blocked
+
+
+def test_an_approved_emergency_runs_its_job_under_the_top_qos_until_it_expires(
+    local_slurm: LocalSlurm, members: tuple[Any, Any], admin: SlurmAdmin
+) -> None:
+    alice, _bob = members
+    slurm_id = int(
+        local_slurm.run_as(
+            "nobody", "sbatch", "--parsable", "--hold", "-o/dev/null", "--wrap=true"
+        ).strip()
+    )
+    job = Job.objects.create(
+        owner=alice,
+        queue=Queue.objects.get(name="normal"),
+        image=ContainerImageFactory.create(),
+        command=["true"],
+        time_limit_s=60,
+    )
+    SlurmJob.objects.create(
+        slurm_job_id=slurm_id,
+        job=job,
+        user=alice,
+        unix_user="nobody",
+        qos="normal",
+        state="PENDING",
+    )
+    expires = timezone.now() + timedelta(hours=2)
+    emergency = EmergencyRequest.objects.create(
+        user=alice, reason="paper", state=EmergencyRequest.State.APPROVED, expires_at=expires
+    )
+    emergency.jobs.add(job)
+
+    def qos() -> str:
+        return local_slurm._run("squeue", "-h", "-j", str(slurm_id), "-o", "%q").strip()
+
+    try:
+        slurm_policy_sync(admin=admin)
+        assert qos() == "lp-emergency"
+        slurm_policy_sync(admin=admin, now=expires + timedelta(minutes=1))
+        assert qos() == "normal"
+        assert all("lp-emergency" not in a.qos for a in admin.associations() if a.user == "nobody")
+    finally:
+        local_slurm._run("scancel", str(slurm_id), check=False)
