@@ -52,6 +52,7 @@ bench: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting
 
 bench-json: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
@@ -59,6 +60,7 @@ bench-json: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m telemetry.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

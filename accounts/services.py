@@ -9,8 +9,9 @@ the same transaction. An idempotency key makes every posting safe to repeat.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
@@ -247,6 +248,70 @@ def _post(
     if watch_thresholds:
         _warn_on_threshold(user, before, before + amount)
     return entry
+
+
+@dataclass(frozen=True)
+class Posting:
+    """One entry of a batch posted with ``ledger_post_batch``."""
+
+    amount: Decimal
+    kind: str
+    idempotency_key: str
+    note: str = ""
+    job_id: int | None = None
+
+
+@transaction.atomic
+def ledger_post_batch(*, user: User, postings: Sequence[Posting]) -> int:
+    """Append many entries for one member in one go (one lock, one balance move, one warning).
+
+    The same rules as ``ledger_post``: keys already posted are skipped, so a repeated
+    batch posts nothing twice. Returns how many entries were written.
+    """
+    for posting in postings:
+        if posting.kind not in LedgerEntry.Kind.values:
+            raise UnknownLedgerKind(
+                _("“%(kind)s” is not a ledger kind; use one of: %(kinds)s.")
+                % {"kind": posting.kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
+            )
+        if not isinstance(posting.amount, Decimal) or not posting.idempotency_key:
+            raise InvalidAmount(
+                _("Amounts of credit must be given as a Decimal, e.g. Decimal('12.5').")
+            )
+    if not postings:
+        return 0
+    account = _account_locked(user)
+    keys = [p.idempotency_key for p in postings]
+    posted = set(
+        LedgerEntry.objects.filter(idempotency_key__in=keys).values_list(
+            "idempotency_key", flat=True
+        )
+    )
+    balance = account.balance
+    rows = []
+    for posting in postings:
+        if posting.idempotency_key in posted:
+            continue
+        posted.add(posting.idempotency_key)
+        amount = _quantize(posting.amount)
+        balance += amount
+        rows.append(
+            LedgerEntry(
+                account=account,
+                kind=posting.kind,
+                amount=amount,
+                balance_after=balance,
+                idempotency_key=posting.idempotency_key,
+                job_id=posting.job_id,
+                note=posting.note[:300],
+            )
+        )
+    LedgerEntry.objects.bulk_create(rows)
+    CreditAccount.objects.filter(pk=account.pk).update(
+        balance=F("balance") + (balance - account.balance)
+    )
+    _warn_on_threshold(user, account.balance, balance)
+    return len(rows)
 
 
 def next_grant_date(today: date | None = None) -> date:

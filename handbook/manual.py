@@ -43,6 +43,7 @@ PAGES: tuple[ManualPage, ...] = (
     ManualPage("faq"),
     ManualPage("admin-install", for_admins=True, english_source="deployment.md"),
     ManualPage("admin-gpu-servers", for_admins=True),
+    ManualPage("admin-slurm", for_admins=True, english_source="slurm.md"),
     ManualPage("admin-rules", for_admins=True),
     ManualPage("admin-backups", for_admins=True),
     ManualPage("admin-upgrades", for_admins=True),

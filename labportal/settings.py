@@ -389,6 +389,23 @@ LABPORTAL_SLURM_CONTAINER = env_choice(
 # Where jobs write their output: a directory the nodes and the portal host share.
 LABPORTAL_SLURM_OUTPUT_DIR = env_str("LABPORTAL_SLURM_OUTPUT_DIR", "/tmp") or "/tmp"
 LABPORTAL_SLURM_SYNC_S = env_int("LABPORTAL_SLURM_SYNC_S", 15, minimum=2)
+# The lab's rules in Slurm (docs/slurm.md). Plain-sbatch jobs no queue mapping matches are
+# charged at this queue's rate; accounting is read this far back on each pass.
+LABPORTAL_SLURM_DEFAULT_QUEUE = env_str("LABPORTAL_SLURM_DEFAULT_QUEUE", "normal") or "normal"
+LABPORTAL_SLURM_ACCOUNTING_LOOKBACK_H = env_int(
+    "LABPORTAL_SLURM_ACCOUNTING_LOOKBACK_H", 48, minimum=1
+)
+# Categories become accounts <prefix><name> under this parent; only those are managed.
+LABPORTAL_SLURM_ACCOUNT_PREFIX = env_str("LABPORTAL_SLURM_ACCOUNT_PREFIX", "lp-") or "lp-"
+LABPORTAL_SLURM_ACCOUNT_PARENT = env_str("LABPORTAL_SLURM_ACCOUNT_PARENT", "root") or "root"
+LABPORTAL_SLURM_CLUSTER = env_str("LABPORTAL_SLURM_CLUSTER", "") or ""
+# The emergency channel's QOS, created if missing with this priority (0: one above the
+# highest QOS priority, since Slurm divides every QOS priority by the highest).
+LABPORTAL_SLURM_TOP_QOS = env_str("LABPORTAL_SLURM_TOP_QOS", "lp-emergency") or "lp-emergency"
+LABPORTAL_SLURM_TOP_QOS_PRIORITY = env_int("LABPORTAL_SLURM_TOP_QOS_PRIORITY", 0, minimum=0)
+# The nice value of pending jobs of members at zero credit; 0: one more than the sum of
+# slurm.conf's PriorityWeight* (so they start after every job of a member with credit).
+LABPORTAL_SLURM_ZERO_CREDIT_NICE = env_int("LABPORTAL_SLURM_ZERO_CREDIT_NICE", 0, minimum=0)
 if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_SLURM_JWT_KEY_FILE:
     raise ImproperlyConfigured(
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
@@ -401,6 +418,9 @@ if LABPORTAL_EXECUTOR == "slurm":
     for _portal_pass in ("scheduling-pass", "time-limits"):
         CELERY_BEAT_SCHEDULE.pop(_portal_pass, None)
     CELERY_BEAT_SCHEDULE.update(slurm_beat_schedule(sync_s=LABPORTAL_SLURM_SYNC_S))
+    from slurm.rules_beat import SLURM_RULES_BEAT_SCHEDULE  # noqa: E402
+
+    CELERY_BEAT_SCHEDULE.update(SLURM_RULES_BEAT_SCHEDULE)
 
 # --- Backups ------------------------------------------------------------------
 # Uploaded files (none yet by default); backed up with the database when present.

@@ -40,6 +40,7 @@ def reservations_of_user(*, user: Any) -> dict[str, list[Reservation]]:
     """The member's bookings for 'My reservations': upcoming and running first, then past."""
     mine = (
         Reservation.objects.filter(user=user)
+        .select_related("slurm_reservation")
         .prefetch_related(Prefetch("gpus", queryset=_gpus_with_nodes()))
         .order_by("start")
     )

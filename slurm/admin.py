@@ -28,3 +28,7 @@ class SlurmJobAdmin(admin.ModelAdmin[SlurmJob]):
     list_filter = ("state", "partition", "qos")
     search_fields = ("slurm_job_id", "unix_user", "user__username", "name")
     raw_id_fields = ("job", "user")
+
+
+# The lab's rules in Slurm mode (charges, managed values, conflicts, reservations).
+from slurm import rules_admin  # noqa: E402, F401

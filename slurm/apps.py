@@ -5,3 +5,8 @@ from django.utils.translation import gettext_lazy as _
 class SlurmConfig(AppConfig):
     name = "slurm"
     verbose_name = _("Slurm mode")
+
+    def ready(self) -> None:
+        from slurm import rules_signals
+
+        rules_signals.connect()

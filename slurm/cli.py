@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import jwt
 import requests
@@ -545,7 +546,7 @@ class RestClient:
     def accounting_jobs(self, *, since: datetime) -> list[JobInfo]:
         data = self._call(
             "GET",
-            f"/slurmdb/{SLURMDB_VERSION}/jobs?start_time={int(since.timestamp())}",
+            f"/slurmdb/{SLURMDB_VERSION}/jobs?start_time={quote(f'{since.astimezone():%Y-%m-%dT%H:%M:%S}')}",
             user=self.service_user,
         )
         return parse_sacct_json(data)

@@ -130,3 +130,12 @@ class SlurmJob(models.Model):
 
     def __str__(self) -> str:
         return f"slurm:{self.slurm_job_id}"
+
+
+# The lab's rules in Slurm mode (accounting, policy, reservations) keep their tables here.
+from slurm.rules_models import (  # noqa: E402, F401
+    ManagedValue,
+    PolicyConflict,
+    SlurmCharge,
+    SlurmReservation,
+)

@@ -22,3 +22,7 @@ def slurm_jobs_sync_task() -> dict[str, Any]:
 )
 def slurm_inventory_sync_task() -> dict[str, Any]:
     return asdict(services.slurm_inventory_sync())
+
+
+# The lab's rules (accounting, policy, reservations) register their tasks there.
+from slurm import rules_tasks  # noqa: E402, F401
