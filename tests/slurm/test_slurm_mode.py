@@ -26,7 +26,7 @@ def body(response: Any) -> Any:
     return json.loads(response.content)
 
 
-def synced_until(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+def synced_until(check: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
     """Run the sync pass until ``check()`` holds; Slurm runs the jobs in real time."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -130,8 +130,11 @@ def test_a_waiting_job_shows_slurms_reason_and_estimated_start(
         timeout_s=120,
     )
     shown = body(api_as(alice).get(f"/api/jobs/{waiting}/"))
-    assert shown["state"] == "pending" and shown["pending_reason"] == "resources"
-    assert shown["slurm"]["state"] == "PENDING" and shown["slurm"]["reason"] == "Resources"
+    # Slurm says Resources, or Priority when its backfill pass got to the job first; the
+    # portal shows Slurm's words and the matching portal reason either way.
+    reason = shown["slurm"]["reason"]
+    assert shown["slurm"]["state"] == "PENDING" and reason in ("Resources", "Priority")
+    assert shown["state"] == "pending" and shown["pending_reason"] == reason.lower()
     assert shown["slurm"]["estimated_start"] is not None
     for job_id in (waiting, big):
         api_as(alice).post(f"/api/jobs/{job_id}/cancel/")
