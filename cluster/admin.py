@@ -156,9 +156,7 @@ class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
 
     @admin.action(description=_("Revoke the selected node tokens"))
     def revoke(self, request: HttpRequest, queryset: QuerySet[NodeToken]) -> None:
-        from django.utils import timezone
-
-        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        revoked = queryset.revoke()
         self.message_user(
             request,
             _("%(count)d token(s) revoked: agents using them are refused from now on.")

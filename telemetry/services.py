@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from cluster import selectors
@@ -139,17 +139,63 @@ def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
         if oldest < timezone.now() - LATE_WINDOW:
             # Later than every rollup run's look-back: have those buckets recomputed.
             rollups_rewind(to=oldest)
-    for gpu_id, sample in newest.items():
-        # Only move forward: a late or repeated batch never overwrites a newer reading.
-        Gpu.objects.filter(pk=gpu_id).filter(
-            Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts)
-        ).update(
-            util_pct=sample.metrics["util_pct"],
-            mem_used_mb=sample.metrics["mem_used_mb"],
-            temp_c=sample.metrics["temp_c"],
-            power_w=sample.metrics["power_w"],
-            sampled_at=sample.ts,
+    _gpus_latest_update(newest)
+
+
+# Types of the VALUES columns, so a column of NULLs is still typed for the SET.
+_LATEST_SQL = """
+UPDATE {gpu} AS g SET util_pct = v.util_pct, mem_used_mb = v.mem_used_mb, temp_c = v.temp_c,
+    power_w = v.power_w, sampled_at = v.sampled_at
+FROM (VALUES {rows}) AS v (id, util_pct, mem_used_mb, temp_c, power_w, sampled_at)
+WHERE g.id = v.id AND (g.sampled_at IS NULL OR g.sampled_at < v.sampled_at)
+"""
+_LATEST_ROW = (
+    "(%s::bigint, %s::double precision, %s::integer, %s::double precision,"
+    " %s::double precision, %s::timestamptz)"
+)
+_LATEST_FIELDS = ("util_pct", "mem_used_mb", "temp_c", "power_w")
+
+
+def _gpus_latest_update(newest: dict[int, ParsedSample]) -> None:
+    """Each GPU's latest status from its newest sample, in one statement.
+
+    Only forward: a late or repeated batch never overwrites a newer reading.
+    """
+    if not newest:
+        return
+    if connection.vendor == "postgresql":
+        params: list[Any] = []
+        for gpu_id, sample in newest.items():
+            params += [gpu_id, *(sample.metrics[f] for f in _LATEST_FIELDS), sample.ts]
+        sql = _LATEST_SQL.format(
+            gpu=Gpu._meta.db_table, rows=", ".join([_LATEST_ROW] * len(newest))
         )
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+        return
+    # Elsewhere (SQLite, the demo) the same update as CASEs over the GPUs' ids.
+    newer = {
+        gpu_id: Q(pk=gpu_id) & (Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts))
+        for gpu_id, sample in newest.items()
+    }
+    values: dict[str, Any] = {}
+    for field in (*_LATEST_FIELDS, "sampled_at"):
+        output = Gpu._meta.get_field(field)
+        values[field] = Case(
+            *(
+                When(
+                    newer[gpu_id],
+                    then=Value(
+                        sample.ts if field == "sampled_at" else sample.metrics[field],
+                        output_field=output,
+                    ),
+                )
+                for gpu_id, sample in newest.items()
+            ),
+            default=F(field),
+            output_field=output,
+        )
+    Gpu.objects.filter(pk__in=newest).update(**values)
 
 
 def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:
