@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -80,6 +81,30 @@ def test_a_late_batch_does_not_overwrite_a_newer_latest_status(registered_node: 
 
     assert Gpu.objects.get(uuid="GPU-aaa").util_pct == 50.0
     assert GpuSample.objects.count() == 2
+
+
+def test_one_statement_moves_each_gpus_latest_status_forward_and_leaves_newer_ones(
+    registered_node: Any,
+) -> None:
+    now = time.time()
+    samples_ingest("gpu01", registered_node[1], [a_sample("GPU-bbb", now, util_pct=50.0)])
+    batch = [
+        a_sample("GPU-aaa", now - 20, util_pct=10.0, mem_used_mb=None),
+        a_sample("GPU-aaa", now - 10, util_pct=20.0, mem_used_mb=1024, power_w=None),
+        a_sample("GPU-bbb", now - 30, util_pct=1.0),  # older than bbb's stored reading
+    ]
+
+    with CaptureQueriesContext(connection) as queries:
+        assert samples_ingest("gpu01", registered_node[1], batch) == "ok"
+
+    statements = [q["sql"].strip() for q in queries.captured_queries]
+    updates = [sql for sql in statements if re.match(r'UPDATE "?cluster_gpu"? ', sql)]
+    assert len(updates) == 1, [sql[:60] for sql in statements]
+    aaa = Gpu.objects.get(uuid="GPU-aaa")
+    assert (aaa.util_pct, aaa.mem_used_mb, aaa.power_w) == (20.0, 1024, None)
+    assert aaa.sampled_at == datetime.fromtimestamp(now - 10, tz=UTC)
+    bbb = Gpu.objects.get(uuid="GPU-bbb")
+    assert (bbb.util_pct, bbb.sampled_at) == (50.0, datetime.fromtimestamp(now, tz=UTC))
 
 
 def test_malformed_samples_are_rejected_and_logged_while_the_good_ones_are_stored(
