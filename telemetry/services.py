@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -116,20 +117,7 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
 
 @transaction.atomic
 def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
-    GpuSample.objects.bulk_create(
-        [
-            GpuSample(
-                gpu=gpu,
-                ts=sample.ts,
-                processes=sample.processes,
-                job_id=next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
-                **sample.metrics,
-            )
-            for gpu, sample in accepted
-        ],
-        ignore_conflicts=True,  # a redelivered batch inserts nothing new
-        batch_size=500,
-    )
+    _samples_insert(accepted)
     newest: dict[int, ParsedSample] = {}
     for gpu, sample in accepted:
         if gpu.pk not in newest or sample.ts > newest[gpu.pk].ts:
@@ -140,6 +128,51 @@ def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
             # Later than every rollup run's look-back: have those buckets recomputed.
             rollups_rewind(to=oldest)
     _gpus_latest_update(newest)
+
+
+_SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_RANGES, "processes", "job_id")
+SAMPLE_INSERT_BATCH = 500
+
+
+def _samples_insert(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
+    """Insert the samples; a redelivered batch inserts nothing new (the (gpu, ts) constraint).
+
+    On PostgreSQL one plain multi-row INSERT per 500 samples: the ORM's bulk_create
+    spends more time preparing each field of each row than the database spends storing it.
+    """
+    rows = [
+        (
+            gpu.pk,
+            sample.ts,
+            *(sample.metrics[name] for name in METRIC_RANGES),
+            sample.processes,
+            next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
+        )
+        for gpu, sample in accepted
+    ]
+    if connection.vendor != "postgresql":
+        GpuSample.objects.bulk_create(
+            [GpuSample(**dict(zip(_SAMPLE_COLUMNS, row, strict=True))) for row in rows],
+            ignore_conflicts=True,
+            batch_size=SAMPLE_INSERT_BATCH,
+        )
+        return
+    quote = connection.ops.quote_name
+    head = (
+        f"INSERT INTO {quote(GpuSample._meta.db_table)} "
+        f"({', '.join(quote(column) for column in _SAMPLE_COLUMNS)}) VALUES "
+    )
+    placeholders = "(" + ", ".join(["%s"] * (len(_SAMPLE_COLUMNS) - 2)) + ", %s::jsonb, %s)"
+    with connection.cursor() as cur:
+        for start in range(0, len(rows), SAMPLE_INSERT_BATCH):
+            part = rows[start : start + SAMPLE_INSERT_BATCH]
+            params: list[Any] = []
+            for row in part:
+                params += row[:-2]
+                params += (json.dumps(row[-2]), row[-1])
+            cur.execute(
+                head + ", ".join([placeholders] * len(part)) + " ON CONFLICT DO NOTHING", params
+            )
 
 
 # Types of the VALUES columns, so a column of NULLs is still typed for the SET.
