@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Model, Q, Value, When
 from django.utils import timezone
 
 from cluster import selectors
@@ -91,17 +91,18 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
         except MessageRefused as exc:
             reject(exc.reason, f"sample {position}: {exc.detail}")
 
-    gpus = {
-        gpu.uuid: gpu
-        for gpu in Gpu.objects.filter(node=node, uuid__in={s.gpu_uuid for s in parsed})
-    }
+    gpus = dict(
+        Gpu.objects.filter(node=node, uuid__in={s.gpu_uuid for s in parsed}).values_list(
+            "uuid", "pk"
+        )
+    )
     jobs_here = selectors.jobs_on_node(
         node_id=node.pk, job_ids={job_id for s in parsed for job_id in s.job_ids}
     )
-    accepted: list[tuple[Gpu, ParsedSample]] = []
+    accepted: list[tuple[int, ParsedSample]] = []
     for sample in parsed:
-        gpu = gpus.get(sample.gpu_uuid)
-        if gpu is None:
+        gpu_id = gpus.get(sample.gpu_uuid)
+        if gpu_id is None:
             reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid}")
         elif foreign := sample.job_ids - jobs_here:
             reject(
@@ -109,104 +110,120 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
                 f"GPU {sample.gpu_uuid} names job(s) {sorted(foreign)}",
             )
         else:
-            accepted.append((gpu, sample))
+            accepted.append((gpu_id, sample))
 
     _samples_store(accepted)
     return IngestResult(stored=len(accepted), rejected=len(samples) - len(accepted))
 
 
-@transaction.atomic
-def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
-    _samples_insert(accepted)
+@transaction.atomic(savepoint=False)  # a failure rolls back the whole message (cluster.tasks)
+def _samples_store(accepted: list[tuple[int, ParsedSample]]) -> None:
+    if not accepted:
+        return
+    oldest = min(sample.ts for _gpu, sample in accepted)
+    if oldest < timezone.now() - LATE_WINDOW:
+        # Later than every rollup run's look-back: have those buckets recomputed.
+        rollups_rewind(to=oldest)
     newest: dict[int, ParsedSample] = {}
-    for gpu, sample in accepted:
-        if gpu.pk not in newest or sample.ts > newest[gpu.pk].ts:
-            newest[gpu.pk] = sample
-    if accepted:
-        oldest = min(sample.ts for _gpu, sample in accepted)
-        if oldest < timezone.now() - LATE_WINDOW:
-            # Later than every rollup run's look-back: have those buckets recomputed.
-            rollups_rewind(to=oldest)
+    for gpu_id, sample in accepted:
+        if gpu_id not in newest or sample.ts > newest[gpu_id].ts:
+            newest[gpu_id] = sample
+    if connection.vendor == "postgresql":
+        _samples_store_postgresql(accepted, newest)
+        return
+    GpuSample.objects.bulk_create(
+        [
+            GpuSample(**dict(zip(_SAMPLE_COLUMNS, row, strict=True)))
+            for row in _sample_rows(accepted)
+        ],
+        ignore_conflicts=True,  # a redelivered batch inserts nothing new
+        batch_size=500,
+    )
     _gpus_latest_update(newest)
 
 
 _SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_RANGES, "processes", "job_id")
-SAMPLE_INSERT_BATCH = 500
+_LATEST_FIELDS = ("util_pct", "mem_used_mb", "temp_c", "power_w")
+
+# One statement, whatever the batch's size: the samples go in as one array per column
+# (a short, constant query text that the driver parses once; the ORM's multi-row
+# INSERT costs more to build than to store), and each GPU's latest status moves
+# forward only (a late or repeated batch never overwrites a newer reading).
+_STORE_SQL = """
+WITH stored AS (
+    INSERT INTO {sample} ({columns})
+    SELECT * FROM unnest({sample_arrays})
+    ON CONFLICT (gpu_id, ts) DO NOTHING
+)
+UPDATE {gpu} AS g SET util_pct = v.util_pct, mem_used_mb = v.mem_used_mb, temp_c = v.temp_c,
+    power_w = v.power_w, sampled_at = v.sampled_at
+FROM unnest({latest_arrays}) AS v (id, util_pct, mem_used_mb, temp_c, power_w, sampled_at)
+WHERE g.id = v.id AND (g.sampled_at IS NULL OR g.sampled_at < v.sampled_at)
+"""
 
 
-def _samples_insert(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
-    """Insert the samples; a redelivered batch inserts nothing new (the (gpu, ts) constraint).
-
-    On PostgreSQL one plain multi-row INSERT per 500 samples: the ORM's bulk_create
-    spends more time preparing each field of each row than the database spends storing it.
-    """
-    rows = [
+def _sample_rows(accepted: list[tuple[int, ParsedSample]]) -> list[tuple[Any, ...]]:
+    return [
         (
-            gpu.pk,
+            gpu_id,
             sample.ts,
             *(sample.metrics[name] for name in METRIC_RANGES),
             sample.processes,
             next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
         )
-        for gpu, sample in accepted
+        for gpu_id, sample in accepted
     ]
-    if connection.vendor != "postgresql":
-        GpuSample.objects.bulk_create(
-            [GpuSample(**dict(zip(_SAMPLE_COLUMNS, row, strict=True))) for row in rows],
-            ignore_conflicts=True,
-            batch_size=SAMPLE_INSERT_BATCH,
-        )
-        return
+
+
+def _array_casts(model: type[Model], fields: tuple[str, ...]) -> str:
+    """`%s::<column type>[]` for each field, e.g. `%s::double precision[]`."""
+    return ", ".join(f"%s::{model._meta.get_field(f).db_type(connection)}[]" for f in fields)
+
+
+def _typed(model: type[Model], field: str, values: list[Any]) -> list[Any]:
+    """Values as the column's Python type, so one array never mixes ints and floats."""
+    if model._meta.get_field(field).get_internal_type() == "FloatField":
+        return [None if v is None else float(v) for v in values]
+    return values
+
+
+def _samples_store_postgresql(
+    accepted: list[tuple[int, ParsedSample]], newest: dict[int, ParsedSample]
+) -> None:
     quote = connection.ops.quote_name
-    head = (
-        f"INSERT INTO {quote(GpuSample._meta.db_table)} "
-        f"({', '.join(quote(column) for column in _SAMPLE_COLUMNS)}) VALUES "
+    sql = _STORE_SQL.format(
+        sample=quote(GpuSample._meta.db_table),
+        columns=", ".join(quote(c) for c in _SAMPLE_COLUMNS),
+        sample_arrays=_array_casts(GpuSample, _SAMPLE_COLUMNS),
+        gpu=quote(Gpu._meta.db_table),
+        latest_arrays=_array_casts(Gpu, ("id", *_LATEST_FIELDS, "sampled_at")),
     )
-    placeholders = "(" + ", ".join(["%s"] * (len(_SAMPLE_COLUMNS) - 2)) + ", %s::jsonb, %s)"
+    columns = list(zip(*_sample_rows(accepted), strict=True))
+    params: list[Any] = [
+        _typed(GpuSample, column, list(values))
+        for column, values in zip(_SAMPLE_COLUMNS, columns, strict=True)
+    ]
+    processes = _SAMPLE_COLUMNS.index("processes")
+    params[processes] = [json.dumps(v) for v in params[processes]]
+    latest = list(newest.items())
+    params += [[gpu_id for gpu_id, _sample in latest]]
+    params += [
+        _typed(Gpu, field, [sample.metrics[field] for _gpu_id, sample in latest])
+        for field in _LATEST_FIELDS
+    ]
+    params += [[sample.ts for _gpu_id, sample in latest]]
     with connection.cursor() as cur:
-        for start in range(0, len(rows), SAMPLE_INSERT_BATCH):
-            part = rows[start : start + SAMPLE_INSERT_BATCH]
-            params: list[Any] = []
-            for row in part:
-                params += row[:-2]
-                params += (json.dumps(row[-2]), row[-1])
-            cur.execute(
-                head + ", ".join([placeholders] * len(part)) + " ON CONFLICT DO NOTHING", params
-            )
-
-
-# Types of the VALUES columns, so a column of NULLs is still typed for the SET.
-_LATEST_SQL = """
-UPDATE {gpu} AS g SET util_pct = v.util_pct, mem_used_mb = v.mem_used_mb, temp_c = v.temp_c,
-    power_w = v.power_w, sampled_at = v.sampled_at
-FROM (VALUES {rows}) AS v (id, util_pct, mem_used_mb, temp_c, power_w, sampled_at)
-WHERE g.id = v.id AND (g.sampled_at IS NULL OR g.sampled_at < v.sampled_at)
-"""
-_LATEST_ROW = (
-    "(%s::bigint, %s::double precision, %s::integer, %s::double precision,"
-    " %s::double precision, %s::timestamptz)"
-)
-_LATEST_FIELDS = ("util_pct", "mem_used_mb", "temp_c", "power_w")
+        cur.execute(sql, params)
 
 
 def _gpus_latest_update(newest: dict[int, ParsedSample]) -> None:
-    """Each GPU's latest status from its newest sample, in one statement.
+    """Each GPU's latest status from its newest sample, in one statement (SQLite, the demo).
 
     Only forward: a late or repeated batch never overwrites a newer reading.
     """
     if not newest:
         return
-    if connection.vendor == "postgresql":
-        params: list[Any] = []
-        for gpu_id, sample in newest.items():
-            params += [gpu_id, *(sample.metrics[f] for f in _LATEST_FIELDS), sample.ts]
-        sql = _LATEST_SQL.format(
-            gpu=Gpu._meta.db_table, rows=", ".join([_LATEST_ROW] * len(newest))
-        )
-        with connection.cursor() as cur:
-            cur.execute(sql, params)
-        return
-    # Elsewhere (SQLite, the demo) the same update as CASEs over the GPUs' ids.
+    # CASEs over the GPUs' ids.
     newer = {
         gpu_id: Q(pk=gpu_id) & (Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts))
         for gpu_id, sample in newest.items()
