@@ -251,6 +251,8 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
     from jobqueue.models import Allocation, ContainerImage, Job, Queue
     from telemetry.models import ScrapeToken
 
+    if not Gpu.objects.exists():  # run alone (--only metrics), without the ingest's lab
+        _lab(gpus)
     Gpu.objects.update(
         util_pct=70.0,
         mem_used_mb=30000,
@@ -309,8 +311,7 @@ def bench_chart() -> dict[str, float]:
     from telemetry.models import GpuHourRollup
     from telemetry.rollups import HOUR, floor_to
 
-    node = Node.objects.order_by("name").first()
-    assert node is not None
+    node = Node.objects.order_by("name").first() or _lab(GPUS_PER_NODE)[0]
     gpus = list(Gpu.objects.filter(node=node))
     top = floor_to(datetime.now(tz=UTC), HOUR)
     GpuHourRollup.objects.bulk_create(

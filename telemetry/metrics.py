@@ -361,6 +361,9 @@ def metrics_registry() -> CollectorRegistry:
     return registry
 
 
+# Rendered label sets ('{gpu="0",node="gpu01",…}'), kept from one scrape to the next.
+_label_strings: dict[tuple[tuple[str, str], ...], str] = {}
+_LABEL_STRINGS_KEPT = 100_000
 # prometheus-client's names for OpenMetrics-only types, in the text format 0.0.4.
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _OPENMETRICS_SUFFIXES = ("_created", "_gsum", "_gcount")
@@ -370,10 +373,13 @@ def metrics_text(registry: CollectorRegistry) -> bytes:
     """The registry in the Prometheus text format, byte for byte as `generate_latest` writes it.
 
     `generate_latest` escapes and validates every label of every sample; a lab's
-    GPU metrics repeat one label set per GPU across a dozen families, so here each
-    distinct label set is rendered once per scrape (a third of the time for 1,024 GPUs).
+    GPU metrics repeat one label set per GPU across a dozen families, and the same
+    sets from one scrape to the next, so here each label set is rendered once and
+    kept (up to `_LABEL_STRINGS_KEPT` of them).
     """
-    label_strings: dict[tuple[tuple[str, str], ...], str] = {}
+    label_strings = _label_strings
+    if len(label_strings) > _LABEL_STRINGS_KEPT:
+        label_strings.clear()  # holders change; never let old sets pile up
     names: dict[str, str] = {}
 
     def line(sample: Sample) -> str:
