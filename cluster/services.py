@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, FilteredRelation, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -76,7 +76,23 @@ def message_reject(
 
 def node_registered(*, node_name: str) -> Node:
     """The node that sent a message, which must have registered; else `MessageRefused`."""
-    node = Node.objects.filter(name=node_name).first()
+    return _registered(Node.objects.filter(name=node_name).first())
+
+
+def node_registered_with_gpus(*, node_name: str, uuids: set[str]) -> tuple[Node, dict[str, int]]:
+    """`node_registered`, and the ids of its GPUs among `uuids` by UUID, in one query."""
+    if not uuids:
+        return node_registered(node_name=node_name), {}
+    rows = list(
+        Node.objects.filter(name=node_name)
+        .annotate(listed=FilteredRelation("gpus", condition=Q(gpus__uuid__in=uuids)))
+        .annotate(listed_uuid=F("listed__uuid"), listed_pk=F("listed__pk"))
+    )
+    node = _registered(rows[0] if rows else None)
+    return node, {row.listed_uuid: row.listed_pk for row in rows if row.listed_pk is not None}
+
+
+def _registered(node: Node | None) -> Node:
     if node is None or node.registered_at is None:
         raise MessageRefused(
             RejectedMessage.Reason.NOT_REGISTERED,

@@ -22,7 +22,7 @@ from cluster.protocol import (
     is_number,
     malformed,
 )
-from cluster.services import message_reject, node_registered
+from cluster.services import message_reject, node_registered, node_registered_with_gpus
 from telemetry.models import GpuSample
 from telemetry.rollups import LATE_WINDOW, rollups_rewind
 
@@ -71,17 +71,17 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
     that is not this node's, is rejected and logged, and the rest are stored.
     Storing the same batch twice stores it once.
     """
-    node = node_registered(node_name=node_name)
     if not isinstance(samples, list):
+        node_registered(node_name=node_name)  # an unregistered node is told that first
         raise malformed(f"samples must be a list, got {type(samples).__name__}")
 
-    def reject(reason: RejectedMessage.Reason, detail: str) -> None:
-        message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
-
+    refusals: list[tuple[RejectedMessage.Reason, str]] = []
     if len(samples) > MAX_SAMPLES_PER_BATCH:
-        reject(
-            RejectedMessage.Reason.MALFORMED,
-            f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped",
+        refusals.append(
+            (
+                RejectedMessage.Reason.MALFORMED,
+                f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped",
+            )
         )
     parsed: list[ParsedSample] = []
     now = timezone.now()
@@ -89,13 +89,18 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
         try:
             parsed.append(sample_parse(raw, now=now))
         except MessageRefused as exc:
-            reject(exc.reason, f"sample {position}: {exc.detail}")
-
-    gpus = dict(
-        Gpu.objects.filter(node=node, uuid__in={s.gpu_uuid for s in parsed}).values_list(
-            "uuid", "pk"
-        )
+            refusals.append((exc.reason, f"sample {position}: {exc.detail}"))
+    # Parsed before the node is looked up, so that the node and its GPUs are one query;
+    # nothing is recorded before the node is known to be registered.
+    node, gpus = node_registered_with_gpus(
+        node_name=node_name, uuids={s.gpu_uuid for s in parsed}
     )
+
+    def reject(reason: RejectedMessage.Reason, detail: str) -> None:
+        message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
+
+    for reason, detail in refusals:
+        reject(reason, detail)
     jobs_here = selectors.jobs_on_node(
         node_id=node.pk, job_ids={job_id for s in parsed for job_id in s.job_ids}
     )
