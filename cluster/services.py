@@ -85,6 +85,7 @@ def node_registered_with_gpus(*, node_name: str, uuids: set[str]) -> tuple[Node,
         return node_registered(node_name=node_name), {}
     rows = list(
         Node.objects.filter(name=node_name)
+        .only("name", "registered_at", "gpu_backend", "runtime")
         .annotate(listed=FilteredRelation("gpus", condition=Q(gpus__uuid__in=uuids)))
         .annotate(listed_uuid=F("listed__uuid"), listed_pk=F("listed__pk"))
     )

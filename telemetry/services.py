@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -192,17 +193,22 @@ def _typed(model: type[Model], field: str, values: list[Any]) -> list[Any]:
     return values
 
 
-def _samples_store_postgresql(
-    accepted: list[tuple[int, ParsedSample]], newest: dict[int, ParsedSample]
-) -> None:
+@functools.cache
+def _store_sql() -> str:
     quote = connection.ops.quote_name
-    sql = _STORE_SQL.format(
+    return _STORE_SQL.format(
         sample=quote(GpuSample._meta.db_table),
         columns=", ".join(quote(c) for c in _SAMPLE_COLUMNS),
         sample_arrays=_array_casts(GpuSample, _SAMPLE_COLUMNS),
         gpu=quote(Gpu._meta.db_table),
         latest_arrays=_array_casts(Gpu, ("id", *_LATEST_FIELDS, "sampled_at")),
     )
+
+
+def _samples_store_postgresql(
+    accepted: list[tuple[int, ParsedSample]], newest: dict[int, ParsedSample]
+) -> None:
+    sql = _store_sql()
     columns = list(zip(*_sample_rows(accepted), strict=True))
     params: list[Any] = [
         _typed(GpuSample, column, list(values))
