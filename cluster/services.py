@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
@@ -83,7 +84,7 @@ def node_registered_with_gpus(*, node_name: str, uuids: set[str]) -> tuple[Node,
     """`node_registered`, and the ids of its GPUs among `uuids` by UUID, in one query."""
     if not uuids:
         return node_registered(node_name=node_name), {}
-    rows = list(
+    rows: list[Any] = list(
         Node.objects.filter(name=node_name)
         .only("name", "registered_at", "gpu_backend", "runtime")
         .annotate(listed=FilteredRelation("gpus", condition=Q(gpus__uuid__in=uuids)))

@@ -70,7 +70,7 @@ def _lab(gpus: int) -> list[Any]:
     return nodes
 
 
-def bench_ingest(samples_total: int) -> dict[str, float]:
+def bench_ingest(samples_total: int) -> dict[str, Any]:
     """Samples per second through the real ingest task, and through a bare bulk_create."""
     from cluster.models import Gpu, NodeToken
     from cluster.tasks import samples_ingest
@@ -85,7 +85,7 @@ def bench_ingest(samples_total: int) -> dict[str, float]:
     messages = max(1, samples_total // per_message)
     # Recent readings (as from live agents), half a second apart so none repeats.
     start = time.time() - 120.0
-    batches = []
+    batches: list[tuple[str, list[dict[str, Any]]]] = []
     for m in range(messages):
         node = nodes[m % len(nodes)]
         ts0 = start + (m // len(nodes)) * rounds_per_batch * 0.5
@@ -166,7 +166,7 @@ def bench_ingest(samples_total: int) -> dict[str, float]:
     from django.conf import settings
 
     return {
-        "cache": settings.CACHES["default"]["BACKEND"].rsplit(".", 1)[-1],
+        "cache": str(settings.CACHES["default"]["BACKEND"]).rsplit(".", 1)[-1],
         "samples": stored,
         "samples_per_message": per_message,
         "ingest_samples_per_s": round(stored / real),

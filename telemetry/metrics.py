@@ -33,9 +33,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.openmetrics.exposition import (
-    ALLOWUTF8,
     UNDERSCORES,
-    _escape,
     escape_label_name,
     escape_metric_name,
 )
@@ -423,9 +421,14 @@ def _header(name: str, documentation: str, kind: str) -> str:
     return f"# HELP {escaped} {text}\n# TYPE {escaped} {kind}\n"
 
 
+def _label_value(value: str) -> str:
+    """A label value escaped as prometheus-client escapes it (backslash, newline, quote)."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
 def _label_string(labels: dict[str, str]) -> str:
     pairs = (
-        f'{escape_label_name(k, UNDERSCORES)}="{_escape(v, ALLOWUTF8, False)}"'
+        f'{escape_label_name(k, UNDERSCORES)}="{_label_value(v)}"'
         for k, v in sorted(labels.items())
     )
     return "{" + ",".join(pairs) + "}"

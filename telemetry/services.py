@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Model, Q, Value, When
+from django.db.models import Case, F, Field, Model, Q, Value, When
 from django.utils import timezone
 
 from cluster import selectors
@@ -93,9 +93,7 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
             refusals.append((exc.reason, f"sample {position}: {exc.detail}"))
     # Parsed before the node is looked up, so that the node and its GPUs are one query;
     # nothing is recorded before the node is known to be registered.
-    node, gpus = node_registered_with_gpus(
-        node_name=node_name, uuids={s.gpu_uuid for s in parsed}
-    )
+    node, gpus = node_registered_with_gpus(node_name=node_name, uuids={s.gpu_uuid for s in parsed})
 
     def reject(reason: RejectedMessage.Reason, detail: str) -> None:
         message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
@@ -181,14 +179,20 @@ def _sample_rows(accepted: list[tuple[int, ParsedSample]]) -> list[tuple[Any, ..
     ]
 
 
+def _column(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
 def _array_casts(model: type[Model], fields: tuple[str, ...]) -> str:
     """`%s::<column type>[]` for each field, e.g. `%s::double precision[]`."""
-    return ", ".join(f"%s::{model._meta.get_field(f).db_type(connection)}[]" for f in fields)
+    return ", ".join(f"%s::{_column(model, f).db_type(connection)}[]" for f in fields)
 
 
 def _typed(model: type[Model], field: str, values: list[Any]) -> list[Any]:
     """Values as the column's Python type, so one array never mixes ints and floats."""
-    if model._meta.get_field(field).get_internal_type() == "FloatField":
+    if _column(model, field).get_internal_type() == "FloatField":
         return [None if v is None else float(v) for v in values]
     return values
 
@@ -241,7 +245,7 @@ def _gpus_latest_update(newest: dict[int, ParsedSample]) -> None:
     }
     values: dict[str, Any] = {}
     for field in (*_LATEST_FIELDS, "sampled_at"):
-        output = Gpu._meta.get_field(field)
+        output = _column(Gpu, field)
         values[field] = Case(
             *(
                 When(
