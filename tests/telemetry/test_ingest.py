@@ -193,3 +193,28 @@ def test_a_process_not_traced_to_a_job_is_kept_for_the_alerts(registered_node: A
 
     stored = GpuSample.objects.get()
     assert (stored.processes, stored.job_id) == (processes, None)
+
+
+def test_a_sample_is_stored_exactly_whatever_characters_and_number_types_it_holds(
+    registered_node: Any,
+) -> None:
+    odd_user = 'o"dd\\ us,er{x} NULL 用户'
+    processes = [
+        {"pid": 7, "used_mb": None, "container_id": "c0ffee", "job_id": None, "unix_user": odd_user}
+    ]
+    now = time.time()
+    batch = [
+        a_sample("GPU-aaa", now, util_pct=50, power_w=1e-05, processes=processes),
+        a_sample("GPU-bbb", now - 0.000001, util_pct=12.5, ecc_errors=2**62),
+    ]
+
+    assert samples_ingest("gpu01", registered_node[1], batch) == "ok"
+
+    aaa = GpuSample.objects.get(gpu__uuid="GPU-aaa")
+    assert aaa.processes == processes
+    assert (aaa.util_pct, aaa.power_w) == (50.0, 1e-05)
+    assert aaa.ts == datetime.fromtimestamp(now, tz=UTC)
+    bbb = GpuSample.objects.get(gpu__uuid="GPU-bbb")
+    assert (bbb.ecc_errors, bbb.processes) == (2**62, [])
+    assert bbb.ts == datetime.fromtimestamp(now - 0.000001, tz=UTC)
+    assert Gpu.objects.get(uuid="GPU-aaa").power_w == 1e-05
