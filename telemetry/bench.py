@@ -290,6 +290,7 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
     assert response.status_code == 200
     from prometheus_client import generate_latest
 
+    from telemetry.metrics import metrics_text
     from telemetry.views import REGISTRY
 
     return {
@@ -297,7 +298,9 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
         "pending_jobs": pending,
         "metrics_ms": round(_median_ms(lambda: client.get("/metrics", **auth), 10), 1),
         "metrics_bytes": len(response.content),
-        # The same registry as prometheus-client formats it (what /metrics served before).
+        # The registry as /metrics writes it, and as prometheus-client's generate_latest
+        # (what /metrics served before) writes the same registry: both without the view.
+        "metrics_text_ms": round(_median_ms(lambda: metrics_text(REGISTRY), 10), 1),
         "baseline_generate_latest_ms": round(_median_ms(lambda: generate_latest(REGISTRY), 10), 1),
         "collect_only_ms": round(_median_ms(lambda: list(REGISTRY.collect()), 10), 1),
         "baseline_healthz_ms": round(_median_ms(lambda: client.get("/healthz"), 10), 2),
