@@ -51,12 +51,14 @@ bench: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench
 
 bench-json: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

@@ -260,13 +260,24 @@ class NodeAgent:
     # -- watching ---------------------------------------------------------------
 
     def _job_ended(self, job_id: int) -> None:
-        """Called by the runtime from its own thread when a job's process has ended."""
+        """Called by the runtime from its own thread when a job's process has ended.
+
+        Only this job is looked up (not every job the node kept), so its exit is on its
+        way to the portal within milliseconds; the watch loop remains the safety net.
+        """
         with self._lock:
             if job_id in self._starting:
                 self._ended_while_starting.add(job_id)
                 return
         try:
-            self._sync()
+            with self._sync_lock:
+                status = self.runtime.job_status(job_id)
+                if (
+                    status is not None
+                    and status.state == "exited"
+                    and status.container_id not in self._reported_exits
+                ):
+                    self._report_exit(status)
         except Exception:  # the watch loop will find it; never kill the runtime's thread
             log.exception("could not report the end of job %s at once", job_id)
 
@@ -487,8 +498,9 @@ class NodeAgent:
                 if owner is not None:
                     job_id, container_id = owner.job_id, owner.container_id
             unix_user = proc.unix_user
-            if job_id is None and container_id is None and unix_user is None:
-                unix_user = unix_user_of(proc.pid)  # a stray: staff want to know whose
+            # A process in a Slurm job's cgroup is Slurm's, not a stray.
+            if job_id is None and container_id is None and proc.slurm_job_id is None:
+                unix_user = unix_user or unix_user_of(proc.pid)  # staff want to know whose
             processes.append(
                 ProcessSample(
                     pid=proc.pid,
@@ -496,6 +508,7 @@ class NodeAgent:
                     container_id=container_id,
                     job_id=job_id,
                     unix_user=unix_user,
+                    slurm_job_id=proc.slurm_job_id,
                 )
             )
         return replace(sample, processes=processes)

@@ -336,8 +336,8 @@ def stray_processes(cluster: Cluster) -> list[Finding]:
         if gpu is None:
             continue
         for process in latest.processes:
-            if process.get("job_id") is not None or process.get("container_id") is not None:
-                continue
+            if any(process.get(k) is not None for k in ("job_id", "container_id", "slurm_job_id")):
+                continue  # a portal job's, a container's, or a Slurm job's (Slurm mode)
             findings.append(
                 Finding(
                     kind=Kind.STRAY_PROCESS,

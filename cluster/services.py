@@ -259,7 +259,10 @@ def node_heartbeat_record(*, node_name: str, info: object) -> None:
         log.info("node %s is back after a silence", node.name)
     # Refused after the liveness is recorded: a bad job list does not make the node silent.
     heartbeat = heartbeat_parse(info)
-    if heartbeat.running_job_ids is not None:
+    from jobqueue.executors import portal_schedules
+
+    # In Slurm mode the agent only monitors: Slurm, not the node's job list, says what runs.
+    if heartbeat.running_job_ids is not None and portal_schedules():
         from jobqueue.services import jobs_reconcile_with_node
 
         jobs_reconcile_with_node(
@@ -284,6 +287,10 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     """
     now = now or timezone.now()
     report = LivenessReport()
+    from jobqueue.executors import portal_schedules
+
+    if not portal_schedules():  # Slurm mode: node states come from Slurm (inventory sync)
+        return report
     down_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
     for node_id, name in Node.objects.silent_since(down_cutoff).values_list("pk", "name"):
         claimed = (

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.auth import request_user
-from jobqueue import dispatch, selectors, services
+from jobqueue import executors, selectors, services
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
     JobBatchSerializer,
@@ -41,8 +41,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     serializer_class = JobSerializer
 
     def get_queryset(self) -> Any:
-        jobs = selectors.jobs_visible_to(self.request.user).prefetch_related(
-            "allocations__gpu", "mounts"
+        jobs = (
+            selectors.jobs_visible_to(self.request.user)
+            .select_related("slurm")
+            .prefetch_related("allocations__gpu", "mounts")
         )
         params = self.request.query_params
         states = choices_param(self.request, "state", Job.State.values)
@@ -102,15 +104,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
-        """The latest log tail the agent sent; ?refresh=1 asks the node for a fresh one."""
+        """The latest output lines; ?refresh=1 asks the node (or reads Slurm's output file) again."""
         job = self.get_object()
-        if (
-            request.query_params.get("refresh") in ("1", "true")
-            and job.node
-            and job.state in Job.ACTIVE_STATES
-        ):
-            dispatch.send_logs_request(node=job.node, job_id=job.pk)
-        return Response({"job": job.pk, "state": job.state, "log_tail": job.log_tail})
+        refresh = request.query_params.get("refresh") in ("1", "true")
+        log_tail = executors.current().job_output(job, refresh=refresh)
+        return Response({"job": job.pk, "state": job.state, "log_tail": log_tail})
 
     @extend_schema(responses=JobEventSerializer(many=True))
     @action(detail=True, methods=["get"])

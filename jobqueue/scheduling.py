@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import ExpressionWrapper, F, FloatField, Q, QuerySet, Sum, Value
+from django.db.models import ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Sum, Value
 from django.db.models.functions import Cast, Coalesce, Extract, Greatest, Least, Power
 from django.utils import timezone
 from django.utils.translation import gettext_noop
@@ -35,7 +35,7 @@ from jobqueue.models import (
     SchedulingPolicy,
 )
 from jobqueue.services import record_event
-from reservations.selectors import reservations_for_scheduler
+from reservations.selectors import reservation_rows_for_scheduler
 from scheduler import model as sm
 from scheduler.engine import plan as engine_plan
 from scheduler.fairshare import UsageRecord, decayed_usage
@@ -44,6 +44,12 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "main"
 REQUEST_ROW = "main:requests"  # the coalescing flag, apart from the lock a pass holds
+STORE_ROW = "main:store"  # serialises the storing of places and estimates (see scheduling_pass)
+# A waiting job's stored estimate is rewritten only when it moves by more than this (pages
+# show minutes), and its priority when it moves by more than PRIORITY_TOLERANCE of itself:
+# otherwise every pass would rewrite every waiting row as time goes by.
+ESTIMATE_TOLERANCE_S = 30.0
+PRIORITY_TOLERANCE = 0.005
 UNCATEGORISED = "uncategorised"
 RESERVATION_HORIZON = timedelta(days=14)
 # Usage older than this many half-lives weighs < 1/256 and is not loaded.
@@ -59,6 +65,24 @@ KIND_TO_ENGINE: dict[str, sm.GpuKind] = {
 def _category_name(user: User) -> str:
     """The engine's category of `user`: their category's name, or UNCATEGORISED."""
     return user.category.name if user.category is not None else UNCATEGORISED
+
+
+class EpochSeconds(Func):
+    """A timestamp column as float epoch seconds, computed by the database: reading
+    thousands of rows, parsing their timestamps in Python costs more than the query."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # EXTRACT gives numeric, whose arithmetic is far slower than float8's.
+        return self.as_sql(
+            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8"
+        )
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        )
 
 
 def epoch(value: datetime) -> float:
@@ -90,18 +114,25 @@ def scheduling_pass_request() -> None:
     row is never held locked for a pass's length, so a submit never waits for one.
     """
 
-    def enqueue() -> None:
-        claimed = _request_claim()
-        if claimed:
-            from jobqueue.tasks import scheduling_pass_task
+    if not _pass_already_asked_in_this_transaction():
+        transaction.on_commit(_enqueue_pass)
 
-            try:
-                scheduling_pass_task.apply_async()
-            except Exception:  # broker away: beat runs a pass every few seconds anyway
-                logger.exception("could not enqueue a scheduling pass")
-                SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
-    transaction.on_commit(enqueue)
+def _pass_already_asked_in_this_transaction() -> bool:
+    # A batch of 50 submits, or a job's end with its follow-ups, asks once per commit.
+    return any(entry[1] is _enqueue_pass for entry in connection.run_on_commit)
+
+
+def _enqueue_pass() -> None:
+    claimed = _request_claim()
+    if claimed:
+        from jobqueue.tasks import scheduling_pass_task
+
+        try:
+            scheduling_pass_task.apply_async()
+        except Exception:  # broker away: beat runs a pass every few seconds anyway
+            logger.exception("could not enqueue a scheduling pass")
+            SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
 
 def _request_claim() -> bool:
@@ -345,55 +376,78 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         engine_units([g for g in all_gpus if g.state == Gpu.State.AVAILABLE], all_gpus)
     )
     emergency_ids = _emergency_job_ids(now)
-    running = []
-    active = (
-        Job.objects.filter(state__in=Job.ACTIVE_STATES)
-        .select_related("owner__category", "queue")
-        .prefetch_related("allocations__gpu")
-    )
-    for job in active:
-        gpu_ids = tuple(a.gpu.uuid for a in job.allocations.all() if a.active)
-        start = job.started_at or job.dispatched_at or now
-        running.append(
-            sm.RunningJob(
-                id=job.pk,
-                user=job.owner.username,
-                queue=job.queue.name,
-                gpu_ids=gpu_ids,
-                start_time=epoch(start),
-                time_limit_s=float(job.time_limit_s),
-                predicted_runtime_s=float(job.predicted_runtime_s)
-                if job.predicted_runtime_s
-                else None,
-                preemptible=job.preemptible,
-                category=_category_name(job.owner),
-                reservation_id=job.reservation_id,
-                emergency=job.pk in emergency_ids,
-            )
+    # Plain rows, not model instances, here and below: a pass runs after every job's end.
+    gpus_of_job: dict[int, list[str]] = defaultdict(list)
+    for job_id, uuid in Allocation.objects.filter(
+        active=True, job__state__in=Job.ACTIVE_STATES
+    ).values_list("job_id", "gpu__uuid"):
+        gpus_of_job[job_id].append(uuid)
+    running = [
+        sm.RunningJob(
+            id=pk,
+            user=username,
+            queue=queue_name,
+            gpu_ids=tuple(gpus_of_job.get(pk, ())),
+            start_time=epoch(started_at or dispatched_at or now),
+            time_limit_s=float(time_limit_s),
+            predicted_runtime_s=float(predicted) if predicted else None,
+            preemptible=preemptible,
+            category=category_name if category_name is not None else UNCATEGORISED,
+            reservation_id=reservation_id,
+            emergency=pk in emergency_ids,
         )
+        for (
+            pk,
+            username,
+            category_name,
+            queue_name,
+            started_at,
+            dispatched_at,
+            time_limit_s,
+            predicted,
+            preemptible,
+            reservation_id,
+        ) in Job.objects.filter(state__in=Job.ACTIVE_STATES).values_list(
+            "pk",
+            "owner__username",
+            "owner__category__name",
+            "queue__name",
+            "started_at",
+            "dispatched_at",
+            "time_limit_s",
+            "predicted_runtime_s",
+            "preemptible",
+            "reservation_id",
+        )
+    ]
     # Plain rows, not model instances: a busy queue has thousands of waiting jobs.
-    waiting = Job.objects.filter(state__in=Job.WAITING_STATES).values_list(
-        "pk",
-        "owner__username",
-        "owner__category__name",
-        "queue__name",
-        "submitted_at",
-        "gpus",
-        "shared_slot",
-        "min_gpu_memory_mb",
-        "gpu_model",
-        "time_limit_s",
-        "predicted_runtime_s",
-        "reservation_id",
-        "preemptible",
-        "state",
+    waiting = (
+        Job.objects.filter(state__in=Job.WAITING_STATES)
+        # Epoch seconds from the database: parsing 2,000 timestamps costs more than the query.
+        .annotate(submit_epoch=EpochSeconds("submitted_at"))
+        .values_list(
+            "pk",
+            "owner__username",
+            "owner__category__name",
+            "queue__name",
+            "submit_epoch",
+            "gpus",
+            "shared_slot",
+            "min_gpu_memory_mb",
+            "gpu_model",
+            "time_limit_s",
+            "predicted_runtime_s",
+            "reservation_id",
+            "preemptible",
+            "state",
+        )
     )
     pending = [
         sm.PendingJob(
             id=pk,
             user=username,
             queue=queue_name,
-            submit_time=epoch(submitted_at),
+            submit_time=submit_epoch,
             gpus=gpus,
             shared_slot=shared_slot,
             min_memory_mb=min_memory_mb,
@@ -411,7 +465,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             username,
             category_name,
             queue_name,
-            submitted_at,
+            submit_epoch,
             gpus,
             shared_slot,
             min_memory_mb,
@@ -424,14 +478,10 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         ) in waiting
     ]
     reservations = tuple(
-        sm.Reservation(
-            id=r.pk,
-            user=r.user.username,
-            gpu_ids=tuple(g.uuid for g in r.gpus.all()),
-            start=epoch(r.start),
-            end=epoch(r.end),
+        sm.Reservation(id=pk, user=username, gpu_ids=gpu_ids, start=epoch(start), end=epoch(end))
+        for pk, username, gpu_ids, start, end in reservation_rows_for_scheduler(
+            now=now, horizon=RESERVATION_HORIZON
         )
-        for r in reservations_for_scheduler(now=now, horizon=RESERVATION_HORIZON)
     )
     users = list(User.objects.filter(is_active=True).select_related("category"))
     half_life_s = settings_row.usage_half_life_days * 86400
@@ -453,7 +503,8 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
 
 
 def scheduling_pass(*, now: datetime | None = None) -> PassResult:
-    """Run one pass: decide starts and preemptions, store positions and estimates, dispatch on commit."""
+    """Run one pass: decide starts and preemptions and commit them (the starts go out to the
+    agents then), then store each waiting job's place and estimate in a transaction of its own."""
     began = time.perf_counter()
     _requests_take()
     with transaction.atomic():
@@ -465,12 +516,31 @@ def scheduling_pass(*, now: datetime | None = None) -> PassResult:
         result = engine_plan(state, policy, epoch(now))
         started = _apply_starts(result.starts, gpu_by_uuid, now)
         preempted = _apply_preemptions(result.preemptions)
-        _store_pending_info(result, now)
-        duration_ms = (time.perf_counter() - began) * 1000
-        SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=duration_ms)
+        plan_ms = (time.perf_counter() - began) * 1000
+        SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=plan_ms)
+    # An agent never waits for thousands of waiting rows to be written, and the next pass
+    # (whose plan needs none of them) may plan while they are.
+    _store_pending_info_unless_newer(result, now)
+    duration_ms = (time.perf_counter() - began) * 1000
     return PassResult(
         started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms
     )
+
+
+@transaction.atomic
+def _store_pending_info_unless_newer(result: sm.Plan, now: datetime) -> None:
+    """Store this pass's figures unless a later pass has already stored its own.
+
+    Stores take their own row (STORE_ROW), not the pass lock; its `last_pass_at` says
+    whose figures are in the table, so an older pass never overwrites a newer one's.
+    (The pass lock's `last_pass_ms` is the time to the plan's commit.)
+    """
+    row, _created = SchedulerLock.objects.get_or_create(name=STORE_ROW)
+    row = SchedulerLock.objects.select_for_update().get(pk=row.pk)
+    if row.last_pass_at is not None and row.last_pass_at > now:
+        return
+    _store_pending_info(result, now)
+    SchedulerLock.objects.filter(pk=row.pk).update(last_pass_at=now)
 
 
 def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
@@ -587,33 +657,34 @@ def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
 def _store_pending_info(result: sm.Plan, now: datetime) -> None:
     if not result.pending:
         return
+    # Every waiting row, read as plain numbers (no 2,000-id IN list, no datetime parsing):
+    # the ones the plan placed are compared with what the plan says.
     current = {
         row[0]: row[1:]
-        for row in Job.objects.filter(
-            pk__in=list(result.pending), state__in=Job.WAITING_STATES
-        ).values_list("pk", "queue_position", "estimated_start", "pending_reason", "priority")
+        for row in Job.objects.filter(state__in=Job.WAITING_STATES)
+        .annotate(estimate_epoch=EpochSeconds("estimated_start"))
+        .values_list("pk", "queue_position", "estimate_epoch", "pending_reason", "priority")
+        if row[0] in result.pending
     }
     # The engine numbers the whole order, started jobs included; members see their place among those waiting.
     ordered = sorted(current, key=lambda pk: result.pending[pk].position)
+    now_epoch = epoch(now)
     changed: list[tuple[int, int, datetime | None, str, float]] = []
     for place, pk in enumerate(ordered, start=1):
         info = result.pending[pk]
-        row = (
-            place,
-            from_epoch(max(info.estimated_start, epoch(now)))
-            if info.estimated_start is not None
-            else None,
-            str(info.reason),
-            round(info.priority, 3),
-        )
-        if row != current[pk]:
-            changed.append((pk, *row))
+        start = max(info.estimated_start, now_epoch) if info.estimated_start is not None else None
+        row = (place, start, str(info.reason), round(info.priority, 3))
+        if not _same_pending_info(row, current[pk]):
+            changed.append((pk, place, from_epoch(start) if start is not None else None, *row[2:]))
     if not changed:
         return
     if connection.vendor == "postgresql":
         # One statement for thousands of rows; bulk_update's CASE per row costs seconds.
+        # Rows a pass is starting right now are locked by it: they are no longer waiting,
+        # so they are skipped rather than waited for.
         ids, places, starts, reasons, priorities = (list(c) for c in zip(*changed, strict=True))
         table = Job._meta.db_table
+        waiting = [str(s) for s in Job.WAITING_STATES]
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""
@@ -622,22 +693,33 @@ def _store_pending_info(result: sm.Plan, now: datetime) -> None:
                     pending_reason = v.reason, priority = v.priority
                 FROM unnest(%s::bigint[], %s::int[], %s::timestamptz[], %s::varchar[], %s::float8[])
                      AS v(id, place, start, reason, priority)
-                WHERE j.id = v.id
+                WHERE j.id = v.id AND j.id IN (
+                    SELECT id FROM {table}
+                    WHERE id = ANY(%s::bigint[]) AND state = ANY(%s::varchar[])
+                    FOR UPDATE SKIP LOCKED
+                )
                 """,
-                [ids, places, starts, reasons, priorities],
+                [ids, places, starts, reasons, priorities, ids, waiting],
             )
         return
-    jobs = []
-    for pk, place, start, reason, priority in changed:
-        jobs.append(
-            Job(
-                pk=pk,
-                queue_position=place,
-                estimated_start=start,
-                pending_reason=reason,
-                priority=priority,
-            )
-        )
+    jobs = [
+        Job(pk=pk, queue_position=place, estimated_start=at, pending_reason=reason, priority=p)
+        for pk, place, at, reason, p in changed
+    ]
     Job.objects.bulk_update(
         jobs, ["queue_position", "estimated_start", "pending_reason", "priority"], batch_size=500
     )
+
+
+def _same_pending_info(new: tuple[Any, ...], stored: tuple[Any, ...]) -> bool:
+    """Whether `new` (place, estimate as epoch seconds, reason, priority) differs from what is
+    stored by nothing a reader would notice."""
+    place, start, reason, priority = new
+    old_place, old_start, old_reason, old_priority = stored
+    if place != old_place or reason != old_reason or (start is None) != (old_start is None):
+        return False
+    if start is not None and abs(start - old_start) > ESTIMATE_TOLERANCE_S:
+        return False
+    if old_priority is None:
+        return False
+    return abs(priority - old_priority) <= PRIORITY_TOLERANCE * max(abs(old_priority), 1e-9)

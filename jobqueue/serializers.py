@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from jobqueue.models import Job, JobEvent, Queue, VolumeMount
+from slurm.serializers import SlurmJobSummarySerializer
 
 MAX_INT32 = 2**31 - 1
 MAX_BIGINT = 2**63 - 1
@@ -47,6 +48,8 @@ class JobSerializer(serializers.ModelSerializer[Job]):
         slug_field="name", many=True, read_only=True
     )
     pending_reason_text = serializers.CharField(read_only=True)
+    # Slurm mode: Slurm's own state, reason and estimated start; null in agents mode.
+    slurm = SlurmJobSummarySerializer(read_only=True, default=None)
 
     class Meta:
         model = Job
@@ -81,6 +84,7 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "pending_reason",
             "pending_reason_text",
             "predicted_runtime_s",
+            "slurm",
         ]
         read_only_fields = fields
 

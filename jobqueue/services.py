@@ -26,7 +26,7 @@ from accounts import services as credit_services
 from accounts.models import User
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import MessageRefused, db_text
-from jobqueue import dispatch
+from jobqueue import dispatch, executors
 from jobqueue.errors import (
     GrantRequired,
     ImageNotAllowed,
@@ -65,6 +65,7 @@ RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABPORTAL_JOB
 MAX_COMMAND_CHARS = 8000
 MAX_ENV_VARS = 64
 LOG_TAIL_CHARS = 64_000
+FIRST_STEP = min(JobEvent.STEPS.values())
 
 
 def record_event(
@@ -83,9 +84,10 @@ def record_event(
     before an event of an earlier step (an agent's clock may lag the portal's)."""
     step = JobEvent.STEPS.get(kind, 30)
     when = at or timezone.now()
-    floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
-    if floor is not None and floor > when:
-        when = floor
+    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
+        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+        if floor is not None and floor > when:
+            when = floor
     stored = dict(data or {})
     if message:
         stored["msgid"] = message
@@ -325,7 +327,7 @@ def job_submit(
         params={"queue": queue_obj.name},
         actor=owner,
     )
-    request_scheduling_pass()
+    executors.current().job_queued(job)
     # A new job has no GPUs yet and only the mounts just set: whoever shows it
     # (the API's answer) need not ask the database again.
     job._prefetched_objects_cache = {  # type: ignore[attr-defined]
@@ -432,7 +434,12 @@ def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
 
 
 def request_scheduling_pass() -> None:
-    """Ask for a scheduling pass after this transaction commits; requests coalesce."""
+    """Ask for a scheduling pass after this transaction commits; requests coalesce.
+
+    Where the executor schedules itself (Slurm), the portal runs no pass.
+    """
+    if not executors.portal_schedules():
+        return
     from jobqueue.scheduling import scheduling_pass_request
 
     scheduling_pass_request()
@@ -460,6 +467,12 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
+    executors.current().job_cancel(job, actor=actor)
+    return job
+
+
+def cancel_on_agents(job: Job, *, actor: User) -> None:
+    """Agents mode: a waiting job ends at once; a running one is stopped (SIGTERM, grace, SIGKILL)."""
     if job.state in Job.WAITING_STATES:
         job.state = Job.State.CANCELLED
         job.ended_at = timezone.now()
@@ -471,19 +484,28 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
         )
         record_event(job, "cancelled", gettext_noop("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
-        return job
+        return
     _request_stop(
         job,
         reason="cancelled",
         message=gettext_noop("Cancel requested; stopping the container."),
         actor=actor,
     )
-    return job
+
+
+def _refuse_in_slurm_mode() -> None:
+    if not executors.portal_schedules():
+        raise InvalidTransition(
+            _(
+                "Slurm schedules the jobs here: hold or release a job in Slurm (scontrol hold / scontrol release)."
+            )
+        )
 
 
 @transaction.atomic
 def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
     """An admin keeps a waiting job from starting (it stays in its queue) until released."""
+    _refuse_in_slurm_mode()
     job = _locked_job(job_id)
     if job.state != Job.State.PENDING:
         raise InvalidTransition(
@@ -509,6 +531,7 @@ def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
 @transaction.atomic
 def job_release(*, job_id: int, actor: User) -> Job:
     """Let a held job compete for GPUs again, with its original place (submit time)."""
+    _refuse_in_slurm_mode()
     job = _locked_job(job_id)
     if job.state != Job.State.HELD:
         raise InvalidTransition(

@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from jobqueue import scheduling, services
+from jobqueue import executors, scheduling, services
 from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
 
 
@@ -14,6 +14,8 @@ from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogra
     name="control.scheduling_pass", time_limit=120, soft_time_limit=100, ignore_result=True
 )
 def scheduling_pass_task() -> dict[str, Any]:
+    if not executors.portal_schedules():  # Slurm mode: Slurm schedules, slurm.sync reconciles
+        return {"skipped": "executor schedules itself"}
     result = scheduling.scheduling_pass()
     histogram_observe(
         name=SCHEDULING_PASS, value=result.duration_ms / 1000, bounds=SCHEDULING_PASS_BUCKETS
@@ -27,6 +29,8 @@ def scheduling_pass_task() -> dict[str, Any]:
 
 @shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
 def jobs_enforce_time_limits_task() -> dict[str, int]:
+    if not executors.portal_schedules():  # Slurm enforces --time itself
+        return {}
     # A job whose stop was already asked is not stopped twice by the limits, but the
     # escalation makes sure it is not skipped for ever.
     return {**services.jobs_enforce_time_limits(), **services.jobs_escalate_stops()}

@@ -14,10 +14,11 @@ from django.views.decorators.http import require_POST
 from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from alerts.selectors import alerts_for_job
-from jobqueue import dispatch, selectors, services
+from jobqueue import executors, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
 from labportal.errors import DomainError
+from slurm.models import SlurmJob
 
 
 @login_required
@@ -107,8 +108,10 @@ def _page_number(raw: str | None) -> int:
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
+    executors.current().job_output(job, refresh=False)
     context = {
         "job": job,
+        "slurm_job": SlurmJob.objects.filter(job=job).first(),
         "credits_charged": credits_charged_for_job(job.pk) if job.is_final else None,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
@@ -150,8 +153,8 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def job_refresh_logs(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
-    if job.node is not None and job.state in Job.ACTIVE_STATES:
-        dispatch.send_logs_request(node=job.node, job_id=job.pk)
+    if job.state in Job.ACTIVE_STATES:
+        executors.current().job_output(job, refresh=True)
         messages.info(
             request, _("Asked the node for the latest log lines; they appear in a few seconds.")
         )

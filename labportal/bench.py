@@ -5,7 +5,7 @@
 
 It creates (and afterwards drops) a database `<name>_bench` next to the one in
 DATABASE_URL and serves the portal with gunicorn (production settings). When
-Slurm is installed it first starts a private one (labportal.bench_slurm: one
+Slurm is installed it first starts a private one (slurm.local: one
 node, Gres=gpu:4) and runs the same workloads on it; otherwise every Slurm
 column says "not measured". Then, for the portal:
 
@@ -37,6 +37,7 @@ import requests
 
 GPUS = 4  # the issue's setup: one simulated node with 4 GPUs
 BATCH = 50  # jobs per POST /api/jobs/batch/, like a job array
+PARTS = ("submit", "start", "makespan", "load")
 
 
 def bench_database_url(url: str) -> tuple[str, str, str]:
@@ -101,8 +102,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1_000_000, help="big database")
     parser.add_argument("--web-workers", type=int, default=3)
     parser.add_argument("--no-slurm", action="store_true", help="skip the Slurm anchor")
+    parser.add_argument(
+        "--slurm-ports",
+        default="8801,8802",
+        help="slurmctld,slurmd ports of the private Slurm (two free ports)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to measure, of {','.join(PARTS)} (default: all)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    args.parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    unknown = args.parts - set(PARTS)
+    if unknown:
+        parser.error(
+            f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}"
+        )
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
@@ -165,22 +182,30 @@ def main(argv: list[str] | None = None) -> int:
         submit = lambda s: s.post(f"{base}/api/jobs/", json=payload)  # noqa: E731
         read = lambda s: s.get(f"{base}/api/queues/")  # noqa: E731
         timed_requests(session, 50, 2, read)  # warm up every worker
-        portal["read_serial_per_s"] = round(timed_requests(session, args.serial, 1, read), 1)
-        portal["submit_serial_per_s"] = round(timed_requests(session, args.serial, 1, submit), 1)
-        portal["submit_parallel8_per_s"] = round(
-            timed_requests(session, args.parallel, 8, submit), 1
-        )
-        batch = {"jobs": [payload] * BATCH}
-        submit_batch = lambda s: s.post(f"{base}/api/jobs/batch/", json=batch)  # noqa: E731
-        batches = max(1, args.serial // BATCH)
-        portal["submit_batch_jobs_per_s"] = round(
-            timed_requests(session, batches, 1, submit_batch) * BATCH, 1
-        )
-        _start_agent(stack, node_tokens, settings, var_dir)
-        portal["time_to_start"] = _time_to_start(stack, base, session, args.starts)
-        portal["makespan"] = _makespan(stack, base, session, args)
+        if "submit" in args.parts:
+            portal["read_serial_per_s"] = round(timed_requests(session, args.serial, 1, read), 1)
+            portal["submit_serial_per_s"] = round(
+                timed_requests(session, args.serial, 1, submit), 1
+            )
+            portal["submit_parallel8_per_s"] = round(
+                timed_requests(session, args.parallel, 8, submit), 1
+            )
+            batch = {"jobs": [payload] * BATCH}
+            submit_batch = lambda s: s.post(f"{base}/api/jobs/batch/", json=batch)  # noqa: E731
+            batches = max(1, args.serial // BATCH)
+            portal["submit_batch_jobs_per_s"] = round(
+                timed_requests(session, batches, 1, submit_batch) * BATCH, 1
+            )
+        if args.parts & {"start", "makespan"}:
+            _start_agent(stack, node_tokens, settings, var_dir)
+        if "start" in args.parts:
+            portal["time_to_start"] = _time_to_start(stack, base, session, args.starts)
+        if "makespan" in args.parts:
+            portal["makespan"] = _makespan(stack, base, session, args)
         stack.stop()
         stack = Stack(env={**os.environ, "PYTHONUNBUFFERED": "1"}, log_dir=var_dir / "logs2")
+        if "load" not in args.parts:
+            return _report(results, args)
 
         began = time.perf_counter()
         lab = bench_load.big_lab(finished=args.finished_jobs, samples=args.samples)
@@ -203,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
 
         connections.close_all()
         recreate_database(admin_url, bench_name, drop_only=True)
+    return _report(results, args)
+
+
+def _report(results: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results, default=str))
     else:
@@ -212,21 +241,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def _slurm_anchor(args: argparse.Namespace) -> dict[str, Any]:
     """The same workloads on a private Slurm, or why it was not measured."""
-    from labportal.bench_slurm import LocalSlurm, summary
+    from slurm.local import LocalSlurm, summary
 
     missing = "skipped with --no-slurm" if args.no_slurm else LocalSlurm.missing()
     if missing:
         return {"not_measured": missing}
-    slurm = LocalSlurm(gpus=4)
+    if not args.parts & {"submit", "start", "makespan"}:
+        return {"not_measured": "no part that Slurm runs was asked for"}
+    ctld, slurmd = (int(p) for p in args.slurm_ports.split(","))
+    slurm = LocalSlurm(gpus=4, ports=(ctld, slurmd))
     try:
         slurm.start()
-        out: dict[str, Any] = {
-            "sbatch_serial_per_s": round(slurm.submit_rate(min(args.serial, 300), 1), 1),
-            "sbatch_parallel8_per_s": round(slurm.submit_rate(min(args.parallel, 800), 8), 1),
-            "time_to_start": summary(slurm.submit_to_running(args.starts)),
-        }
-        out["makespan"] = slurm.makespan(args.makespan_jobs, args.makespan_seconds)
-        out["makespan"]["makespan_s"] = round(out["makespan"]["makespan_s"], 1)
+        out: dict[str, Any] = {}
+        if "submit" in args.parts:
+            out["sbatch_serial_per_s"] = round(slurm.submit_rate(min(args.serial, 300), 1), 1)
+            out["sbatch_parallel8_per_s"] = round(slurm.submit_rate(min(args.parallel, 800), 8), 1)
+        if "start" in args.parts:
+            out["time_to_start"] = summary(slurm.submit_to_running(args.starts))
+        if "makespan" in args.parts:
+            out["makespan"] = slurm.makespan(args.makespan_jobs, args.makespan_seconds)
+            out["makespan"]["makespan_s"] = round(out["makespan"]["makespan_s"], 1)
         return out
     except Exception as exc:  # report it, and measure the portal anyway
         return {"not_measured": f"Slurm failed in this run: {exc}"}
@@ -253,27 +287,55 @@ def _print_report(results: dict[str, Any], args: argparse.Namespace) -> None:
         return value
 
     rows: list[tuple[str, str, str, str]] = []
+    if "makespan" in lp:
+        rows += _makespan_rows(lp, slurm, args)
+    if "time_to_start" in lp:
+        tts, stts = lp["time_to_start"], slurm("time_to_start")
+        rows.append(
+            (
+                "submit to running p50/p95/max",
+                f"{tts['p50_s']}/{tts['p95_s']}/{tts['max_s']} s",
+                _fmt(stts and f"{stts['p50_s']}/{stts['p95_s']}/{stts['max_s']} s"),
+                "p95 < 1 s, max < 2 s",
+            )
+        )
+    if "submit_serial_per_s" in lp:
+        rows += _submit_rows(lp, slurm)
+    if "pass" in lp:
+        rows += _load_rows(lp, args)
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    header = ("target", "LabPortal", "anchor (same run)", "goal")
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    if "big_database_s" in lp:
+        print(f"(big database generated in {lp['big_database_s']} s)")
+
+
+def _makespan_rows(lp: dict[str, Any], slurm: Any, args: argparse.Namespace) -> list[Any]:
     ideal = args.makespan_jobs * args.makespan_seconds / 4
     ms = lp["makespan"]
     sms = slurm("makespan", "makespan_s")
-    rows.append(
+    gap = ms["gap"]
+    return [
         (
             f"{args.makespan_jobs}x{args.makespan_seconds:g}s on 4 GPUs, makespan",
             f"{ms['makespan_s']} s = {ms['makespan_s'] / ideal:.2f}x ideal",
             _fmt(sms and f"{sms} s = {sms / ideal:.2f}x ideal"),
             f"<=1.1x ideal, <=0.7x Slurm ({'%.2f' % (ms['makespan_s'] / sms) if sms else '?'}x)",
-        )
-    )
-    rows.append(("  jobs wrongly failed", str(ms["failed"]), "", "0"))
-    tts, stts = lp["time_to_start"], slurm("time_to_start")
-    rows.append(
+        ),
+        ("  jobs wrongly failed", str(ms["failed"]), "", "0"),
         (
-            "submit to running p50/p95/max",
-            f"{tts['p50_s']}/{tts['p95_s']}/{tts['max_s']} s",
-            _fmt(stts and f"{stts['p50_s']}/{stts['p95_s']}/{stts['max_s']} s"),
-            "p95 < 1 s, max < 2 s",
-        )
-    )
+            "  GPU idle between jobs p50/p95",
+            f"{gap['idle_p50_s']}/{gap['idle_p95_s']} s",
+            f"end→dispatch p50 {gap['end_to_dispatch_p50_s']} s, "
+            f"dispatch→start p50 {gap['dispatch_to_start_p50_s']} s",
+            "",
+        ),
+    ]
+
+
+def _submit_rows(lp: dict[str, Any], slurm: Any) -> list[Any]:
+    rows = []
     for label, key, skey in (
         ("API submits/s, 1 client", "submit_serial_per_s", "sbatch_serial_per_s"),
         ("API submits/s, 8 clients", "submit_parallel8_per_s", "sbatch_parallel8_per_s"),
@@ -289,6 +351,11 @@ def _print_report(results: dict[str, Any], args: argparse.Namespace) -> None:
         )
     rows.append(("API submits/s, batches of 50", f"{lp['submit_batch_jobs_per_s']}/s", "", ""))
     rows.append(("authenticated read/s, 1 client", f"{lp['read_serial_per_s']}/s", "", ""))
+    return rows
+
+
+def _load_rows(lp: dict[str, Any], args: argparse.Namespace) -> list[Any]:
+    rows = []
     p = lp["pass"]
     rows.append(
         (
@@ -326,11 +393,7 @@ def _print_report(results: dict[str, Any], args: argparse.Namespace) -> None:
             ">= 9000/s",
         )
     )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    header = ("target", "LabPortal", "anchor (same run)", "goal")
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    print(f"(big database generated in {lp['big_database_s']} s)")
+    return rows
 
 
 def _seed() -> tuple[str, list[tuple[str, str]]]:
@@ -425,7 +488,7 @@ def _time_to_start(stack: Any, base: str, session: Any, count: int) -> dict[str,
                     f"job {job_id} did not start within 60 s:\n{stack.tail('control')}"
                 )
             time.sleep(0.02)
-    from labportal.bench_slurm import summary
+    from slurm.local import summary
 
     time.sleep(1)  # let the last one end: the next figure starts on an idle cluster
     return {**summary(waits), "jobs": len(waits)}
@@ -466,6 +529,48 @@ def _makespan(stack: Any, base: str, session: Any, args: argparse.Namespace) -> 
         "makespan_s": round(last_end.timestamp() - began, 1),
         "jobs": ours.count(),
         "failed": failed,
+        "gap": _idle_gaps(first),
+    }
+
+
+def _idle_gaps(first_pk: int) -> dict[str, float | None]:
+    """Where a GPU's idle time between one job's end and the next one's start goes.
+
+    end → dispatch: the exit's way to the portal, the pass request and the pass up to its
+    plan (dispatched_at is the pass's clock); dispatch → start: the rest of the pass, the
+    start command's way to the agent and the process's launch (started_at is the agent's).
+    """
+    from jobqueue.models import Allocation
+
+    runs: dict[int, list[tuple[float, float, float]]] = {}
+    for gpu_id, dispatched_at, started_at, ended_at in Allocation.objects.filter(
+        job__pk__gt=first_pk,
+        job__dispatched_at__isnull=False,
+        job__started_at__isnull=False,
+        job__ended_at__isnull=False,
+    ).values_list("gpu_id", "job__dispatched_at", "job__started_at", "job__ended_at"):
+        assert dispatched_at and started_at and ended_at  # filtered above
+        runs.setdefault(gpu_id, []).append(
+            (started_at.timestamp(), dispatched_at.timestamp(), ended_at.timestamp())
+        )
+    idle: list[float] = []
+    to_dispatch: list[float] = []
+    to_start: list[float] = []
+    for seq in runs.values():
+        seq.sort()
+        for (_s0, _d0, end), (start, dispatch, _e1) in zip(seq, seq[1:], strict=False):
+            idle.append(start - end)
+            to_dispatch.append(dispatch - end)
+            to_start.append(start - dispatch)
+
+    def q(values: list[float], at: float) -> float | None:
+        return round(percentile(values, at), 3) if values else None
+
+    return {
+        "idle_p50_s": q(idle, 0.5),
+        "idle_p95_s": q(idle, 0.95),
+        "end_to_dispatch_p50_s": q(to_dispatch, 0.5),
+        "dispatch_to_start_p50_s": q(to_start, 0.5),
     }
 
 

@@ -95,7 +95,8 @@ def big_lab(
     job_columns = (
         "name, command, env, gpus, shared_slot, min_gpu_memory_mb, gpu_model, cpus, memory_mb,"
         " time_limit_s, preemptible, state, hold_reason, submitted_at, end_reason, container_id,"
-        " log_tail, pending_reason, image_id, owner_id, queue_id, dispatch_count"
+        " log_tail, pending_reason, image_id, owner_id, queue_id, dispatch_count,"
+        " start_resends, stop_resends"
     )
     with connection.cursor() as cur:
         # Finished jobs over the last 8 weeks, 5 min to 6 h each, one allocation each.
@@ -105,7 +106,7 @@ def big_lab(
               INSERT INTO jobqueue_job ({job_columns}, started_at, ended_at, exit_code, node_id)
               SELECT 'bench', '["sleep","1"]', '{{}}', 1, false, 0, '', 4, 16384, 86400, false,
                      'completed', '', s.started - interval '1 minute', '', '', '', '', %(image)s,
-                     (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 1,
+                     (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 1, 0, 0,
                      s.started, s.started + s.len, 0, NULL
               FROM generate_series(1, %(finished)s) g,
                    LATERAL (SELECT %(now)s::timestamptz - (g::float / %(finished)s) * interval '56 days'
@@ -126,7 +127,7 @@ def big_lab(
               INSERT INTO jobqueue_job ({job_columns}, started_at, dispatched_at)
               SELECT 'bench', '["sleep","1"]', '{{}}', 1, false, 0, '', 4, 16384, 86400, false,
                      'running', '', %(now)s - interval '2 hours', '', 'c' || g, '', '', %(image)s,
-                     (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 1,
+                     (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 1, 0, 0,
                      %(now)s - interval '1 hour', %(now)s - interval '1 hour'
               FROM generate_series(1, %(ng)s) g
               RETURNING id, started_at
@@ -143,7 +144,7 @@ def big_lab(
             INSERT INTO jobqueue_job ({job_columns})
             SELECT 'bench', '["sleep","1"]', '{{}}', 1 + (g %% 4 = 0)::int, false, 0, '', 4, 16384,
                    3600 * (1 + g %% 8), false, 'pending', '', %(now)s - g * interval '1 second', '', '',
-                   '', '', %(image)s, (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 0
+                   '', '', %(image)s, (%(users)s::bigint[])[1 + g %% %(nu)s], %(queue)s, 0, 0, 0
             FROM generate_series(1, %(waiting)s) g
             """,
             {**params, "waiting": waiting},

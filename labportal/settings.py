@@ -94,6 +94,7 @@ LOCAL_APPS = [
     "reports",
     "handbook",
     "alerts",
+    "slurm",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
@@ -365,6 +366,41 @@ LABPORTAL_STOP_RETRIES = env_int("LABPORTAL_STOP_RETRIES", 3, minimum=0)
 # How far an agent's clock may be off before its job events are refused.
 LABPORTAL_CLOCK_SKEW_S = env_int("LABPORTAL_CLOCK_SKEW_S", 300, minimum=0)
 LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=1000)
+
+# --- Executor -------------------------------------------------------------------
+# Who runs the jobs: LabPortal's own agents (the default), or an existing Slurm cluster
+# (Slurm schedules and runs; the portal submits as each member's unix user and syncs back).
+LABPORTAL_EXECUTOR = env_choice("LABPORTAL_EXECUTOR", "agents", ("agents", "slurm"))
+# slurmrestd's address (preferred): the portal signs a short-lived JWT for the member's unix
+# user with Slurm's HS256 key (slurm.conf AuthAltParameters=jwt_key=...). Without it the
+# portal runs the Slurm commands on its own host, sbatch/scancel through LABPORTAL_SLURM_RUN_AS.
+LABPORTAL_SLURM_REST_URL = (env_str("LABPORTAL_SLURM_REST_URL", "") or "").rstrip("/")
+LABPORTAL_SLURM_JWT_KEY_FILE = env_str("LABPORTAL_SLURM_JWT_KEY_FILE", "") or ""
+LABPORTAL_SLURM_JWT_LIFETIME_S = env_int("LABPORTAL_SLURM_JWT_LIFETIME_S", 300, minimum=30)
+# The Slurm user the portal reads the queue, nodes and accounting as (an operator).
+LABPORTAL_SLURM_SERVICE_USER = env_str("LABPORTAL_SLURM_SERVICE_USER", "slurm") or "slurm"
+LABPORTAL_SLURM_CONF = env_str("LABPORTAL_SLURM_CONF", "") or ""
+# The command prefix that runs sbatch/scancel as the member ({user}); never run as root.
+LABPORTAL_SLURM_RUN_AS = env_str("LABPORTAL_SLURM_RUN_AS", "sudo -n -u {user} --") or ""
+# How a job's container image runs: pyxis (srun --container-image), apptainer, or none.
+LABPORTAL_SLURM_CONTAINER = env_choice(
+    "LABPORTAL_SLURM_CONTAINER", "none", ("none", "pyxis", "apptainer")
+)
+# Where jobs write their output: a directory the nodes and the portal host share.
+LABPORTAL_SLURM_OUTPUT_DIR = env_str("LABPORTAL_SLURM_OUTPUT_DIR", "/tmp") or "/tmp"
+LABPORTAL_SLURM_SYNC_S = env_int("LABPORTAL_SLURM_SYNC_S", 15, minimum=2)
+if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_SLURM_JWT_KEY_FILE:
+    raise ImproperlyConfigured(
+        "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
+        "of Slurm's JWT key (slurm.conf AuthAltParameters=jwt_key=...), readable by the portal."
+    )
+if LABPORTAL_EXECUTOR == "slurm":
+    # Slurm schedules and enforces time limits; the portal reconciles with it instead.
+    from slurm.beat import slurm_beat_schedule  # noqa: E402
+
+    for _portal_pass in ("scheduling-pass", "time-limits"):
+        CELERY_BEAT_SCHEDULE.pop(_portal_pass, None)
+    CELERY_BEAT_SCHEDULE.update(slurm_beat_schedule(sync_s=LABPORTAL_SLURM_SYNC_S))
 
 # --- Backups ------------------------------------------------------------------
 # Uploaded files (none yet by default); backed up with the database when present.

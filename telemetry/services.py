@@ -301,6 +301,15 @@ def _metric(raw: dict[str, Any], name: str, integer: bool, low: float, high: flo
     return value
 
 
+def portal_job_for_slurm_job(slurm_job_id: int) -> int | None:
+    """The portal job a Slurm job runs (None for a job submitted outside the portal)."""
+    from slurm.models import SlurmJob
+
+    return (
+        SlurmJob.objects.filter(slurm_job_id=slurm_job_id).values_list("job_id", flat=True).first()
+    )
+
+
 def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
     processes = raw.get("processes")
     if processes is None:
@@ -335,5 +344,12 @@ def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
         }
         if unix_user is not None:  # only a stray's owner is worth the bytes
             entry["unix_user"] = unix_user
+        slurm_job_id = process.get("slurm_job_id")
+        if slurm_job_id is not None:
+            if not is_int(slurm_job_id) or not 0 < slurm_job_id < 2**63:
+                raise malformed("a process's slurm_job_id must be null or a positive integer")
+            entry["slurm_job_id"] = slurm_job_id
+            if job_id is None:  # Slurm mode: the portal job that Slurm job runs
+                entry["job_id"] = portal_job_for_slurm_job(slurm_job_id)
         clean.append(entry)
     return clean

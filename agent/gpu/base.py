@@ -51,6 +51,8 @@ class ProcessSample:
     job_id: int | None = None
     # The process's unix user, reported for processes that belong to no job.
     unix_user: str | None = None
+    # In Slurm mode: the Slurm job the process runs in (from its cgroup).
+    slurm_job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class GpuSample:
         for process in wire["processes"]:
             if process["unix_user"] is None:  # only a stray's owner is worth the bytes
                 del process["unix_user"]
+            if process["slurm_job_id"] is None:  # only sent in Slurm mode
+                del process["slurm_job_id"]
         return wire
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.gpu.base import GpuBackend, GpuBackendUnavailable, GpuInfo, GpuSample, ProcessSample
-from agent.gpu.cgroup import container_id_for_pid
+from agent.gpu.cgroup import container_id_for_pid, slurm_job_id_for_pid
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,7 @@ class NvmlBackend(GpuBackend):
             # e.g. for another container's process without privileges.
             used_mb=int(used // MIB) if isinstance(used, int) and used < 2**63 else None,
             container_id=container_id_for_pid(int(proc.pid), self._proc_root),
+            slurm_job_id=slurm_job_id_for_pid(int(proc.pid), self._proc_root),
         )
 
     def _try(self, read: Callable[[], T]) -> T | None:

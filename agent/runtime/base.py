@@ -298,6 +298,14 @@ class ContainerRuntime(ABC):
     def remove(self, job_id: int) -> None:
         """Forget an ended job and delete its container/process state."""
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        """One job's status, or ``None`` if the runtime has nothing for it.
+
+        A runtime that can look one job up directly overrides this: the agent asks it
+        at each job's end, and listing every job kept for a day would cost more.
+        """
+        return next((s for s in self.list_jobs() if s.job_id == job_id), None)
+
     def job_for_pid(self, pid: int) -> JobStatus | None:
         """The job a host pid belongs to, when the runtime can tell without cgroups."""
         return None

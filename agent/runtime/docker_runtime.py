@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -108,6 +109,10 @@ class DockerRuntime(ContainerRuntime):
         # Inspect results of exited containers never change: cache them so the
         # watcher's poll does not inspect every old container every cycle.
         self._exited: dict[str, JobStatus] = {}
+        self._exit_callbacks: list[Callable[[int], None]] = []
+        self._events_thread: threading.Thread | None = None
+        self._events_stop = threading.Event()
+        self._events_stream: Any = None
 
     # -- helpers -----------------------------------------------------------
 
@@ -220,6 +225,49 @@ class DockerRuntime(ContainerRuntime):
             gpu_uuids=tuple(u for u in gpus.split(",") if u),
         )
 
+    # -- exits, as the engine reports them ----------------------------------
+
+    def on_exit(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(job_id)`` when one of this node's job containers dies.
+
+        One thread follows the engine's event stream (``die`` events of this node's
+        labelled containers), so an exit is known within milliseconds instead of at
+        the agent's next look; if the stream breaks it reconnects, and the agent's
+        watch loop finds whatever ended meanwhile.
+        """
+        self._exit_callbacks.append(callback)
+        if self._events_thread is None:
+            self._events_thread = threading.Thread(
+                target=self._follow_events, name=f"docker-events-{self._node}", daemon=True
+            )
+            self._events_thread.start()
+
+    def _follow_events(self) -> None:
+        filters = {"type": "container", "event": "die", **self._label_filters()}
+        pause_s = 0.5
+        while not self._events_stop.is_set():
+            try:
+                self._events_stream = self._client.events(decode=True, filters=filters)
+                pause_s = 0.5
+                for event in self._events_stream:
+                    labels = (event.get("Actor") or {}).get("Attributes") or {}
+                    job_id = str(labels.get(LABEL_JOB_ID, ""))
+                    if job_id.isdigit():
+                        self._tell_exit(int(job_id))
+            except Exception:
+                if self._events_stop.is_set():
+                    return
+                log.warning("the Docker event stream broke; following it again", exc_info=True)
+            self._events_stop.wait(pause_s)
+            pause_s = min(pause_s * 2, 10.0)
+
+    def _tell_exit(self, job_id: int) -> None:
+        for callback in list(self._exit_callbacks):
+            try:
+                callback(job_id)
+            except Exception:
+                log.exception("exit callback for job %s failed", job_id)
+
     # -- the interface -----------------------------------------------------
 
     def start(self, spec: JobSpec) -> StartOutcome:
@@ -302,6 +350,18 @@ class DockerRuntime(ContainerRuntime):
         raw = container.logs(stdout=True, stderr=True, tail=max(0, int(tail)))
         return raw.decode("utf-8", errors="replace")
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        container = self._find(job_id)
+        if container is None:
+            return None
+        cached = self._exited.get(container.id)
+        if cached is not None:
+            return cached
+        status = self._status(container)
+        if status.state == "exited":
+            self._exited[container.id] = status
+        return status
+
     def list_jobs(self) -> list[JobStatus]:
         statuses = []
         summaries = self._client.containers.list(
@@ -346,7 +406,18 @@ class DockerRuntime(ContainerRuntime):
             container.remove(force=True)
         self._remove_job_network(job_id)
 
+    def stop_following_exits(self) -> None:
+        """End the event stream's thread (``close`` does it too)."""
+        self._events_stop.set()
+        stream = self._events_stream
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+        if self._events_thread is not None:
+            self._events_thread.join(timeout=5)
+
     def close(self) -> None:
+        self.stop_following_exits()
         self._client.close()
 
 

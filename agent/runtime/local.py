@@ -318,6 +318,9 @@ class LocalProcessRuntime(ContainerRuntime):
         lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
         return "".join(lines[-tail:]) if tail > 0 else ""
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        return self._status(job_id)
+
     def list_jobs(self) -> list[JobStatus]:
         statuses = []
         for entry in sorted(self._root.iterdir()):

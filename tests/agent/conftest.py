@@ -61,7 +61,9 @@ def docker_client() -> Iterator[Any]:
 def docker_runtime(docker_client: Any, node_name: str) -> Iterator[Any]:
     from agent.runtime.docker_runtime import DockerRuntime
 
-    yield DockerRuntime(node_name, client=docker_client)
+    runtime = DockerRuntime(node_name, client=docker_client)
+    yield runtime
+    runtime.stop_following_exits()  # the client is shared: close() would close it
     for container in docker_client.containers.list(
         all=True, filters={"label": f"labportal.node={node_name}"}
     ):

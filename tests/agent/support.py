@@ -144,6 +144,9 @@ class FakeRuntime(ContainerRuntime):
     def list_jobs(self) -> list[JobStatus]:
         return list(self.jobs.values())
 
+    def job_status(self, job_id: int) -> JobStatus | None:
+        return self.jobs.get(job_id)
+
     def remove(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
 

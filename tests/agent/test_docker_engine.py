@@ -137,6 +137,22 @@ def test_a_missing_program_ends_the_job_with_127_and_says_why_in_the_log_tail(
     assert "/no/such/program" in event["log_tail"]
 
 
+def test_the_engine_tells_the_agent_of_an_exit_without_the_watch_loop(
+    docker_runtime: DockerRuntime, node_name: str
+) -> None:
+    node_agent, app = make_agent(docker_runtime, node_name)
+    node_agent.start_job(job_spec(112, command=["sh", "-c", "sleep 1; echo done; exit 3"]))
+    assert app.events("started")
+
+    # Nobody calls watch_once here: only the engine's "die" event can bring the exit.
+    wait_until(lambda: app.events("exited"), timeout_s=30)
+
+    (event,) = app.events("exited")
+    assert event["job_id"] == 112 and event["exit_code"] == 3
+    assert "done" in event["log_tail"]
+    assert node_agent.running_job_ids() == []
+
+
 def test_stop_gives_a_job_that_traps_sigterm_its_grace_and_it_exits_cleanly(
     docker_runtime: DockerRuntime,
 ) -> None:

@@ -335,6 +335,31 @@ def test_an_exit_the_runtime_announces_is_reported_without_a_watch(
     assert event["job_id"] == 9 and event["exit_code"] == 0
 
 
+def test_an_announced_exit_is_reported_once_and_lists_no_other_jobs(
+    agent: NodeAgent, app: RecordingApp, runtime: FakeRuntime
+) -> None:
+    # A node keeps a day of ended jobs: an exit must not cost a look at each of them.
+    for job_id in (11, 12):
+        agent.start_job(gpu_spec(agent, job_id))
+    runtime.end(11, 0)
+    listings = []
+    real_list = runtime.list_jobs
+
+    def counted_list() -> list[JobStatus]:
+        listings.append(1)
+        return real_list()
+
+    runtime.list_jobs = counted_list  # type: ignore[method-assign]
+
+    runtime.announce_exit(11)
+    runtime.announce_exit(11)  # the engine may tell twice
+    agent.watch_once()
+
+    assert [e["job_id"] for e in app.events("exited")] == [11]
+    assert listings == [1]  # only the watch loop's look
+    assert agent.running_job_ids() == [12]
+
+
 def test_an_exit_announced_while_the_start_is_being_reported_follows_started(
     app: RecordingApp, backend: SimulatedBackend
 ) -> None:

@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from jobqueue.models import Job
@@ -175,6 +177,32 @@ def test_a_batch_queues_every_job_in_one_request(alice: Any, cluster: Any, image
     created = body(response)
     assert [j["command"][-1] for j in created] == ["--lr=0.1", "--lr=0.01", "--lr=0.001"]
     assert Job.objects.filter(owner=alice, state=Job.State.PENDING).count() == 3
+
+
+def test_a_batch_asks_for_one_scheduling_pass_not_one_per_job(
+    alice: Any,
+    cluster: Any,
+    image: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from jobqueue import tasks
+
+    enqueued: list[int] = []
+    monkeypatch.setattr(tasks.scheduling_pass_task, "apply_async", lambda: enqueued.append(1))
+    jobs = [{"image": "labportal/busybox:test", "command": ["true"], "gpus": 1}] * 20
+    with (
+        CaptureQueriesContext(connection) as queries,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        response = api_as(alice).post("/api/jobs/batch/", {"jobs": jobs}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert enqueued == [1]
+    # One claim of the request flag (on SQLite up to three statements: the row's first
+    # get_or_create), not one per job.
+    claims = [q for q in queries.captured_queries if "main:requests" in q["sql"]]
+    assert 1 <= len(claims) <= 3
 
 
 def test_a_batch_with_one_bad_job_queues_none_and_names_the_job(

@@ -72,6 +72,46 @@ def test_waiting_jobs_get_a_position_an_estimated_start_and_a_reason(
     assert waiting.pending_reason_text == "Waiting for GPUs to free up."
 
 
+def test_an_older_pass_never_overwrites_the_places_a_newer_pass_stored(
+    alice: Any, bob: Any, cluster: Any, image: Any
+) -> None:
+    for _ in range(2):
+        submit(alice, gpus=4, time_limit_s=3600)
+    waiting = submit(bob, gpus=4, time_limit_s=3600)
+    now = timezone.now()
+    scheduling_pass(now=now)
+    Job.objects.filter(pk=waiting.pk).update(queue_position=99, pending_reason="")
+
+    # A pass that planned earlier but stores late (its worker was slow) writes nothing...
+    scheduling_pass(now=now - timedelta(seconds=5))
+    waiting.refresh_from_db()
+    assert (waiting.queue_position, waiting.pending_reason) == (99, "")
+
+    # ...while the next pass stores its own figures.
+    scheduling_pass(now=now + timedelta(seconds=5))
+    waiting.refresh_from_db()
+    assert (waiting.queue_position, waiting.pending_reason) == (1, "resources")
+
+
+def test_a_moment_later_a_pass_rewrites_no_waiting_row_whose_figures_barely_moved(
+    alice: Any, bob: Any, cluster: Any, image: Any
+) -> None:
+    for _ in range(2):
+        submit(alice, gpus=4, time_limit_s=3600)
+    waiting = submit(bob, gpus=4, time_limit_s=3600)
+    now = timezone.now()
+    scheduling_pass(now=now)
+    waiting.refresh_from_db()
+    stored = waiting.estimated_start
+    assert stored is not None
+    Job.objects.filter(pk=waiting.pk).update(estimated_start=stored + timedelta(seconds=10))
+
+    # Estimates are shown to the minute: ten seconds of drift is not worth a write.
+    scheduling_pass(now=now + timedelta(seconds=2))
+    waiting.refresh_from_db()
+    assert waiting.estimated_start == stored + timedelta(seconds=10)
+
+
 def test_nothing_new_starts_on_a_draining_node(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:

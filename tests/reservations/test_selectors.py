@@ -11,7 +11,7 @@ from reservations.selectors import (
     busy_fraction_by_hour_of_week,
     calendar_view,
     hour_of_week,
-    reservations_for_scheduler,
+    reservation_rows_for_scheduler,
 )
 from reservations.services import reservation_cancel, reservation_create
 from tests.reservations.conftest import T0, at
@@ -36,19 +36,20 @@ class TestReservationsForScheduler:
         reservation_create(user=alice, gpu_ids=[gpus[3].pk], start=at(30), end=at(31))  # beyond
         cancelled = reservation_create(user=bob, gpu_ids=[gpus[4].pk], start=at(1), end=at(2))
         reservation_cancel(reservation_id=cancelled.pk, actor=bob)
-        found = reservations_for_scheduler(now=T0, horizon=timedelta(hours=24))
-        assert [r.pk for r in found] == [running.pk, inside.pk]
         with CaptureQueriesContext(connection) as queries:
-            labels = [[g.label for g in r.gpus.all()] for r in found]
-        assert len(queries) == 0
-        assert labels == [["gpu01/gpu1", "gpu01/gpu2"], ["gpu01/gpu0"]]
+            found = reservation_rows_for_scheduler(now=T0, horizon=timedelta(hours=24))
+        assert len(queries) == 2
+        assert found == [
+            (running.pk, bob.username, (gpus[1].uuid, gpus[2].uuid), at(0), at(3)),
+            (inside.pk, alice.username, (gpus[0].uuid,), at(1), at(2)),
+        ]
 
     def test_a_booking_that_has_ended_is_not_returned(
         self, alice: Any, gpus: list[Any], clock: Any
     ) -> None:
         reservation_create(user=alice, gpu_ids=[gpus[0].pk], start=at(1), end=at(2))
-        assert reservations_for_scheduler(now=at(2), horizon=timedelta(hours=24)) == []
-        assert len(reservations_for_scheduler(now=at(1.5), horizon=timedelta(hours=1))) == 1
+        assert reservation_rows_for_scheduler(now=at(2), horizon=timedelta(hours=24)) == []
+        assert len(reservation_rows_for_scheduler(now=at(1.5), horizon=timedelta(hours=1))) == 1
 
 
 class TestBusyHours:

@@ -1,0 +1,575 @@
+"""The one place that talks to Slurm: slurmrestd with a JWT, or the Slurm commands.
+
+Both clients return the same plain dataclasses, parsed from Slurm 22.05's JSON (the
+OpenAPI v0.0.38 shapes, which ``squeue --json``, ``sinfo --json`` and ``sacct --json``
+print too), so the services above never see which transport ran.
+
+Why slurmrestd first: the portal submits as the member's unix user with a token it signs
+itself (HS256, Slurm's own ``jwt_key``), valid for minutes, so the portal host needs no
+munge key, no Slurm commands and no sudo rule. The commands are the fallback for a
+cluster without slurmrestd: sbatch and scancel run through ``LABPORTAL_SLURM_RUN_AS``
+(``sudo -n -u {user} --`` and a sudoers rule limited to those two commands), never as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import jwt
+import requests
+from django.conf import settings
+
+REST_VERSION = "v0.0.38"
+SLURMDB_VERSION = "v0.0.38"
+
+
+class SlurmError(Exception):
+    """Slurm refused or failed a request; ``str()`` is Slurm's own message."""
+
+
+class SlurmUnavailable(SlurmError):
+    """Slurm (slurmctld, slurmrestd or the commands) could not be reached."""
+
+
+# -- what Slurm reports, as plain data -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as squeue/slurmrestd (live) or sacct (accounting) reports it."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    state: str = ""  # Slurm's base state, upper case: PENDING, RUNNING, COMPLETED, ...
+    reason: str = ""
+    partition: str = ""
+    qos: str = ""
+    account: str = ""
+    nodes: str = ""
+    gpus: int = 0
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # For a pending job, Slurm's estimate of its start (squeue --start); else None.
+    estimated_start: datetime | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    time_limit_s: int | None = None
+    elapsed_s: int | None = None
+    output_path: str = ""
+    tres: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str  # Slurm's base state, lower case: idle, mixed, allocated, down, ...
+    flags: tuple[str, ...] = ()  # DRAIN, NOT_RESPONDING, ...
+    gpus: int = 0
+    gpu_type: str = ""
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    memory_mb: int = 0
+    address: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    state: str = "UP"
+    is_default: bool = False
+    max_time_s: int | None = None
+    nodes: str = ""
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One batch job to run as ``unix_user``; ``script`` is the whole batch script."""
+
+    unix_user: str
+    script: str
+    name: str
+    output_path: str
+    workdir: str
+    time_limit_s: int
+    gpus: int = 0
+    cpus: int = 1
+    memory_mb: int = 0
+    partition: str = ""
+    qos: str = ""
+    account: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+    hold: bool = False
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+_GPU_GRES = re.compile(r"(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?[:=](\d+)")
+
+
+def gpu_count(gres: str | None) -> tuple[int, str]:
+    """GPUs and their type in a GRES/TRES string: ``gpu:a100:2(S:0)`` → (2, "a100")."""
+    total, kind = 0, ""
+    for part in re.split(r",(?![^(]*\))", gres or ""):
+        match = _GPU_GRES.match(part.strip())
+        if match:
+            total += int(match.group(2))
+            kind = kind or (match.group(1) or "")
+    return total, kind
+
+
+def _epoch(value: Any) -> datetime | None:
+    """Slurm's epoch seconds (0 or null = unset; 22.05 prints plain ints) as an aware datetime."""
+    if isinstance(value, dict):  # newer Slurm: {"set": true, "number": N}
+        value = value.get("number") if value.get("set", True) else None
+    if not isinstance(value, int) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+def _minutes_s(value: Any) -> int | None:
+    if isinstance(value, dict):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        value = value.get("number")
+    return int(value) * 60 if isinstance(value, int) and value >= 0 else None
+
+
+def _base_state(value: Any) -> str:
+    if isinstance(value, list):  # newer Slurm: ["PENDING", ...]
+        value = value[0] if value else ""
+    return str(value or "").upper()
+
+
+def expand_output_path(path: str, *, job_id: int, user: str) -> str:
+    """The output file Slurm writes for ``path`` (``%j``, ``%u``, ``%x``-free patterns)."""
+    return path.replace("%j", str(job_id)).replace("%u", user).replace("%%", "%")
+
+
+def parse_live_job(raw: dict[str, Any]) -> JobInfo:
+    """One job of ``squeue --json`` / slurmrestd ``/jobs`` (22.05, v0.0.38)."""
+    job_id = int(raw["job_id"])
+    state = _base_state(raw.get("job_state"))
+    status = raw.get("exit_code")
+    exit_code = signal = None
+    if isinstance(status, int) and state not in ("PENDING", "RUNNING", "CONFIGURING"):
+        # 22.05 prints the raw wait status: code << 8 | signal.
+        exit_code, signal = status >> 8, status & 0x7F
+    gres = raw.get("tres_per_node") or raw.get("tres_per_job") or ""
+    gpus, _ = gpu_count(gres)
+    start = _epoch(raw.get("start_time"))
+    user = str(raw.get("user_name") or "")
+    reason = str(raw.get("state_reason") or "")
+    return JobInfo(
+        job_id=job_id,
+        name=str(raw.get("name") or ""),
+        user=user,
+        state=state,
+        reason="" if reason == "None" else reason,
+        partition=str(raw.get("partition") or ""),
+        qos=str(raw.get("qos") or ""),
+        account=str(raw.get("account") or ""),
+        nodes=str(raw.get("nodes") or ""),
+        gpus=gpus,
+        submitted_at=_epoch(raw.get("submit_time")),
+        started_at=start if state != "PENDING" else None,
+        ended_at=_epoch(raw.get("end_time")) if state not in ("PENDING", "RUNNING") else None,
+        estimated_start=start if state == "PENDING" else None,
+        exit_code=exit_code,
+        signal=signal,
+        time_limit_s=_minutes_s(raw.get("time_limit")),
+        output_path=expand_output_path(
+            str(raw.get("standard_output") or ""), job_id=job_id, user=user
+        ),
+    )
+
+
+def parse_jobs_json(text: str | dict[str, Any]) -> list[JobInfo]:
+    """``squeue --json`` or slurmrestd's ``/jobs`` answer."""
+    data = json.loads(text) if isinstance(text, str) else text
+    return [parse_live_job(raw) for raw in data.get("jobs", [])]
+
+
+def parse_accounting_job(raw: dict[str, Any]) -> JobInfo:
+    """One job of ``sacct --json`` / slurmrestd ``/slurmdb/.../jobs`` (22.05)."""
+    times = raw.get("time") or {}
+    state = raw.get("state") or {}
+    allocated = (raw.get("tres") or {}).get("allocated") or []
+    tres: dict[str, int] = {}
+    for item in allocated:
+        key = item.get("type", "") + (f"/{item['name']}" if item.get("name") else "")
+        if isinstance(item.get("count"), int):
+            tres[key] = item["count"]
+    exit_info = raw.get("exit_code") or {}
+    derived = raw.get("derived_exit_code") or {}
+    code = exit_info.get("return_code")
+    # 22.05 leaves the job's return_code 0 for a failed batch script; the batch step has it.
+    if not code and _base_state(state.get("current")) == "FAILED":
+        steps = [s.get("exit_code", {}).get("return_code") for s in raw.get("steps") or []]
+        code = next((c for c in steps if c), derived.get("return_code") or code)
+    started = _epoch(times.get("start"))
+    return JobInfo(
+        job_id=int(raw["job_id"]),
+        name=str(raw.get("name") or ""),
+        user=str(raw.get("user") or ""),
+        state=_base_state(state.get("current")),
+        reason="" if state.get("reason") in (None, "None") else str(state.get("reason")),
+        partition=str(raw.get("partition") or ""),
+        qos=str(raw.get("qos") or ""),
+        account=str(raw.get("account") or ""),
+        nodes=str(raw.get("nodes") or ""),
+        gpus=tres.get("gres/gpu", 0),
+        submitted_at=_epoch(times.get("submission")),
+        started_at=started,
+        ended_at=_epoch(times.get("end")),
+        exit_code=code if isinstance(code, int) else None,
+        time_limit_s=_minutes_s(times.get("limit")),
+        elapsed_s=times.get("elapsed") if isinstance(times.get("elapsed"), int) else None,
+        tres=tres,
+    )
+
+
+def parse_sacct_json(text: str | dict[str, Any]) -> list[JobInfo]:
+    data = json.loads(text) if isinstance(text, str) else text
+    return [parse_accounting_job(raw) for raw in data.get("jobs", [])]
+
+
+def parse_node(raw: dict[str, Any]) -> NodeInfo:
+    """One node of ``sinfo --json`` / slurmrestd ``/nodes``."""
+    gpus, kind = gpu_count(str(raw.get("gres") or ""))
+    state = raw.get("state")
+    flags = tuple(str(f).upper() for f in raw.get("state_flags") or [])
+    if isinstance(state, list):  # newer Slurm: ["IDLE", "DRAIN"]
+        flags = flags + tuple(str(f).upper() for f in state[1:])
+        state = state[0] if state else ""
+    return NodeInfo(
+        name=str(raw["name"]),
+        state=str(state or "").lower(),
+        flags=flags,
+        gpus=gpus,
+        gpu_type=kind,
+        partitions=tuple(raw.get("partitions") or ()),
+        cpus=int(raw.get("cpus") or 0),
+        memory_mb=int(raw.get("real_memory") or 0),
+        address=str(raw.get("address") or ""),
+        reason=str(raw.get("reason") or ""),
+    )
+
+
+def parse_nodes_json(text: str | dict[str, Any]) -> list[NodeInfo]:
+    data = json.loads(text) if isinstance(text, str) else text
+    return [parse_node(raw) for raw in data.get("nodes", [])]
+
+
+def parse_partitions_json(text: str | dict[str, Any]) -> list[PartitionInfo]:
+    """slurmrestd's ``/partitions`` answer."""
+    data = json.loads(text) if isinstance(text, str) else text
+    return [
+        PartitionInfo(
+            name=str(raw["name"]),
+            state=str(raw.get("state") or "UP").upper(),
+            is_default="default" in [str(f).lower() for f in raw.get("flags") or []],
+            max_time_s=_minutes_s(raw.get("max_time_limit")),
+            nodes=str(raw.get("nodes") or ""),
+        )
+        for raw in data.get("partitions", [])
+    ]
+
+
+def parse_scontrol_partitions(text: str) -> list[PartitionInfo]:
+    """``scontrol show partitions -o``: one ``Key=Value ...`` line per partition."""
+    partitions = []
+    for line in text.splitlines():
+        fields = dict(item.split("=", 1) for item in shlex.split(line.strip()) if "=" in item)
+        if "PartitionName" not in fields:
+            continue
+        max_time = fields.get("MaxTime", "UNLIMITED")
+        partitions.append(
+            PartitionInfo(
+                name=fields["PartitionName"],
+                state=fields.get("State", "UP").upper(),
+                is_default=fields.get("Default", "NO").upper() == "YES",
+                max_time_s=parse_slurm_duration(max_time),
+                nodes=fields.get("Nodes", ""),
+            )
+        )
+    return partitions
+
+
+def parse_slurm_duration(text: str) -> int | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or minutes) in seconds; None for UNLIMITED."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "N/A", "NONE"):
+        return None
+    days = 0
+    if "-" in text:
+        head, text = text.split("-", 1)
+        days = int(head)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1 and not days:
+        return parts[0] * 60
+    while len(parts) < 3:
+        parts.append(0) if days else parts.insert(0, 0)
+    hours, minutes, seconds = parts[-3:]
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def parse_squeue_start(text: str) -> dict[int, datetime]:
+    """``squeue --start -h -o '%i|%S'``: the estimated start of each pending job Slurm has one for."""
+    starts: dict[int, datetime] = {}
+    for line in text.splitlines():
+        job_id, _, when = line.partition("|")
+        when = when.split("|")[0].strip()
+        if not job_id.strip().isdigit() or when in ("", "N/A", "Unknown"):
+            continue
+        # squeue prints the controller's local time without a zone.
+        parsed = datetime.fromisoformat(when)
+        starts[int(job_id)] = parsed.astimezone(UTC) if parsed.tzinfo else parsed.astimezone()
+    return starts
+
+
+# -- the clients -------------------------------------------------------------------
+
+
+class SlurmClient(Protocol):
+    def submit(self, request: SubmitRequest) -> int: ...
+    def cancel(self, job_id: int, *, unix_user: str) -> None: ...
+    def jobs(self) -> list[JobInfo]: ...
+    def accounting_jobs(self, *, since: datetime) -> list[JobInfo]: ...
+    def nodes(self) -> list[NodeInfo]: ...
+    def partitions(self) -> list[PartitionInfo]: ...
+
+
+def mint_token(*, key: bytes, unix_user: str, lifetime_s: int) -> str:
+    """A Slurm JWT for ``unix_user`` (claim ``sun``), HS256-signed with Slurm's own key."""
+    now = int(time.time())
+    return jwt.encode({"iat": now, "exp": now + lifetime_s, "sun": unix_user}, key, "HS256")
+
+
+def _sbatch_script(request: SubmitRequest) -> str:
+    """The batch script with the request's options as ``#SBATCH`` lines (for the commands)."""
+    lines = ["#!/bin/bash"]
+    for flag in _sbatch_flags(request):
+        lines.append(f"#SBATCH {flag}")
+    body = request.script.split("\n", 1)[1] if request.script.startswith("#!") else request.script
+    return "\n".join(lines) + "\n" + body
+
+
+def _sbatch_flags(request: SubmitRequest) -> list[str]:
+    flags = [
+        f"--job-name={request.name}",
+        f"--output={request.output_path}",
+        f"--chdir={request.workdir}",
+        f"--time={max(1, -(-request.time_limit_s // 60))}",
+        f"--cpus-per-task={request.cpus}",
+    ]
+    if request.gpus:
+        flags.append(f"--gres=gpu:{request.gpus}")
+    if request.memory_mb:
+        flags.append(f"--mem={request.memory_mb}M")
+    for option in ("partition", "qos", "account"):
+        if value := getattr(request, option):
+            flags.append(f"--{option}={value}")
+    if request.hold:
+        flags.append("--hold")
+    return flags
+
+
+class CommandsClient:
+    """The Slurm commands on the portal host (munge and slurm.conf configured there)."""
+
+    def __init__(self, *, slurm_conf: str = "", run_as: str = "sudo -n -u {user} --"):
+        self.env = {**os.environ}
+        self.env.pop("SLURM_JWT", None)
+        if slurm_conf:
+            self.env["SLURM_CONF"] = slurm_conf
+        self.run_as = run_as
+
+    def _run(self, argv: list[str], *, stdin: str | None = None, timeout: float = 60) -> str:
+        try:
+            done = subprocess.run(
+                argv,
+                input=stdin,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmUnavailable(f"{argv[0]} is not installed on the portal host") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(f"{' '.join(argv[:2])} did not answer in {timeout} s") from exc
+        if done.returncode != 0:
+            message = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
+            if "Unable to contact slurm controller" in message or "Connection refused" in message:
+                raise SlurmUnavailable(message)
+            raise SlurmError(message.removeprefix("sbatch: error: "))
+        return done.stdout
+
+    def _as(self, unix_user: str) -> list[str]:
+        return shlex.split(self.run_as.format(user=unix_user)) if self.run_as else []
+
+    def submit(self, request: SubmitRequest) -> int:
+        env_flags = (
+            [
+                "--export="
+                + ",".join(["NONE", *(f"{k}={v}" for k, v in request.environment.items())])
+            ]
+            if request.environment
+            else []
+        )
+        out = self._run(
+            [*self._as(request.unix_user), "sbatch", "--parsable", *env_flags],
+            stdin=_sbatch_script(request),
+        )
+        return int(out.strip().split(";")[0])
+
+    def cancel(self, job_id: int, *, unix_user: str) -> None:
+        self._run([*self._as(unix_user), "scancel", str(job_id)])
+
+    def jobs(self) -> list[JobInfo]:
+        jobs = parse_jobs_json(self._run(["squeue", "-a", "--json"]))
+        starts = parse_squeue_start(self._run(["squeue", "-a", "--start", "-h", "-o", "%i|%S"]))
+        return [_with_start(job, starts.get(job.job_id)) for job in jobs]
+
+    def accounting_jobs(self, *, since: datetime) -> list[JobInfo]:
+        start = since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+        return parse_sacct_json(self._run(["sacct", "-a", "--json", "-S", start], timeout=300))
+
+    def nodes(self) -> list[NodeInfo]:
+        return parse_nodes_json(self._run(["sinfo", "--json"]))
+
+    def partitions(self) -> list[PartitionInfo]:
+        return parse_scontrol_partitions(self._run(["scontrol", "show", "partitions", "-o"]))
+
+
+def _with_start(job: JobInfo, start: datetime | None) -> JobInfo:
+    if start is None or job.state != "PENDING":
+        return job
+    from dataclasses import replace
+
+    return replace(job, estimated_start=start)
+
+
+class RestClient:
+    """slurmrestd (``rest_auth/jwt``): each call carries a token for the user it acts as."""
+
+    def __init__(self, *, url: str, key: bytes, service_user: str, lifetime_s: int = 300):
+        self.url = url.rstrip("/")
+        self.key = key
+        self.service_user = service_user
+        self.lifetime_s = lifetime_s
+        self.session = requests.Session()
+
+    def _call(
+        self, method: str, path: str, *, user: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        headers = {
+            "X-SLURM-USER-NAME": user,
+            "X-SLURM-USER-TOKEN": mint_token(
+                key=self.key, unix_user=user, lifetime_s=self.lifetime_s
+            ),
+        }
+        try:
+            response = self.session.request(
+                method, self.url + path, json=body, headers=headers, timeout=60
+            )
+        except requests.RequestException as exc:
+            raise SlurmUnavailable(f"slurmrestd at {self.url} did not answer: {exc}") from exc
+        try:
+            data: dict[str, Any] = response.json()
+        except ValueError:
+            data = {}
+        messages = [
+            str(e.get("description") or e.get("error"))
+            for e in data.get("errors") or []
+            if e.get("description") or e.get("error")
+        ]
+        if response.status_code >= 500 and not messages:
+            raise SlurmUnavailable(f"slurmrestd answered {response.status_code}")
+        if response.status_code >= 400 or messages:
+            raise SlurmError("; ".join(messages) or f"slurmrestd answered {response.status_code}")
+        return data
+
+    def submit(self, request: SubmitRequest) -> int:
+        job: dict[str, Any] = {
+            "name": request.name,
+            "current_working_directory": request.workdir,
+            "standard_output": request.output_path,
+            "time_limit": max(1, -(-request.time_limit_s // 60)),
+            "cpus_per_task": request.cpus,
+            "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin", **request.environment},
+        }
+        if request.gpus:
+            job["gres"] = f"gpu:{request.gpus}"
+        if request.memory_mb:
+            job["memory_per_node"] = request.memory_mb
+        for option in ("partition", "qos", "account"):
+            if value := getattr(request, option):
+                job[option] = value
+        if request.hold:
+            job["hold"] = True
+        data = self._call(
+            "POST",
+            f"/slurm/{REST_VERSION}/job/submit",
+            user=request.unix_user,
+            body={"job": job, "script": request.script},
+        )
+        if not data.get("job_id"):
+            raise SlurmError(
+                "; ".join(str(e.get("error", "")) for e in data.get("errors") or [])
+                or "slurmrestd accepted no job"
+            )
+        return int(data["job_id"])
+
+    def cancel(self, job_id: int, *, unix_user: str) -> None:
+        self._call("DELETE", f"/slurm/{REST_VERSION}/job/{job_id}", user=unix_user)
+
+    def jobs(self) -> list[JobInfo]:
+        return parse_jobs_json(
+            self._call("GET", f"/slurm/{REST_VERSION}/jobs", user=self.service_user)
+        )
+
+    def accounting_jobs(self, *, since: datetime) -> list[JobInfo]:
+        data = self._call(
+            "GET",
+            f"/slurmdb/{SLURMDB_VERSION}/jobs?start_time={int(since.timestamp())}",
+            user=self.service_user,
+        )
+        return parse_sacct_json(data)
+
+    def nodes(self) -> list[NodeInfo]:
+        return parse_nodes_json(
+            self._call("GET", f"/slurm/{REST_VERSION}/nodes", user=self.service_user)
+        )
+
+    def partitions(self) -> list[PartitionInfo]:
+        return parse_partitions_json(
+            self._call("GET", f"/slurm/{REST_VERSION}/partitions", user=self.service_user)
+        )
+
+
+def client_from_settings() -> SlurmClient:
+    """slurmrestd when LABPORTAL_SLURM_REST_URL is set, else the commands on this host."""
+    if settings.LABPORTAL_SLURM_REST_URL:
+        return RestClient(
+            url=settings.LABPORTAL_SLURM_REST_URL,
+            key=Path(settings.LABPORTAL_SLURM_JWT_KEY_FILE).read_bytes(),
+            service_user=settings.LABPORTAL_SLURM_SERVICE_USER,
+            lifetime_s=settings.LABPORTAL_SLURM_JWT_LIFETIME_S,
+        )
+    return CommandsClient(
+        slurm_conf=settings.LABPORTAL_SLURM_CONF, run_as=settings.LABPORTAL_SLURM_RUN_AS
+    )

@@ -1,0 +1,32 @@
+"""Slurm as the portal's executor: Slurm schedules and runs, the portal submits and reconciles."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slurm import services
+
+if TYPE_CHECKING:
+    from accounts.models import User
+    from jobqueue.models import Job
+
+
+class SlurmExecutor:
+    name = "slurm"
+    portal_schedules = False
+
+    def job_queued(self, job: Job) -> None:
+        services.slurm_job_submit(job=job)
+
+    def job_cancel(self, job: Job, *, actor: User) -> None:
+        services.slurm_job_cancel(job=job, actor=actor)
+
+    def sync(self) -> dict[str, Any]:
+        result = services.slurm_jobs_sync()
+        return {"seen": result.seen, "created": result.created, "changed": result.changed}
+
+    def job_output(self, job: Job, *, refresh: bool) -> str:
+        # Slurm writes the output file itself: read it while the job runs, or when asked.
+        if refresh or not job.is_final or not job.log_tail:
+            return services.slurm_job_output(job=job)
+        return job.log_tail

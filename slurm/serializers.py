@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from slurm.models import SlurmJob
+
+
+class SlurmJobSummarySerializer(serializers.ModelSerializer[SlurmJob]):
+    """What Slurm reports about a portal job (Slurm mode only)."""
+
+    class Meta:
+        model = SlurmJob
+        fields = [
+            "slurm_job_id",
+            "state",
+            "reason",
+            "estimated_start",
+            "partition",
+            "qos",
+            "account",
+            "unix_user",
+            "nodes",
+        ]
+        read_only_fields = fields

@@ -1,0 +1,526 @@
+"""Slurm mode's workflows: submit as the member, cancel, and reconcile with what Slurm reports."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from cluster.models import Gpu, Node
+from jobqueue.errors import JobRefused
+from jobqueue.models import Job
+from slurm.cli import (
+    JobInfo,
+    NodeInfo,
+    PartitionInfo,
+    SlurmClient,
+    SlurmError,
+    SlurmUnavailable,
+    SubmitRequest,
+    client_from_settings,
+)
+from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
+
+if TYPE_CHECKING:
+    from accounts.models import User
+
+
+class UnixLoginMissing(JobRefused):
+    code = "unix_login_missing"
+
+
+class SlurmRefused(JobRefused):
+    code = "slurm_refused"
+
+
+class SlurmDown(JobRefused):
+    code = "slurm_unavailable"
+    status_code = 503
+
+
+# -- submission ------------------------------------------------------------------------
+
+
+def unix_user_for(user: User) -> str:
+    """The unix user the member's jobs run as; a clear refusal when staff has not set one."""
+    login = UnixLogin.objects.filter(user=user).first()
+    if login is None:
+        raise UnixLoginMissing(
+            _(
+                "Your account has no unix user name on the Slurm cluster yet, so the portal cannot submit as you. Ask a lab admin to set it (admin site → Unix logins)."
+            )
+        )
+    return login.username
+
+
+def batch_script(job: Job, *, container: str) -> str:
+    """The job's batch script: its command, in its image through the site's container plugin."""
+    command = shlex.join(job.command)
+    mounts = [(m.source_for(job.owner.username), m.target, m.read_only) for m in job.mounts.all()]
+    image = job.image.reference
+    if container == "pyxis":
+        options = [f"--container-image={image}"]
+        if mounts:
+            options.append(
+                "--container-mounts="
+                + ",".join(f"{src}:{dst}{':ro' if ro else ''}" for src, dst, ro in mounts)
+            )
+        run = f"srun {shlex.join(options)} {command}"
+    elif container == "apptainer":
+        binds = [f"--bind={src}:{dst}{':ro' if ro else ''}" for src, dst, ro in mounts]
+        run = shlex.join(["apptainer", "exec", "--nv", *binds, f"docker://{image}"]) + " " + command
+    else:
+        run = command
+    return f"#!/bin/bash\n# LabPortal job {job.pk} ({image})\n{run}\n"
+
+
+def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
+    mapping = QueueMapping.objects.filter(queue=job.queue).first()
+    options = mapping.sbatch_options() if mapping else {"qos": job.queue.name}
+    output_dir = Path(settings.LABPORTAL_SLURM_OUTPUT_DIR)
+    return SubmitRequest(
+        unix_user=unix_user,
+        script=batch_script(job, container=settings.LABPORTAL_SLURM_CONTAINER),
+        name=(job.name or f"labportal-{job.pk}")[:100],
+        output_path=str(output_dir / f"labportal-{job.pk}-%j.out"),
+        workdir=str(output_dir),
+        time_limit_s=job.time_limit_s,
+        gpus=job.gpus,
+        cpus=max(1, int(-(-job.cpus // 1))),
+        memory_mb=job.memory_mb,
+        partition=options.get("partition", ""),
+        qos=options.get("qos", ""),
+        environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+    )
+
+
+@contextmanager
+def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
+    """Slurm's failures as the member's refusals: away (503, try again) or refused (400, why)."""
+    try:
+        yield
+    except SlurmUnavailable as exc:
+        raise SlurmDown(
+            _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
+            % {"error": exc}
+        ) from exc
+    except SlurmError as exc:
+        raise SlurmRefused(refused(exc)) from exc
+
+
+def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
+    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+    unix_user = unix_user_for(job.owner)
+    request = submit_request(job, unix_user=unix_user)
+    client = client or client_from_settings()
+    with _slurm_errors(
+        lambda exc: (
+            _("Slurm refused the job as unix user %(user)s: %(error)s")
+            % {"user": unix_user, "error": exc}
+        )
+    ):
+        slurm_job_id = client.submit(request)
+    record = SlurmJob.objects.create(
+        slurm_job_id=slurm_job_id,
+        job=job,
+        user=job.owner,
+        unix_user=unix_user,
+        name=request.name,
+        partition=request.partition,
+        qos=request.qos,
+        state="PENDING",
+        gpus=job.gpus,
+        submitted_at=job.submitted_at,
+        output_path=request.output_path.replace("%j", str(slurm_job_id)),
+    )
+    from jobqueue.services import record_event
+
+    record_event(
+        job,
+        "dispatched",
+        gettext_noop("Submitted to Slurm as job %(slurm_id)s, run as unix user %(user)s."),
+        params={"slurm_id": slurm_job_id, "user": unix_user},
+    )
+    return record
+
+
+def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None) -> None:
+    """scancel as the job's unix user; the sync records the end Slurm reports."""
+    from jobqueue.services import record_event
+
+    record = SlurmJob.objects.filter(job=job).first()
+    if record is None:  # never reached Slurm (refused): nothing runs anywhere
+        _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
+        return
+    with _slurm_errors(lambda exc: _("Slurm could not cancel the job: %(error)s") % {"error": exc}):
+        (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
+    job.stop_requested_at = timezone.now()
+    job.end_reason = "cancelled"
+    job.save(update_fields=["stop_requested_at", "end_reason"])
+    record_event(
+        job,
+        "stop_requested",
+        gettext_noop("Cancel requested; Slurm is ending job %(slurm_id)s."),
+        params={"slurm_id": record.slurm_job_id},
+        actor=actor,
+    )
+
+
+def slurm_job_output(*, job: Job, lines: int = 200) -> str:
+    """The last ``lines`` of the job's Slurm output file, stored on the job; '' if unreadable."""
+    record = SlurmJob.objects.filter(job=job).first()
+    if record is None or not record.output_path:
+        return job.log_tail
+    try:
+        with open(record.output_path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return job.log_tail
+    tail = "\n".join(text.splitlines()[-lines:])
+    if tail != job.log_tail:
+        Job.objects.filter(pk=job.pk).update(log_tail=tail)
+        job.log_tail = tail
+    return tail
+
+
+# -- reconciliation ----------------------------------------------------------------------
+
+# Slurm's base job states → the portal's. Everything not listed is treated as running.
+_STATES = {
+    "PENDING": Job.State.PENDING,
+    "REQUEUED": Job.State.PENDING,
+    "REQUEUE_HOLD": Job.State.PENDING,
+    "REQUEUE_FED": Job.State.PENDING,
+    "COMPLETED": Job.State.COMPLETED,
+    "FAILED": Job.State.FAILED,
+    "OUT_OF_MEMORY": Job.State.FAILED,
+    "BOOT_FAIL": Job.State.FAILED,
+    "DEADLINE": Job.State.FAILED,
+    "CANCELLED": Job.State.CANCELLED,
+    "REVOKED": Job.State.CANCELLED,
+    "PREEMPTED": Job.State.CANCELLED,
+    "TIMEOUT": Job.State.TIMED_OUT,
+    "NODE_FAIL": Job.State.LOST,
+}
+
+# Slurm's pending reasons → the portal's reason codes (its pages word them); others stay raw.
+_REASONS = {
+    "Resources": "resources",
+    "Priority": "priority",
+    "Reservation": "reservation",
+    "JobHeldUser": "held",
+    "JobHeldAdmin": "held",
+    "ReqNodeNotAvail": "node_unavailable",
+    "PartitionDown": "node_unavailable",
+    "PartitionNodeLimit": "constraints",
+    "BadConstraints": "constraints",
+}
+
+
+def portal_state(info: JobInfo) -> str:
+    """The portal state for a Slurm state (pending/running/completed/failed/cancelled/timeout)."""
+    return str(_STATES.get(info.state, Job.State.RUNNING))
+
+
+def portal_reason(slurm_reason: str) -> str:
+    if slurm_reason in _REASONS:
+        return _REASONS[slurm_reason]
+    if slurm_reason.startswith(("QOSMax", "AssocMax", "AssocGrp", "QOSGrp")):
+        return "user_limit"
+    return slurm_reason[:32]
+
+
+@dataclass
+class SyncResult:
+    seen: int = 0
+    created: int = 0
+    changed: int = 0
+    from_accounting: int = 0
+
+
+def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
+    """Reconcile every Slurm job with the portal; running it twice changes nothing more.
+
+    Live jobs come from squeue/slurmrestd; a portal job Slurm has already forgotten is
+    looked up in accounting. Jobs submitted with plain sbatch are recorded too (their
+    member found through the unix logins), so pages and accounting see them.
+    """
+    client = client or client_from_settings()
+    result = SyncResult()
+    live = client.jobs()
+    seen_ids = {info.job_id for info in live}
+    missing = SlurmJob.objects.unfinished().exclude(slurm_job_id__in=seen_ids)
+    oldest = missing.order_by("submitted_at").values_list("submitted_at", flat=True).first()
+    accounted: list[JobInfo] = []
+    if missing.exists():
+        since = oldest or timezone.now() - timedelta(days=1)
+        wanted = set(missing.values_list("slurm_job_id", flat=True))
+        try:
+            accounted = [
+                info
+                for info in client.accounting_jobs(since=since - timedelta(minutes=5))
+                if info.job_id in wanted
+            ]
+        except SlurmError:
+            accounted = []  # no accounting: the jobs stay as last seen until Slurm reports them
+    result.from_accounting = len(accounted)
+    logins = dict(UnixLogin.objects.values_list("username", "user_id"))
+    infos = {info.job_id: info for info in [*live, *accounted]}
+    result.seen = len(infos)
+    # One read of what the portal knows, writes only for what changed: a pass over
+    # thousands of unchanged jobs is a handful of queries.
+    known: dict[int, SlurmJob] = {}
+    ids = list(infos)
+    for chunk in range(0, len(ids), SYNC_CHUNK):
+        known.update(
+            SlurmJob.objects.in_bulk(ids[chunk : chunk + SYNC_CHUNK], field_name="slurm_job_id")
+        )
+    new, changed = [], []
+    for job_id, info in infos.items():
+        record = known.get(job_id)
+        if record is None:
+            record = SlurmJob(slurm_job_id=job_id, name=info.name[:200])
+            _copy_info(record, info, logins)
+            new.append(record)
+        elif _copy_info(record, info, logins):
+            changed.append(record)
+    SlurmJob.objects.bulk_create(new, batch_size=SYNC_CHUNK, ignore_conflicts=True)
+    SlurmJob.objects.bulk_update(changed, _SYNCED_FIELDS, batch_size=SYNC_CHUNK)
+    result.created, result.changed = len(new), len(changed)
+    linked = {r.job_id: r.slurm_job_id for r in known.values() if r.job_id is not None}
+    open_jobs = Job.objects.filter(pk__in=list(linked)).exclude(state__in=Job.FINAL_STATES)
+    for job_id in open_jobs.values_list("pk", flat=True):
+        with transaction.atomic():
+            if _apply_to_job(job_id, infos[linked[job_id]]):
+                result.changed += 1
+    return result
+
+
+SYNC_CHUNK = 2000
+_SYNCED_FIELDS = [
+    "unix_user",
+    "user",
+    "state",
+    "reason",
+    "partition",
+    "qos",
+    "account",
+    "nodes",
+    "gpus",
+    "estimated_start",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "output_path",
+    "synced_at",
+]
+
+
+def _copy_info(record: SlurmJob, info: JobInfo, logins: dict[str, int]) -> bool:
+    """Copy what Slurm reports onto the record; True if anything changed."""
+    fields = {
+        "unix_user": info.user or record.unix_user,
+        "user_id": record.user_id or logins.get(info.user),
+        "state": info.state,
+        "reason": info.reason[:120],
+        "partition": info.partition,
+        "qos": info.qos,
+        "account": info.account,
+        "nodes": info.nodes[:255],
+        "gpus": info.gpus,
+        "estimated_start": info.estimated_start,
+        "submitted_at": info.submitted_at or record.submitted_at,
+        "started_at": info.started_at,
+        "ended_at": info.ended_at if portal_state(info) in Job.FINAL_STATES else None,
+        "exit_code": info.exit_code,
+        "output_path": record.output_path or info.output_path[:500],
+    }
+    changed = [k for k, v in fields.items() if getattr(record, k) != v]
+    for key in changed:
+        setattr(record, key, fields[key])
+    if changed:
+        record.synced_at = timezone.now()
+    return bool(changed)
+
+
+def _apply_to_job(job_id: int, info: JobInfo) -> bool:
+    """Bring the portal job to Slurm's state; False when it already is there."""
+    job = Job.objects.select_for_update().select_related("owner").get(pk=job_id)
+    if job.is_final:
+        return False
+    target = portal_state(info)
+    now = timezone.now()
+    update: dict[str, object] = {}
+    if target in Job.WAITING_STATES:
+        reason = portal_reason(info.reason) or "priority"
+        update = {"pending_reason": reason, "estimated_start": info.estimated_start}
+    elif target == Job.State.RUNNING:
+        node = Node.objects.filter(name=info.nodes.split(",")[0]).first() if info.nodes else None
+        update = {
+            "state": Job.State.RUNNING,
+            "started_at": info.started_at or job.started_at or now,
+            "node_id": node.pk if node else job.node_id,
+            "pending_reason": "",
+            "estimated_start": None,
+        }
+    changed = {k: v for k, v in update.items() if getattr(job, k) != v}
+    if changed:
+        was_waiting = job.state in Job.WAITING_STATES
+        for key, value in changed.items():
+            setattr(job, key, value)
+        job.save(update_fields=list(changed))
+        if target == Job.State.RUNNING and was_waiting:
+            from jobqueue.services import record_event
+
+            record_event(
+                job,
+                "started",
+                gettext_noop("Slurm started it on %(node)s (Slurm job %(slurm_id)s)."),
+                params={"node": info.nodes, "slurm_id": info.job_id},
+            )
+    if target in Job.FINAL_STATES:
+        reason = "cancelled" if target == Job.State.CANCELLED else info.reason or info.state.lower()
+        if info.started_at and not job.started_at:
+            job.started_at = info.started_at
+        if info.nodes and job.node_id is None:
+            job.node = Node.objects.filter(name=info.nodes.split(",")[0]).first()
+        _apply_state(job, target, at=info.ended_at or now, exit_code=info.exit_code, reason=reason)
+        slurm_job_output(job=job)
+        return True
+    return bool(changed)
+
+
+def _apply_state(
+    job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
+) -> None:
+    """End the portal job as Slurm ended it, as the agents' path ends one (credits, notice)."""
+    from jobqueue.services import _finish, record_event
+
+    job.pending_reason = ""
+    job.estimated_start = None
+    job.queue_position = None
+    record_event(job, "ended", gettext_noop("Ended in Slurm: %(state)s."), params={"state": state})
+    _finish(job, state, at=at, exit_code=exit_code, reason=reason[:200])
+
+
+# -- inventory -----------------------------------------------------------------------------
+
+
+def _node_state(info: NodeInfo) -> str:
+    if (
+        info.state in ("down", "fail", "failing", "unknown", "future")
+        or "NOT_RESPONDING" in info.flags
+    ):
+        return Node.State.DOWN
+    if "DRAIN" in info.flags or info.state in ("drain", "draining", "drained"):
+        return Node.State.DRAINING
+    return Node.State.UP
+
+
+@dataclass
+class InventoryResult:
+    nodes: int = 0
+    gpus: int = 0
+    partitions: int = 0
+
+
+@transaction.atomic
+def slurm_inventory_sync(*, client: SlurmClient | None = None) -> InventoryResult:
+    """Nodes, their GPUs (GRES) and states, and the partitions, from Slurm into the portal.
+
+    A node Slurm no longer lists is marked down (its history stays); GPUs beyond the
+    node's GRES count are marked missing. GPUs Slurm counts get stable placeholder ids
+    (``slurm:<node>:<index>``) unless the node's agent has registered real ones.
+    """
+    client = client or client_from_settings()
+    nodes = client.nodes()
+    partitions = client.partitions()
+    now = timezone.now()
+    result = InventoryResult()
+    by_name: dict[str, Node] = {}
+    for info in nodes:
+        node, _created = Node.objects.get_or_create(name=info.name)
+        labels = {**node.labels, "slurm_partitions": list(info.partitions)}
+        if info.gpu_type:
+            labels["slurm_gpu_type"] = info.gpu_type
+        state = _node_state(info)
+        fields = {
+            "state": state,
+            "labels": labels,
+            "hostname": node.hostname or info.address,
+            "last_heartbeat": now,
+            "down_since": (node.down_since or now) if state == Node.State.DOWN else None,
+        }
+        for key, value in fields.items():
+            setattr(node, key, value)
+        node.save()
+        by_name[info.name] = node
+        result.nodes += 1
+        result.gpus += _sync_gpus(node, info)
+    Node.objects.filter(labels__has_key="slurm_partitions").exclude(name__in=by_name).update(
+        state=Node.State.DOWN
+    )
+    _sync_partitions(partitions, nodes, by_name, now)
+    result.partitions = len(partitions)
+    return result
+
+
+def _sync_gpus(node: Node, info: NodeInfo) -> int:
+    existing = {g.index: g for g in node.gpus.filter(parent__isnull=True)}
+    model = info.gpu_type or "GPU"
+    for index in range(info.gpus):
+        gpu = existing.get(index)
+        if gpu is None:
+            Gpu.objects.create(
+                node=node,
+                index=index,
+                uuid=f"slurm:{node.name}:{index}",
+                model=model,
+                memory_mb=0,
+            )
+        elif gpu.state == Gpu.State.MISSING:
+            gpu.state = Gpu.State.AVAILABLE
+            gpu.save(update_fields=["state"])
+    gone = [g.pk for i, g in existing.items() if i >= info.gpus]
+    Gpu.objects.filter(pk__in=gone).exclude(state=Gpu.State.DISABLED).update(
+        state=Gpu.State.MISSING
+    )
+    return info.gpus
+
+
+def _sync_partitions(
+    partitions: Iterable[PartitionInfo],
+    nodes: list[NodeInfo],
+    by_name: dict[str, Node],
+    now: datetime,
+) -> None:
+    names = []
+    for info in partitions:
+        partition, _created = Partition.objects.update_or_create(
+            name=info.name,
+            defaults={
+                "state": info.state,
+                "is_default": info.is_default,
+                "max_time_s": info.max_time_s,
+                "synced_at": now,
+            },
+        )
+        partition.nodes.set(
+            [by_name[n.name] for n in nodes if info.name in n.partitions and n.name in by_name]
+        )
+        names.append(info.name)
+    Partition.objects.exclude(name__in=names).delete()
