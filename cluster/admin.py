@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from cluster.errors import SlotsRefused
-from cluster.models import Gpu, Node, NodeToken, RejectedMessage
+from cluster.models import Gpu, Node, NodeToken, NodeTokenQuerySet, RejectedMessage
 
 
 class GpuSlotsForm(forms.ModelForm[Gpu]):
@@ -155,10 +155,8 @@ class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
         )
 
     @admin.action(description=_("Revoke the selected node tokens"))
-    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeToken]) -> None:
-        from django.utils import timezone
-
-        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    def revoke(self, request: HttpRequest, queryset: NodeTokenQuerySet) -> None:
+        revoked = queryset.revoke()
         self.message_user(
             request,
             _("%(count)d token(s) revoked: agents using them are refused from now on.")

@@ -164,6 +164,16 @@ class Gpu(models.Model):
         return f"{self.node.name}/gpu{self.index}/{self.kind}-{self.uuid[-4:]}"
 
 
+class NodeTokenQuerySet(models.QuerySet["NodeToken"]):
+    def revoke(self) -> int:
+        """Revoke these tokens; agents signing with them are refused from their next report on."""
+        from cluster.signing import node_tokens_changed
+
+        revoked = self.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        node_tokens_changed()  # update() sends no post_save
+        return revoked
+
+
 class NodeToken(models.Model):
     """The secret an agent presents on every message. Only its SHA-256 is stored."""
 
@@ -177,6 +187,8 @@ class NodeToken(models.Model):
     token_prefix = models.CharField(max_length=12, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NodeTokenQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("node token")

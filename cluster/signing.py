@@ -4,17 +4,85 @@ Commands to an agent are signed with the key of every active token of its node
 (the agent checks the one for its own token); reports from an agent must be
 signed with the key of one active token of that node, be current, and not be
 replays (nonces are remembered in the shared cache until they expire).
+
+Checking a report needs the node's keys, and agents report many times a second
+across a lab, so each worker process keeps them for at most `NODE_KEYS_CACHE_S`
+seconds. The keys stay in the process, never in the shared cache: a process
+that reaches Redis (the broker) must not learn them. A token issued, revoked,
+edited or deleted through the models (and the admin's revoke action) changes a
+generation value in the shared cache, which every process compares on each
+report, so it takes effect at the next report; a change that bypasses the
+models (raw SQL, or a cache that was down) takes effect within the bound.
 """
 
 from __future__ import annotations
 
+import secrets
+import threading
+import time
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 
 from agent.signing import SignatureRefused, check, key_from_hash, sign_command
 from cluster.models import NodeToken
+
+NODE_KEYS_CACHE_S = 60.0
+_GENERATION_KEY = "labportal:node-keys-generation"
+
+
+class _NodeKeyCache:
+    """Per process: node name -> (loaded at, generation seen, key id -> keys)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[float, object, dict[str, list[bytes]]]] = {}
+        self._lock = threading.Lock()
+
+    def keys(self, node_name: str, kid: str) -> list[bytes]:
+        """The keys of the node's active tokens with key id `kid` (rarely more than one)."""
+        generation = cache.get(_GENERATION_KEY)
+        now = time.time()
+        entry = self._entries.get(node_name)
+        if (
+            entry is not None
+            and entry[1] == generation
+            and 0 <= now - entry[0] < NODE_KEYS_CACHE_S
+            and kid in entry[2]
+        ):
+            return entry[2][kid]
+        by_kid: dict[str, list[bytes]] = {}
+        for prefix, token_hash in NodeToken.objects.filter(
+            node_name=node_name, revoked_at__isnull=True
+        ).values_list("token_prefix", "token_hash"):
+            by_kid.setdefault(prefix, []).append(key_from_hash(token_hash))
+        with self._lock:
+            self._entries[node_name] = (now, generation, by_kid)
+        return by_kid.get(kid, [])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_node_key_cache = _NodeKeyCache()
+
+
+def node_keys_changed() -> None:
+    """Make every process read the node tokens again at its next report (a token changed)."""
+    _node_key_cache.clear()
+    cache.set(_GENERATION_KEY, secrets.token_hex(8), timeout=None)
+
+
+def node_tokens_changed(**_signal: Any) -> None:
+    """A node token was issued, edited, revoked or deleted: drop the cached keys now and at commit.
+
+    Now, for this process; again at commit, so that a process that read the tokens
+    between the two (seeing the old rows) does not keep them for the whole bound.
+    """
+    node_keys_changed()
+    transaction.on_commit(node_keys_changed)
 
 
 def node_keys(node_name: str) -> dict[str, bytes]:
@@ -38,15 +106,10 @@ def report_signature_refusal(
     kid = envelope.get("kid")
     if not isinstance(kid, str):
         return "the signature names no key ('kid')"
-    rows = NodeToken.objects.filter(
-        node_name=node_name, token_prefix=kid, revoked_at__isnull=True
-    ).values_list("token_hash", flat=True)
     last: SignatureRefused | None = None
-    for token_hash in rows:
+    for key in _node_key_cache.keys(node_name, kid):
         try:
-            check(
-                key_from_hash(token_hash), task=task, node=node_name, args=args, envelope=envelope
-            )
+            check(key, task=task, node=node_name, args=args, envelope=envelope)
         except SignatureRefused as exc:
             last = exc
             continue

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Case, F, Field, Model, Q, Value, When
 from django.utils import timezone
 
 from cluster import selectors
@@ -21,7 +24,7 @@ from cluster.protocol import (
     is_number,
     malformed,
 )
-from cluster.services import message_reject, node_registered
+from cluster.services import message_reject, node_registered, node_registered_with_gpus
 from telemetry.models import GpuSample
 from telemetry.rollups import LATE_WINDOW, rollups_rewind
 
@@ -70,17 +73,17 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
     that is not this node's, is rejected and logged, and the rest are stored.
     Storing the same batch twice stores it once.
     """
-    node = node_registered(node_name=node_name)
     if not isinstance(samples, list):
+        node_registered(node_name=node_name)  # an unregistered node is told that first
         raise malformed(f"samples must be a list, got {type(samples).__name__}")
 
-    def reject(reason: RejectedMessage.Reason, detail: str) -> None:
-        message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
-
+    refusals: list[tuple[RejectedMessage.Reason, str]] = []
     if len(samples) > MAX_SAMPLES_PER_BATCH:
-        reject(
-            RejectedMessage.Reason.MALFORMED,
-            f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped",
+        refusals.append(
+            (
+                RejectedMessage.Reason.MALFORMED,
+                f"{len(samples) - MAX_SAMPLES_PER_BATCH} samples over the batch limit dropped",
+            )
         )
     parsed: list[ParsedSample] = []
     now = timezone.now()
@@ -88,19 +91,23 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
         try:
             parsed.append(sample_parse(raw, now=now))
         except MessageRefused as exc:
-            reject(exc.reason, f"sample {position}: {exc.detail}")
+            refusals.append((exc.reason, f"sample {position}: {exc.detail}"))
+    # Parsed before the node is looked up, so that the node and its GPUs are one query;
+    # nothing is recorded before the node is known to be registered.
+    node, gpus = node_registered_with_gpus(node_name=node_name, uuids={s.gpu_uuid for s in parsed})
 
-    gpus = {
-        gpu.uuid: gpu
-        for gpu in Gpu.objects.filter(node=node, uuid__in={s.gpu_uuid for s in parsed})
-    }
+    def reject(reason: RejectedMessage.Reason, detail: str) -> None:
+        message_reject(node_name=node.name, message="samples_ingest", reason=reason, detail=detail)
+
+    for reason, detail in refusals:
+        reject(reason, detail)
     jobs_here = selectors.jobs_on_node(
         node_id=node.pk, job_ids={job_id for s in parsed for job_id in s.job_ids}
     )
-    accepted: list[tuple[Gpu, ParsedSample]] = []
+    accepted: list[tuple[int, ParsedSample]] = []
     for sample in parsed:
-        gpu = gpus.get(sample.gpu_uuid)
-        if gpu is None:
+        gpu_id = gpus.get(sample.gpu_uuid)
+        if gpu_id is None:
             reject(RejectedMessage.Reason.GPU_NOT_ON_NODE, f"GPU {sample.gpu_uuid}")
         elif foreign := sample.job_ids - jobs_here:
             reject(
@@ -108,48 +115,162 @@ def samples_ingest(*, node_name: str, samples: object) -> IngestResult:
                 f"GPU {sample.gpu_uuid} names job(s) {sorted(foreign)}",
             )
         else:
-            accepted.append((gpu, sample))
+            accepted.append((gpu_id, sample))
 
     _samples_store(accepted)
     return IngestResult(stored=len(accepted), rejected=len(samples) - len(accepted))
 
 
-@transaction.atomic
-def _samples_store(accepted: list[tuple[Gpu, ParsedSample]]) -> None:
+@transaction.atomic(savepoint=False)  # a failure rolls back the whole message (cluster.tasks)
+def _samples_store(accepted: list[tuple[int, ParsedSample]]) -> None:
+    if not accepted:
+        return
+    oldest = min(sample.ts for _gpu, sample in accepted)
+    if oldest < timezone.now() - LATE_WINDOW:
+        # Later than every rollup run's look-back: have those buckets recomputed.
+        rollups_rewind(to=oldest)
+    newest: dict[int, ParsedSample] = {}
+    for gpu_id, sample in accepted:
+        if gpu_id not in newest or sample.ts > newest[gpu_id].ts:
+            newest[gpu_id] = sample
+    if connection.vendor == "postgresql":
+        _samples_store_postgresql(accepted, newest)
+        return
     GpuSample.objects.bulk_create(
         [
-            GpuSample(
-                gpu=gpu,
-                ts=sample.ts,
-                processes=sample.processes,
-                job_id=next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
-                **sample.metrics,
-            )
-            for gpu, sample in accepted
+            GpuSample(**dict(zip(_SAMPLE_COLUMNS, row, strict=True)))
+            for row in _sample_rows(accepted)
         ],
         ignore_conflicts=True,  # a redelivered batch inserts nothing new
         batch_size=500,
     )
-    newest: dict[int, ParsedSample] = {}
-    for gpu, sample in accepted:
-        if gpu.pk not in newest or sample.ts > newest[gpu.pk].ts:
-            newest[gpu.pk] = sample
-    if accepted:
-        oldest = min(sample.ts for _gpu, sample in accepted)
-        if oldest < timezone.now() - LATE_WINDOW:
-            # Later than every rollup run's look-back: have those buckets recomputed.
-            rollups_rewind(to=oldest)
-    for gpu_id, sample in newest.items():
-        # Only move forward: a late or repeated batch never overwrites a newer reading.
-        Gpu.objects.filter(pk=gpu_id).filter(
-            Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts)
-        ).update(
-            util_pct=sample.metrics["util_pct"],
-            mem_used_mb=sample.metrics["mem_used_mb"],
-            temp_c=sample.metrics["temp_c"],
-            power_w=sample.metrics["power_w"],
-            sampled_at=sample.ts,
+    _gpus_latest_update(newest)
+
+
+_SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_RANGES, "processes", "job_id")
+_LATEST_FIELDS = ("util_pct", "mem_used_mb", "temp_c", "power_w")
+
+# One statement, whatever the batch's size: the samples go in as one array per column
+# (a short, constant query text that the driver parses once; the ORM's multi-row
+# INSERT costs more to build than to store), and each GPU's latest status moves
+# forward only (a late or repeated batch never overwrites a newer reading).
+_STORE_SQL = """
+WITH stored AS (
+    INSERT INTO {sample} ({columns})
+    SELECT * FROM unnest({sample_arrays})
+    ON CONFLICT (gpu_id, ts) DO NOTHING
+)
+UPDATE {gpu} AS g SET util_pct = v.util_pct, mem_used_mb = v.mem_used_mb, temp_c = v.temp_c,
+    power_w = v.power_w, sampled_at = v.sampled_at
+FROM unnest({latest_arrays}) AS v (id, util_pct, mem_used_mb, temp_c, power_w, sampled_at)
+WHERE g.id = v.id AND (g.sampled_at IS NULL OR g.sampled_at < v.sampled_at)
+"""
+
+
+def _sample_rows(accepted: list[tuple[int, ParsedSample]]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            gpu_id,
+            sample.ts,
+            *(sample.metrics[name] for name in METRIC_RANGES),
+            sample.processes,
+            next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
         )
+        for gpu_id, sample in accepted
+    ]
+
+
+def _column(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def _array_casts(model: type[Model], fields: tuple[str, ...]) -> str:
+    """`%s::<column type>[]` for each field, e.g. `%s::double precision[]`."""
+    return ", ".join(f"%s::{_column(model, f).db_type(connection)}[]" for f in fields)
+
+
+def _array_literal(values: Iterable[Any]) -> str:
+    """A PostgreSQL array literal (`{1,2.5,NULL}`) of numbers, times or JSON documents.
+
+    Each column goes as one text parameter: the driver's own adaptation of a list
+    quotes every element in Python, which cost more than the rest of the ingest.
+    Numbers and times need no quoting; a JSON document is quoted and escaped as
+    the array syntax requires (backslash and double quote), whatever it holds.
+    """
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        elif isinstance(value, (int, float)):
+            parts.append(repr(value))
+        elif isinstance(value, datetime):
+            parts.append(f'"{value.isoformat()}"')
+        else:
+            text = json.dumps(value).replace("\\", "\\\\").replace('"', '\\"')
+            parts.append(f'"{text}"')
+    return "{" + ",".join(parts) + "}"
+
+
+@functools.cache
+def _store_sql() -> str:
+    quote = connection.ops.quote_name
+    return _STORE_SQL.format(
+        sample=quote(GpuSample._meta.db_table),
+        columns=", ".join(quote(c) for c in _SAMPLE_COLUMNS),
+        sample_arrays=_array_casts(GpuSample, _SAMPLE_COLUMNS),
+        gpu=quote(Gpu._meta.db_table),
+        latest_arrays=_array_casts(Gpu, ("id", *_LATEST_FIELDS, "sampled_at")),
+    )
+
+
+def _samples_store_postgresql(
+    accepted: list[tuple[int, ParsedSample]], newest: dict[int, ParsedSample]
+) -> None:
+    sql = _store_sql()
+    params = [_array_literal(column) for column in zip(*_sample_rows(accepted), strict=True)]
+    latest = list(newest.items())
+    params.append(_array_literal(gpu_id for gpu_id, _sample in latest))
+    params += [
+        _array_literal(sample.metrics[field] for _gpu_id, sample in latest)
+        for field in _LATEST_FIELDS
+    ]
+    params.append(_array_literal(sample.ts for _gpu_id, sample in latest))
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+
+
+def _gpus_latest_update(newest: dict[int, ParsedSample]) -> None:
+    """Each GPU's latest status from its newest sample, in one statement (SQLite, the demo).
+
+    Only forward: a late or repeated batch never overwrites a newer reading.
+    """
+    if not newest:
+        return
+    # CASEs over the GPUs' ids.
+    newer = {
+        gpu_id: Q(pk=gpu_id) & (Q(sampled_at__isnull=True) | Q(sampled_at__lt=sample.ts))
+        for gpu_id, sample in newest.items()
+    }
+    values: dict[str, Any] = {}
+    for field in (*_LATEST_FIELDS, "sampled_at"):
+        output = _column(Gpu, field)
+        values[field] = Case(
+            *(
+                When(
+                    newer[gpu_id],
+                    then=Value(
+                        sample.ts if field == "sampled_at" else sample.metrics[field],
+                        output_field=output,
+                    ),
+                )
+                for gpu_id, sample in newest.items()
+            ),
+            default=F(field),
+            output_field=output,
+        )
+    Gpu.objects.filter(pk__in=newest).update(**values)
 
 
 def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:

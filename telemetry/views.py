@@ -10,9 +10,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from telemetry.metrics import metrics_registry
+from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from telemetry.selectors import lab_daily
 
@@ -30,7 +30,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     if ScrapeToken.authenticate(secret.strip()) is None:
         return _refused("This scrape token is unknown or revoked; ask an admin for a new one.")
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(metrics_text(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
 
 def _refused(message: str) -> HttpResponse:

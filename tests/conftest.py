@@ -157,8 +157,13 @@ def image(db: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(settings: Any) -> None:
-    """A fresh in-process cache per test: login lockout counters never leak between tests."""
+    """A fresh in-process cache per test: login lockout counters never leak between tests.
+
+    The node keys a worker keeps in memory (`cluster.signing`) are dropped too.
+    """
     import uuid
+
+    from cluster.signing import node_keys_changed
 
     settings.CACHES = {
         "default": {
@@ -166,3 +171,4 @@ def isolated_cache(settings: Any) -> None:
             "LOCATION": f"test-{uuid.uuid4().hex}",
         }
     }
+    node_keys_changed()

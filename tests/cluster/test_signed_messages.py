@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import time_machine
+from django.core.cache import cache
 from django.utils import timezone
 
 from agent.signing import CommandVerifier, key_from_token, sign, token_kid
 from cluster.models import NodeToken, RejectedMessage
+from cluster.signing import NODE_KEYS_CACHE_S
 from cluster.tasks import command_refused, node_heartbeat, node_register
 from jobqueue import dispatch
 from tests.cluster.conftest import gpu_entry, job_on, register_info
@@ -61,12 +64,99 @@ def test_a_report_that_is_forged_stale_or_from_a_revoked_token_is_refused(
     if case == "tampered":
         info = {"ts": 1.0, "running_job_ids": [99]}
     if case == "revoked":
-        NodeToken.objects.filter(node_name="gpu01").update(revoked_at=timezone.now())
+        NodeToken.objects.filter(node_name="gpu01").revoke()
 
     assert node_heartbeat("gpu01", auth, info) == "refused: bad_token"
     assert RejectedMessage.objects.filter(
         node_name="gpu01", message="node_heartbeat", reason=RejectedMessage.Reason.BAD_TOKEN
     ).exists()
+
+
+def heartbeat_from_gpu01(secret: str) -> str:
+    """A freshly signed heartbeat (a new nonce each time), as the agent sends one."""
+    info = dict(HEARTBEAT)
+    return node_heartbeat(
+        "gpu01", signed_report("control.node_heartbeat", "gpu01", [info], secret), info
+    )
+
+
+def test_a_token_revoked_in_the_portal_is_refused_at_once_though_its_keys_were_cached(
+    registered_node: Any,
+) -> None:
+    _node, secret = registered_node
+    assert heartbeat_from_gpu01(secret) == "ok"  # the worker now holds gpu01's keys
+
+    NodeToken.objects.filter(node_name="gpu01").revoke()
+
+    assert heartbeat_from_gpu01(secret) == "refused: bad_token"
+
+
+@pytest.mark.parametrize("how", ["edited", "deleted"])
+def test_a_token_revoked_or_deleted_through_its_model_is_refused_at_once(
+    registered_node: Any, how: str
+) -> None:
+    _node, secret = registered_node
+    assert heartbeat_from_gpu01(secret) == "ok"
+    token = NodeToken.objects.get(node_name="gpu01")
+
+    if how == "edited":  # as the admin's change form saves it
+        token.revoked_at = timezone.now()
+        token.save()
+    else:
+        token.delete()
+
+    assert heartbeat_from_gpu01(secret) == "refused: bad_token"
+
+
+def test_a_revocation_in_another_worker_reaches_this_one_through_the_shared_cache(
+    registered_node: Any,
+) -> None:
+    _node, secret = registered_node
+    assert heartbeat_from_gpu01(secret) == "ok"
+
+    # Another process revokes: the row changes, and so does the shared generation
+    # value; this process's own memory is untouched.
+    NodeToken.objects.filter(node_name="gpu01").update(revoked_at=timezone.now())
+    cache.set("labportal:node-keys-generation", "changed by another worker", timeout=None)
+
+    assert heartbeat_from_gpu01(secret) == "refused: bad_token"
+
+
+def test_a_revocation_that_bypasses_the_portal_takes_effect_within_the_cache_bound(
+    registered_node: Any,
+) -> None:
+    _node, secret = registered_node
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        assert heartbeat_from_gpu01(secret) == "ok"
+        # SQL behind the portal's back: no worker is told.
+        NodeToken.objects.filter(node_name="gpu01").update(revoked_at=timezone.now())
+
+        clock.shift(NODE_KEYS_CACHE_S + 1)
+
+        assert heartbeat_from_gpu01(secret) == "refused: bad_token"
+
+
+def test_a_new_token_is_accepted_at_once_while_the_old_ones_keys_are_cached(
+    registered_node: Any, issue_token: Any
+) -> None:
+    _node, old = registered_node
+    assert heartbeat_from_gpu01(old) == "ok"
+
+    new = issue_token("gpu01")  # rotation: the agent restarts with a new token
+
+    assert heartbeat_from_gpu01(new) == "ok"
+    assert heartbeat_from_gpu01(old) == "ok"  # both active until the old one is revoked
+
+
+def test_the_signing_keys_are_not_put_in_the_shared_cache(registered_node: Any) -> None:
+    _node, secret = registered_node
+    assert heartbeat_from_gpu01(secret) == "ok"
+
+    stored = b"".join(cache._cache.values())  # type: ignore[attr-defined]  # locmem, pickled
+    token = NodeToken.objects.get(node_name="gpu01")
+    assert stored  # the nonce and the generation value are there
+    for secret_bytes in (key_from_token(secret), token.token_hash.encode()):
+        assert secret_bytes not in stored and secret_bytes.hex().encode() not in stored
 
 
 def test_an_agents_refusal_of_a_command_is_shown_to_admins(registered_node: Any) -> None:

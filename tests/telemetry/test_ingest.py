@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -52,7 +53,7 @@ def test_samples_are_stored_in_one_bulk_insert_and_update_the_latest_status(
     inserts = [
         q
         for q in queries.captured_queries
-        if q["sql"].startswith("INSERT") and '"telemetry_gpusample"' in q["sql"]
+        if re.search(r'INSERT (OR IGNORE )?INTO "telemetry_gpusample"', q["sql"])
     ]
     assert len(inserts) == 1
     assert GpuSample.objects.count() == 3
@@ -80,6 +81,31 @@ def test_a_late_batch_does_not_overwrite_a_newer_latest_status(registered_node: 
 
     assert Gpu.objects.get(uuid="GPU-aaa").util_pct == 50.0
     assert GpuSample.objects.count() == 2
+
+
+def test_one_statement_moves_each_gpus_latest_status_forward_and_leaves_newer_ones(
+    registered_node: Any,
+) -> None:
+    now = time.time()
+    samples_ingest("gpu01", registered_node[1], [a_sample("GPU-bbb", now, util_pct=50.0)])
+    batch = [
+        a_sample("GPU-aaa", now - 20, util_pct=10.0, mem_used_mb=None),
+        a_sample("GPU-aaa", now - 10, util_pct=20.0, mem_used_mb=1024, power_w=None),
+        a_sample("GPU-bbb", now - 30, util_pct=1.0),  # older than bbb's stored reading
+    ]
+
+    with CaptureQueriesContext(connection) as queries:
+        assert samples_ingest("gpu01", registered_node[1], batch) == "ok"
+
+    statements = [q["sql"].strip() for q in queries.captured_queries]
+    # On PostgreSQL the same statement stores the samples too.
+    updates = [sql for sql in statements if re.search(r'UPDATE "?cluster_gpu"? ', sql)]
+    assert len(updates) == 1, [sql[:60] for sql in statements]
+    aaa = Gpu.objects.get(uuid="GPU-aaa")
+    assert (aaa.util_pct, aaa.mem_used_mb, aaa.power_w) == (20.0, 1024, None)
+    assert aaa.sampled_at == datetime.fromtimestamp(now - 10, tz=UTC)
+    bbb = Gpu.objects.get(uuid="GPU-bbb")
+    assert (bbb.util_pct, bbb.sampled_at) == (50.0, datetime.fromtimestamp(now, tz=UTC))
 
 
 def test_malformed_samples_are_rejected_and_logged_while_the_good_ones_are_stored(
@@ -167,3 +193,28 @@ def test_a_process_not_traced_to_a_job_is_kept_for_the_alerts(registered_node: A
 
     stored = GpuSample.objects.get()
     assert (stored.processes, stored.job_id) == (processes, None)
+
+
+def test_a_sample_is_stored_exactly_whatever_characters_and_number_types_it_holds(
+    registered_node: Any,
+) -> None:
+    odd_user = 'o"dd\\ us,er{x} NULL 用户'
+    processes = [
+        {"pid": 7, "used_mb": None, "container_id": "c0ffee", "job_id": None, "unix_user": odd_user}
+    ]
+    now = time.time()
+    batch = [
+        a_sample("GPU-aaa", now, util_pct=50, power_w=1e-05, processes=processes),
+        a_sample("GPU-bbb", now - 0.000001, util_pct=12.5, ecc_errors=2**62),
+    ]
+
+    assert samples_ingest("gpu01", registered_node[1], batch) == "ok"
+
+    aaa = GpuSample.objects.get(gpu__uuid="GPU-aaa")
+    assert aaa.processes == processes
+    assert (aaa.util_pct, aaa.power_w) == (50.0, 1e-05)
+    assert aaa.ts == datetime.fromtimestamp(now, tz=UTC)
+    bbb = GpuSample.objects.get(gpu__uuid="GPU-bbb")
+    assert (bbb.ecc_errors, bbb.processes) == (2**62, [])
+    assert bbb.ts == datetime.fromtimestamp(now - 0.000001, tz=UTC)
+    assert Gpu.objects.get(uuid="GPU-aaa").power_w == 1e-05

@@ -10,10 +10,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import CreditAccount, LedgerEntry
@@ -21,6 +23,7 @@ from cluster.models import Gpu, Node
 from cluster.tasks import samples_ingest
 from jobqueue.models import Allocation, Job
 from jobqueue.tasks import scheduling_pass_task
+from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from tests.cluster.conftest import job_on
 from tests.conftest import require_in_ci
@@ -108,6 +111,25 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
         "user",
         "job_id",
     }
+
+
+def test_the_scrape_is_byte_for_byte_what_prometheus_client_would_write(
+    registered_node: Any, scrape_token: str, alice: Any
+) -> None:
+    node, secret = registered_node
+    Gpu.objects.filter(uuid="GPU-bbb").update(model='Odd "model" \\ with\na newline')
+    Allocation.objects.create(job=job_on(node, alice), gpu=Gpu.objects.get(uuid="GPU-aaa"))
+    samples_ingest("gpu01", secret, [a_sample("GPU-aaa", ecc_errors=2), a_sample("GPU-bbb")])
+    scheduling_pass_task()
+    registry = metrics_registry()
+
+    with time_machine.travel(timezone.now(), tick=False):
+        ours = metrics_text(registry)
+        theirs = generate_latest(registry)
+
+    assert b'model="Odd \\"model\\" \\\\ with\\na newline"' in ours
+    assert b"labportal_scheduling_pass_duration_seconds_bucket{" in ours
+    assert ours == theirs
 
 
 def test_a_silent_gpu_keeps_its_info_but_no_stale_reading(
