@@ -303,3 +303,34 @@ def test_the_sql_path_and_the_portable_path_agree(
         for a, b in zip(sql_rows, python_rows, strict=True):
             for x, y in zip(a, b, strict=True):
                 assert x == (pytest.approx(y) if isinstance(y, float) else y)
+
+
+def test_a_prune_run_that_stops_at_its_budget_queues_the_next_run(
+    gpus: tuple[Gpu, Gpu], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from telemetry import tasks
+
+    aaa, _bbb = gpus
+    GpuSample.objects.bulk_create(
+        [GpuSample(gpu=aaa, ts=at(minute), util_pct=10.0) for minute in range(0, 10)]
+    )
+    rollups_run(now=at(20))
+    later = at(3 * 24 * 60)
+    monkeypatch.setattr(
+        tasks, "telemetry_prune", lambda: telemetry_prune(now=later, batch_size=4, max_batches=1)
+    )
+    queued: list[dict[str, int]] = []
+    monkeypatch.setattr(
+        tasks.telemetry_prune_task,
+        "apply_async",
+        lambda kwargs, countdown: queued.append(kwargs),
+    )
+
+    assert tasks.telemetry_prune_task.run(catch_up_left=5).endswith("more to prune")
+    assert queued == [{"catch_up_left": 4}] and GpuSample.objects.count() == 6
+    # Run the queued runs as the worker would: they stop once nothing is left, and a
+    # chain that runs out of runs stops too (the hourly beat carries on from there).
+    while queued:
+        tasks.telemetry_prune_task.run(**queued.pop())
+    assert GpuSample.objects.count() == 0
+    assert tasks.telemetry_prune_task.run(catch_up_left=0) == "pruned raw 0, minutes 0, hours 0"
