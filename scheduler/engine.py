@@ -485,18 +485,21 @@ class _Pass:
         for _node, cand in units_by_node:
             if len(cand) < k:
                 continue
+            free_at = {u: self.avail_limit[u] if self.busy[u] else self.now for u in cand}
+            # Times at which fewer than k units are free cannot start the job: the k-th
+            # earliest free time is a lower bound, checked before the block lists.
+            kth = sorted(free_at.values())[k - 1]
+            if kth >= best_t:
+                continue
             times = sorted(
-                {self.avail_limit[u] if self.busy[u] else self.now for u in cand}
-                | {e for u in cand for (_s, e, _w) in (self.blocks[u] or ()) if e > self.now}
+                {f for f in free_at.values() if f >= kth}
+                | {e for u in cand for (_s, e, _w) in (self.blocks[u] or ()) if e > kth}
             )
             for t in times:
                 if t >= best_t:
                     break
                 ok = [
-                    u
-                    for u in cand
-                    if (self.avail_limit[u] if self.busy[u] else self.now) <= t
-                    and not self.blocked(u, t, t + limit, owner)
+                    u for u in cand if free_at[u] <= t and not self.blocked(u, t, t + limit, owner)
                 ]
                 if len(ok) >= k:
                     best_t = t

@@ -79,3 +79,22 @@ class RuntimePredictor:
         if fractions:
             return time_limit_s * statistics.median(fractions)
         return time_limit_s
+
+
+# Start estimates err most when far ahead. Past ``RANGE_FROM_S`` of lead, a start is
+# shown as a range: the lead scaled by the quartiles of actual wait / estimated wait
+# that the simulator measures (``eta_lead_ratio_p25_p75``, on tuning
+# workloads; see docs/scheduler.md). The forecast backfills no holes, so jobs mostly
+# start earlier than estimated: the range reaches further before the estimate than after.
+RANGE_FROM_S = 3600.0
+RANGE_EARLY = 0.1
+RANGE_LATE = 1.3
+
+
+def start_estimate_range(now: float, estimated: float) -> tuple[float, float] | None:
+    """(earliest, latest) likely start for an estimate ``estimated`` made at ``now``, or
+    None where the estimate is near enough to show as one time."""
+    lead = estimated - now
+    if lead < RANGE_FROM_S:
+        return None
+    return now + RANGE_EARLY * lead, now + RANGE_LATE * lead

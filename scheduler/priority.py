@@ -9,7 +9,7 @@ then higher priority, then earlier submit, then lower id.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler.fairshare import fairshare_factors
 from scheduler.model import ClusterState, PendingJob, Policy, Reservation
@@ -53,6 +53,25 @@ def job_tier(
         return TIER_RESERVATION
     queue = policy.queues.get(job.queue)
     return TIER_QUEUE_BASE + (queue.tier if queue is not None else policy.unknown_queue_tier)
+
+
+def constant_terms(job: PendingJob, policy: Policy, largest_node_units: int) -> float:
+    """The priority terms that do not change while a job waits (queue, category, size),
+    added in ``multifactor_priority``'s order so that the sums agree to the last bit."""
+    queue = policy.queues.get(job.queue)
+    queue_factor = queue.priority_factor if queue is not None else 0.0
+    category = policy.categories.get(job.category)
+    category_factor = category.factor if category is not None else 0.0
+    size = min(1.0, job.gpus / largest_node_units) if largest_node_units > 0 else 0.0
+    if policy.size_favours_small:
+        size = 1.0 - size
+    return (
+        policy.weight_age * 0.0
+        + policy.weight_fairshare * 0.0
+        + policy.weight_queue * queue_factor
+        + policy.weight_category * category_factor
+        + policy.weight_size * size
+    )
 
 
 def multifactor_priority(
@@ -128,9 +147,7 @@ class Ranker:
         triple = (job.queue, job.category, job.gpus)
         base = self.constant.get(triple)
         if base is None:
-            base = self.constant[triple] = multifactor_priority(
-                replace(job, submit_time=now), policy, now, 0.0, self.largest_node_units
-            )
+            base = self.constant[triple] = constant_terms(job, policy, self.largest_node_units)
         max_age = policy.max_age_s
         age = min(1.0, max(0.0, now - job.submit_time) / max_age) if max_age else 0.0
         priority = (

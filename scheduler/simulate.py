@@ -1019,6 +1019,7 @@ class Simulation:
             "eta_error_median_s_by_horizon": _eta_errors_by_horizon(done)
             if self.policy_name != "timeslots"
             else None,
+            "eta_lead_ratio_p25_p75": _lead_ratio_band(done),
             # Arrivals whose estimate the deep-backlog sampling skipped (0: all estimated).
             "eta_skipped": len(self.eta_skipped),
             "runtime_error_median": _round(statistics.median(self.runtime_errors), 4)
@@ -1097,6 +1098,24 @@ def _eta_errors_by_horizon(done: Sequence[SimJob]) -> dict[str, float | None]:
         name = next(n for n, limit in HORIZONS if wait <= limit)
         groups[name].append(abs(j.eta - _start(j)))
     return {n: _round(statistics.median(v)) if v else None for n, v in groups.items()}
+
+
+def _lead_ratio_band(done: Sequence[SimJob]) -> tuple[float, float] | None:
+    """For jobs estimated to wait over an hour: the quartiles of actual wait / estimated
+    wait (what the portal's "likely between" range is drawn from: half the jobs)."""
+    ratios = [
+        (_start(j) - j.submit) / (j.eta - j.submit)
+        for j in done
+        if j.eta is not None and j.eta - j.submit > LONG_LEAD_S
+    ]
+    if len(ratios) < 10:
+        return None
+    low, high = _percentile(ratios, 25), _percentile(ratios, 75)
+    assert low is not None and high is not None
+    return (round(low, 3), round(high, 3))
+
+
+LONG_LEAD_S = 3600.0
 
 
 def _start(job: SimJob) -> float:

@@ -55,9 +55,11 @@ def test_the_incremental_replay_starts_the_same_jobs_at_the_same_times_on_the_sa
     fast = _replay(path, policy, 16, incremental=True)
     assert max(j.start or 0 for j in full.jobs) > 0
     assert [(j.start, j.gpu_ids) for j in fast.jobs] == [(j.start, j.gpu_ids) for j in full.jobs]
-    # A shallow backlog: every arrival is estimated, as in the full replay.
-    assert not fast.eta_skipped
-    assert [j.eta for j in fast.jobs] == [j.eta for j in full.jobs]
+    # An estimate depends only on the jobs ahead: the sampled arrivals get the full
+    # replay's estimates exactly.
+    sampled = [j.index for j in fast.jobs if j.index not in fast.eta_skipped]
+    assert len(sampled) > len(fast.jobs) // 4
+    assert [fast.jobs[i].eta for i in sampled] == [full.jobs[i].eta for i in sampled]
 
 
 def test_the_incremental_replay_passes_the_engine_a_prefix_not_the_backlog(
