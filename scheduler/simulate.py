@@ -341,12 +341,16 @@ class _Usage:
 PREFIX_MIN = 64
 # Reasons that stop a strict (no backfill) pass for every job behind.
 STRICT_BLOCKING = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
-Shape = tuple[bool, int]
+# Reasons a pass gives a job whose placement failed (not a limit, not a hold).
+PLACEMENT_FAILED = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
+Shape = tuple[bool, int, str | None]
 
 
 def _shape(job: PendingJob) -> Shape:
-    """What a job needs of one node: a shared slot, or k GPUs."""
-    return (True, 1) if job.shared_slot else (False, max(1, job.gpus))
+    """What a job needs of one node: a shared slot, or k GPUs (of a model, if named).
+    Jobs of a reservation are their own shape (its GPUs are not the others')."""
+    model = job.gpu_model if job.reservation_id is None else f"{job.gpu_model}@{job.reservation_id}"
+    return (True, 1, model) if job.shared_slot else (False, max(1, job.gpus), model)
 
 
 class _Backlog:
@@ -499,7 +503,7 @@ class _FreeUnits:
         widest = max(self.whole_free.values(), default=0)
         return any(
             n > 0 and (self.slots_free > 0 if slot else k <= widest)
-            for (slot, k), n in shapes.items()
+            for (slot, k, _model), n in shapes.items()
         )
 
     def any_fits_before(self, shortest: dict[Shape, float], windows: dict[int, float]) -> bool:
@@ -517,7 +521,7 @@ class _FreeUnits:
                 slot_windows.append(window)
             else:
                 per_node.setdefault(self.node[u], []).append(window)
-        for (slot, k), limit in shortest.items():
+        for (slot, k, _model), limit in shortest.items():
             if slot:
                 if any(w >= limit for w in slot_windows):
                     return True
@@ -547,7 +551,7 @@ class _EtaBudget:
     While the backlog is shallow every arrival is estimated; in a deep one, a share,
     chosen without looking at the job (so the sample is not biased to short queues)."""
 
-    PER_ARRIVAL = 16
+    PER_ARRIVAL = 8
     START = 4000
 
     def __init__(self) -> None:
@@ -892,9 +896,22 @@ class Simulation:
             return True  # strict order: everything behind a blocked job waits
         rest = Counter(backlog.limits)
         rest.subtract((_shape(job), job.time_limit_s) for job in prefix)
+        # Within a pass, a placement that failed fails again for the same shape with a
+        # limit as long or longer (free units only disappear, blocks only appear, and a
+        # longer job meets more blocks and the drain reserve): such jobs cannot start.
+        failed: dict[Shape, float] = {}
+        for job in prefix:
+            info = result.pending.get(job.id)
+            if info is not None and info.reason in PLACEMENT_FAILED and not job.emergency:
+                shape = _shape(job)
+                failed[shape] = min(failed.get(shape, math.inf), job.time_limit_s)
         shortest: dict[Shape, float] = {}
         for (shape, limit), n in rest.items():
-            if n > 0 and limit < shortest.get(shape, math.inf):
+            if (
+                n > 0
+                and limit < shortest.get(shape, math.inf)
+                and limit < failed.get(shape, math.inf)
+            ):
                 shortest[shape] = limit
         started = [start.gpu_ids for start in result.starts]
         for gpu_ids in started:

@@ -149,14 +149,14 @@ def test_free_units_see_no_room_where_a_guarantee_leaves_too_short_a_window() ->
     units = tuple(Gpu(f"g{i}", "n0", "A10", 24_000) for i in range(4))
     free = _FreeUnits(nodes, units)
     free.take(["g0", "g1"])
-    assert free.any_fits_before({(False, 2): 3600.0}, {})
-    assert not free.any_fits_before({(False, 3): 3600.0}, {})
+    assert free.any_fits_before({(False, 2, None): 3600.0}, {})
+    assert not free.any_fits_before({(False, 3, None): 3600.0}, {})
     # g2 and g3 are promised to a blocked job in 30 minutes: an hour-long job cannot use them.
     windows = free.windows([(1000.0 + 1800.0, ("g2", "g3"))], 1000.0)
-    assert not free.any_fits_before({(False, 1): 3600.0}, windows)
-    assert free.any_fits_before({(False, 2): 1800.0}, windows)
+    assert not free.any_fits_before({(False, 1, None): 3600.0}, windows)
+    assert free.any_fits_before({(False, 2, None): 1800.0}, windows)
     free.release(["g0"])
-    assert free.any_fits_before({(False, 1): 3600.0}, windows)
+    assert free.any_fits_before({(False, 1, None): 3600.0}, windows)
 
 
 def test_the_estimate_budget_is_linear_in_the_arrivals() -> None:
