@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.engine import plan
+from scheduler.engine import forget_topology, plan
 from scheduler.model import (
     CategoryPolicy,
     ClusterState,
@@ -162,6 +162,8 @@ def time_passes(
     wall: list[float] = []
     cpu: list[float] = []
     for _ in range(repeats):
+        # The portal builds its node and GPU tuples afresh each pass: time that case.
+        forget_topology()
         began, began_cpu = time.perf_counter(), time.process_time()
         plan(state, policy, NOW, estimates=estimates)
         wall.append(time.perf_counter() - began)
@@ -302,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # A lab-profile workload over enough days for the jobs asked, on fewer GPUs than its
 # offered load needs, so the backlog keeps growing: the case that made replays slow.
-SPEED_PROFILE, SPEED_SEED, SPEED_GPUS = "lab", 5, 40
+SPEED_PROFILE, SPEED_SEED, SPEED_GPUS = "lab", 5, 32
 
 
 def _timed_replay(path: str, jobs: int, *, incremental: bool) -> list[dict[str, Any]]:
@@ -348,7 +350,7 @@ def sim_speed(jobs: int, baseline_jobs: int, *, as_json: bool) -> None:
     from scheduler.workloads import PROFILES, Profile, generate, write
 
     base = PROFILES[SPEED_PROFILE]
-    profile = Profile(**{**base.__dict__, "days": jobs / base.jobs_per_day * 1.05})
+    profile = Profile(**{**base.__dict__, "days": jobs / base.jobs_per_day * 1.4})
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "speed.csv")
         write(generate(profile, SPEED_SEED)[:jobs], path)
@@ -362,17 +364,26 @@ def sim_speed(jobs: int, baseline_jobs: int, *, as_json: bool) -> None:
         f"simulator speed: {jobs} jobs ({SPEED_PROFILE} profile, seed {SPEED_SEED}) on "
         f"{SPEED_GPUS} GPUs, a growing backlog; seconds per 1,000 arrivals"
     )
-    print(f"{'jobs':>8} {'pending':>8} {'incremental s':>14} {'full-pass s':>12}")
-    old_by_jobs = {row["jobs"]: row for row in old}
-    for row in new:
-        baseline = old_by_jobs.get(row["jobs"]) if row["jobs"] != "total" else None
+    print(
+        f"{'jobs':>8} {'pending':>8} {'incremental s':>14} {'cpu s':>7} "
+        f"{'full-pass s':>12} {'cpu s':>7}"
+    )
+    old_by_jobs = {row["jobs"]: row for row in old[:-1]}
+    for row in new[:-1]:
+        base_row = old_by_jobs.get(row["jobs"])
         print(
-            f"{row['jobs']:>8} {row['pending']:>8} {row['seconds']:>14} "
-            f"{baseline['seconds'] if baseline else '-':>12}"
+            f"{row['jobs']:>8} {row['pending']:>8} {row['seconds']:>14} {row['cpu_seconds']:>7} "
+            f"{base_row['seconds'] if base_row else '-':>12} "
+            f"{base_row['cpu_seconds'] if base_row else '-':>7}"
         )
-    print(f"full-pass replay of the first {min(jobs, baseline_jobs)} jobs: {old[-1]['seconds']} s")
-    verdict = "meets" if float(new[-1]["seconds"]) < 60 else "misses"
-    print(f"target: {jobs} jobs in < 60 s: {new[-1]['seconds']} s, {verdict}")
+    print(
+        f"first {min(jobs, baseline_jobs)} jobs: full-pass {old[-1]['seconds']} s "
+        f"({old[-1]['cpu_seconds']} s CPU)"
+    )
+    total = new[-1]
+    for label in ("seconds", "cpu_seconds"):
+        verdict = "meets" if float(total[label]) < 60 else "misses"
+        print(f"target: {jobs} jobs in < 60 s ({label}): {total[label]} s, {verdict}")
 
 
 # Generated workloads and seeds that no engine setting was chosen on (see docs/scheduler.md).

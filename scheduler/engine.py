@@ -89,6 +89,11 @@ def limit_keys(
     return keys
 
 
+def forget_topology() -> None:
+    """Drop the kept topology (benchmarks time a pass as the portal runs it: cold)."""
+    _Topology._last = None
+
+
 class _Topology:
     """The parts of a pass that depend only on the nodes and GPUs, index-addressed.
 
