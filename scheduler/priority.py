@@ -56,22 +56,9 @@ def job_tier(
 
 
 def constant_terms(job: PendingJob, policy: Policy, largest_node_units: int) -> float:
-    """The priority terms that do not change while a job waits (queue, category, size),
-    added in ``multifactor_priority``'s order so that the sums agree to the last bit."""
-    queue = policy.queues.get(job.queue)
-    queue_factor = queue.priority_factor if queue is not None else 0.0
-    category = policy.categories.get(job.category)
-    category_factor = category.factor if category is not None else 0.0
-    size = min(1.0, job.gpus / largest_node_units) if largest_node_units > 0 else 0.0
-    if policy.size_favours_small:
-        size = 1.0 - size
-    return (
-        policy.weight_age * 0.0
-        + policy.weight_fairshare * 0.0
-        + policy.weight_queue * queue_factor
-        + policy.weight_category * category_factor
-        + policy.weight_size * size
-    )
+    """The priority terms that do not change while a job waits (queue, category, size):
+    the priority at the job's own submit time with no fair share (age is then 0)."""
+    return multifactor_priority(job, policy, job.submit_time, 0.0, largest_node_units)
 
 
 def multifactor_priority(

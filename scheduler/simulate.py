@@ -692,19 +692,7 @@ class Simulation:
             while next_arrival < len(jobs) and jobs[next_arrival].submit <= t:
                 job = jobs[next_arrival]
                 self._arrive(job)
-                pending[job.index] = PendingJob(
-                    id=job.index,
-                    user=job.user,
-                    queue=job.queue,
-                    submit_time=job.submit,
-                    gpus=job.gpus,
-                    shared_slot=job.shared_slot,
-                    time_limit_s=job.time_limit,
-                    predicted_runtime_s=job.predicted,
-                    preemptible=job.preemptible,
-                    category=job.category,
-                    gpu_model=job.gpu_model,
-                )
+                pending[job.index] = self._pending_job(job)
                 next_arrival += 1
                 arrived = True
                 if self.on_arrival is not None:
@@ -730,17 +718,7 @@ class Simulation:
                 job.end = t + job.duration
                 job.gpu_ids = start.gpu_ids
                 del pending[job.index]
-                running[job.index] = RunningJob(
-                    id=job.index,
-                    user=job.user,
-                    queue=job.queue,
-                    gpu_ids=start.gpu_ids,
-                    start_time=t,
-                    time_limit_s=job.time_limit,
-                    predicted_runtime_s=job.predicted,
-                    preemptible=job.preemptible,
-                    category=job.category,
-                )
+                running[job.index] = self._running_job(job, start.gpu_ids, t)
                 busy += _unit_gpus(job, self.slots_per_gpu)
                 heapq.heappush(finishes, (job.end, job.index))
             if arrived:
@@ -749,7 +727,22 @@ class Simulation:
                     if job.eta is None:
                         job.eta = info.estimated_start
 
-    def _pending_job(self, job: SimJob) -> PendingJob:
+    @staticmethod
+    def _running_job(job: SimJob, gpu_ids: tuple[str, ...], t: float) -> RunningJob:
+        return RunningJob(
+            id=job.index,
+            user=job.user,
+            queue=job.queue,
+            gpu_ids=gpu_ids,
+            start_time=t,
+            time_limit_s=job.time_limit,
+            predicted_runtime_s=job.predicted,
+            preemptible=job.preemptible,
+            category=job.category,
+        )
+
+    @staticmethod
+    def _pending_job(job: SimJob) -> PendingJob:
         return PendingJob(
             id=job.index,
             user=job.user,
@@ -860,17 +853,7 @@ class Simulation:
                 backlog.remove(job.index)
                 owed.discard(job.index)
                 free.take(start.gpu_ids)
-                running[job.index] = RunningJob(
-                    id=job.index,
-                    user=job.user,
-                    queue=job.queue,
-                    gpu_ids=start.gpu_ids,
-                    start_time=t,
-                    time_limit_s=job.time_limit,
-                    predicted_runtime_s=job.predicted,
-                    preemptible=job.preemptible,
-                    category=job.category,
-                )
+                running[job.index] = self._running_job(job, start.gpu_ids, t)
                 busy += _unit_gpus(job, self.slots_per_gpu)
                 heapq.heappush(finishes, (job.end, job.index))
             if want_eta:
