@@ -307,7 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 SPEED_PROFILE, SPEED_SEED, SPEED_GPUS = "lab", 5, 32
 
 
-def _timed_replay(path: str, jobs: int, *, incremental: bool) -> list[dict[str, Any]]:
+def _timed_replay(
+    path: str, jobs: int, *, incremental: bool, stream: bool = False
+) -> list[dict[str, Any]]:
     """Replay the first ``jobs`` jobs; one row per 1,000 arrivals: backlog and seconds."""
     from scheduler.simulate import Simulation, load_workload
 
@@ -354,8 +356,8 @@ def sim_speed(jobs: int, baseline_jobs: int, *, as_json: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "speed.csv")
         write(generate(profile, SPEED_SEED)[:jobs], path)
-        new = _timed_replay(path, jobs, incremental=True)
-        old = _timed_replay(path, min(jobs, baseline_jobs), incremental=False)
+        new = _timed_replay(path, jobs, incremental=True, stream=not as_json)
+        old = _timed_replay(path, min(jobs, baseline_jobs), incremental=False, stream=not as_json)
     if as_json:
         print(json.dumps({"sim_speed": {"incremental": new, "full_pass": old}}), flush=True)
         return
