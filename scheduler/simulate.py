@@ -343,7 +343,15 @@ PREFIX_MIN = 64
 STRICT_BLOCKING = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
 # Reasons a pass gives a job whose placement failed (not a limit, not a hold).
 PLACEMENT_FAILED = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
+# Reasons a pass gives a job refused by a running limit or a per-job limit.
+LIMIT_FAILED = frozenset({Reason.USER_LIMIT, Reason.QUEUE_LIMIT, Reason.CATEGORY_LIMIT})
 Shape = tuple[bool, int, str | None]
+Owner = tuple[str, str, str]
+
+
+def _owner(job: PendingJob) -> Owner:
+    """What the engine's limits are keyed by: user, queue and category."""
+    return (job.user, job.queue, job.category)
 
 
 def _shape(job: PendingJob) -> Shape:
@@ -374,7 +382,7 @@ class _Backlog:
         self.shapes: Counter[Shape] = Counter()
         # Pending count per (shape, time limit): the shortest limit of a shape bounds
         # what could still squeeze in before a guarantee.
-        self.limits: Counter[tuple[Shape, float]] = Counter()
+        self.limits: Counter[tuple[Owner, Shape, float]] = Counter()
         self.policy = policy
 
     def __len__(self) -> int:
@@ -386,7 +394,7 @@ class _Backlog:
     def add(self, job: PendingJob) -> None:
         self.jobs[job.id] = job
         self.shapes[_shape(job)] += 1
-        self.limits[(_shape(job), job.time_limit_s)] += 1
+        self.limits[(_owner(job), _shape(job), job.time_limit_s)] += 1
         if self.by_group:
             # Arrivals come in (submit, id) order, so appending keeps each group sorted.
             self.groups.setdefault(self._group(job), []).append(job.id)
@@ -398,7 +406,7 @@ class _Backlog:
     def remove(self, job_id: int) -> None:
         job = self.jobs.pop(job_id)
         self.shapes[_shape(job)] -= 1
-        self.limits[(_shape(job), job.time_limit_s)] -= 1
+        self.limits[(_owner(job), _shape(job), job.time_limit_s)] -= 1
         if self.by_group:
             group = self.groups[self._group(job)]
             group.remove(job_id)
@@ -878,22 +886,31 @@ class Simulation:
         ):
             return True  # strict order: everything behind a blocked job waits
         rest = Counter(backlog.limits)
-        rest.subtract((_shape(job), job.time_limit_s) for job in prefix)
+        rest.subtract((_owner(job), _shape(job), job.time_limit_s) for job in prefix)
         # Within a pass, a placement that failed fails again for the same shape with a
         # limit as long or longer (free units only disappear, blocks only appear, and a
         # longer job meets more blocks and the drain reserve): such jobs cannot start.
+        # Likewise a limit (user, queue, category) that refused a job refuses the same
+        # owner's later jobs of that shape with limits as long: counters only grow.
         failed: dict[Shape, float] = {}
+        limited: dict[tuple[Owner, Shape], float] = {}
         for job in prefix:
             info = result.pending.get(job.id)
-            if info is not None and info.reason in PLACEMENT_FAILED and not job.emergency:
-                shape = _shape(job)
+            if info is None or job.emergency:
+                continue
+            shape = _shape(job)
+            if info.reason in PLACEMENT_FAILED:
                 failed[shape] = min(failed.get(shape, math.inf), job.time_limit_s)
+            elif info.reason in LIMIT_FAILED:
+                key = (_owner(job), shape)
+                limited[key] = min(limited.get(key, math.inf), job.time_limit_s)
         shortest: dict[Shape, float] = {}
-        for (shape, limit), n in rest.items():
+        for (owner, shape, limit), n in rest.items():
             if (
                 n > 0
                 and limit < shortest.get(shape, math.inf)
                 and limit < failed.get(shape, math.inf)
+                and limit < limited.get((owner, shape), math.inf)
             ):
                 shortest[shape] = limit
         started = [start.gpu_ids for start in result.starts]
