@@ -47,7 +47,7 @@ typecheck: install
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/labportal
 BENCH_BROKER_URL ?= redis://127.0.0.1:6379/0
 bench: install
-	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality --held-out
+	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality --held-out --sim-speed
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench

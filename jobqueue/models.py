@@ -15,6 +15,8 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from scheduler.predict import start_estimate_range
+
 if TYPE_CHECKING:
     from accounts.models import User
 
@@ -331,6 +333,22 @@ class Job(models.Model):
         "user_limit": _("Its owner is at their limit of running jobs or GPUs in this queue."),
         "category_limit": _("Its owner's category is at its limit of GPUs in use."),
     }
+
+    @property
+    def estimated_start_range(self) -> tuple[datetime, datetime] | None:
+        """Where the estimated start is far enough ahead to be uncertain: the likely
+        (earliest, latest) start, for pages to show instead of one time."""
+        if self.estimated_start is None or self.state != self.State.PENDING:
+            return None
+        now = timezone.now()
+        span = start_estimate_range(now.timestamp(), self.estimated_start.timestamp())
+        if span is None:
+            return None
+        earliest, latest = span
+        return (
+            datetime.fromtimestamp(earliest, tz=now.tzinfo),
+            datetime.fromtimestamp(latest, tz=now.tzinfo),
+        )
 
     @property
     def is_awaiting_first_pass(self) -> bool:

@@ -23,8 +23,10 @@ from collections.abc import Iterable, Sequence
 
 from scheduler.model import (
     ClusterState,
+    Gpu,
     GpuKind,
     Guarantee,
+    Node,
     NodeState,
     PendingInfo,
     PendingJob,
@@ -87,22 +89,30 @@ def limit_keys(
     return keys
 
 
-class _Pass:
-    """State of one planning pass over flat, index-addressed arrays (for speed)."""
+def forget_topology() -> None:
+    """Drop the kept topology (benchmarks time a pass as the portal runs it: cold)."""
+    _Topology._last = None
 
-    def __init__(self, state: ClusterState, policy: Policy, now: float) -> None:
-        self.state = state
-        self.policy = policy
-        self.now = now
-        self.reservations = {r.id: r for r in state.reservations}
 
-        node_state = {n.name: n.state for n in state.nodes}
-        gpus = sorted(state.gpus, key=lambda g: (g.node, g.id))
+class _Topology:
+    """The parts of a pass that depend only on the nodes and GPUs, index-addressed.
+
+    Read-only once built. The simulator passes the same node and GPU tuples to every
+    pass, so the last topology is kept (holding those tuples, so that identity means
+    equality); the portal builds new tuples each pass and gets a fresh one.
+    """
+
+    _last: _Topology | None = None
+
+    def __init__(self, nodes: tuple[Node, ...], units: tuple[Gpu, ...]) -> None:
+        self.nodes = nodes
+        self.units = units
+        node_state = {n.name: n.state for n in nodes}
+        gpus = sorted(units, key=lambda g: (g.node, g.id))
         node_names = sorted({g.node for g in gpus})
         self.node_names = node_names
         node_index = {name: i for i, name in enumerate(node_names)}
         self.node_usable = [node_state.get(name) == NodeState.UP for name in node_names]
-
         self.unit_ids = [g.id for g in gpus]
         self.unit_index = {g.id: i for i, g in enumerate(gpus)}
         n = len(gpus)
@@ -117,7 +127,6 @@ class _Pass:
         self.node_units: list[list[int]] = [[] for _ in node_names]
         for i in range(n):
             self.node_units[self.unit_node[i]].append(i)
-
         # Units that share a physical GPU with a unit listed in the same input conflict.
         self.conflicts: list[tuple[int, ...]] = [()] * n
         for i, g in enumerate(gpus):
@@ -125,6 +134,41 @@ class _Pass:
                 p = self.unit_index[g.parent]
                 self.conflicts[i] = (*self.conflicts[i], p)
                 self.conflicts[p] = (*self.conflicts[p], i)
+        # Answers that depend on the topology alone, shared by the passes that reuse it.
+        self.class_cache: dict[tuple[bool, bool, str | None, int], tuple[int, ...]] = {}
+        self.static_cache: dict[tuple[tuple[int, ...], int], Reason | None] = {}
+
+    @classmethod
+    def of(cls, state: ClusterState) -> _Topology:
+        last = cls._last
+        if last is not None and last.nodes is state.nodes and last.units is state.gpus:
+            return last
+        topo = cls._last = cls(state.nodes, state.gpus)
+        return topo
+
+
+class _Pass:
+    """State of one planning pass over flat, index-addressed arrays (for speed)."""
+
+    def __init__(self, state: ClusterState, policy: Policy, now: float) -> None:
+        self.state = state
+        self.policy = policy
+        self.now = now
+        self.reservations = {r.id: r for r in state.reservations}
+
+        topo = _Topology.of(state)
+        self.node_names = topo.node_names
+        self.node_usable = topo.node_usable
+        self.unit_ids = topo.unit_ids
+        self.unit_index = topo.unit_index
+        n = len(topo.unit_ids)
+        self.unit_node = topo.unit_node
+        self.unit_class = topo.unit_class
+        self.classes = topo.classes
+        self.unit_parent_key = topo.unit_parent_key
+        self.node_units = topo.node_units
+        self.conflicts = topo.conflicts
+        node_names = self.node_names
 
         self.busy = [False] * n
         self.holder: list[int | None] = [None] * n
@@ -188,8 +232,8 @@ class _Pass:
         # Limit budget promised to guaranteed jobs: (start, limit keys, units).
         self.promised: list[tuple[float, set[LimitKey], int]] = []
 
-        self._class_cache: dict[tuple[bool, bool, str | None, int], tuple[int, ...]] = {}
-        self._static_cache: dict[tuple[tuple[int, ...], int], Reason | None] = {}
+        self._class_cache = topo.class_cache
+        self._static_cache = topo.static_cache
         self._fail_cache: dict[tuple[tuple[int, ...], int, float, bool], Reason] = {}
         self._no_free: dict[tuple[int, ...], int] = {}
         self.victims: set[int] = set()
@@ -485,18 +529,21 @@ class _Pass:
         for _node, cand in units_by_node:
             if len(cand) < k:
                 continue
+            free_at = {u: self.avail_limit[u] if self.busy[u] else self.now for u in cand}
+            # Times at which fewer than k units are free cannot start the job: the k-th
+            # earliest free time is a lower bound, checked before the block lists.
+            kth = sorted(free_at.values())[k - 1]
+            if kth >= best_t:
+                continue
             times = sorted(
-                {self.avail_limit[u] if self.busy[u] else self.now for u in cand}
-                | {e for u in cand for (_s, e, _w) in (self.blocks[u] or ()) if e > self.now}
+                {f for f in free_at.values() if f >= kth}
+                | {e for u in cand for (_s, e, _w) in (self.blocks[u] or ()) if e > kth}
             )
             for t in times:
                 if t >= best_t:
                     break
                 ok = [
-                    u
-                    for u in cand
-                    if (self.avail_limit[u] if self.busy[u] else self.now) <= t
-                    and not self.blocked(u, t, t + limit, owner)
+                    u for u in cand if free_at[u] <= t and not self.blocked(u, t, t + limit, owner)
                 ]
                 if len(ok) >= k:
                     best_t = t

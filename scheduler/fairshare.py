@@ -47,6 +47,11 @@ def normalize_usage(usage: Mapping[str, float]) -> dict[str, float]:
     return {user: max(0.0, value) / total for user, value in usage.items()}
 
 
+# The last answer: a simulator pass asks twice for the same tree and usage (once to
+# order its backlog, once inside the engine). Trees are immutable; usage is compared.
+_last: tuple[ShareNode, dict[str, float], bool, dict[str, float]] | None = None
+
+
 def fairshare_factors(
     tree: ShareNode, usage: Mapping[str, float], *, normalize: bool = True
 ) -> dict[str, float]:
@@ -55,6 +60,18 @@ def fairshare_factors(
     ``usage`` is decayed raw usage per user; with ``normalize=False`` it is taken as
     already normalised (Slurm's worked example gives normalised values).
     """
+    global _last
+    last = _last
+    if last is not None and last[0] is tree and last[2] == normalize and last[1] == usage:
+        return dict(last[3])
+    factors = _fairshare_factors(tree, usage, normalize=normalize)
+    _last = (tree, dict(usage), normalize, dict(factors))
+    return factors
+
+
+def _fairshare_factors(
+    tree: ShareNode, usage: Mapping[str, float], *, normalize: bool
+) -> dict[str, float]:
     normalised = normalize_usage(usage) if normalize else dict(usage)
     subtree_usage: dict[int, float] = {}
 

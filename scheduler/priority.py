@@ -9,7 +9,7 @@ then higher priority, then earlier submit, then lower id.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler.fairshare import fairshare_factors
 from scheduler.model import ClusterState, PendingJob, Policy, Reservation
@@ -55,6 +55,12 @@ def job_tier(
     return TIER_QUEUE_BASE + (queue.tier if queue is not None else policy.unknown_queue_tier)
 
 
+def constant_terms(job: PendingJob, policy: Policy, largest_node_units: int) -> float:
+    """The priority terms that do not change while a job waits (queue, category, size):
+    the priority at the job's own submit time with no fair share (age is then 0)."""
+    return multifactor_priority(job, policy, job.submit_time, 0.0, largest_node_units)
+
+
 def multifactor_priority(
     job: PendingJob,
     policy: Policy,
@@ -80,6 +86,66 @@ def multifactor_priority(
     )
 
 
+class Ranker:
+    """The sort key of a pending job at one instant: fair-share factors and the constant
+    terms are worked out once, so that keying thousands of jobs is cheap. Used by
+    ``rank_pending`` and by the simulator's incremental backlog (same keys, same order)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: Policy,
+        now: float,
+        reservations: Mapping[int, Reservation],
+        largest_node_units: int,
+    ) -> None:
+        self.policy = policy
+        self.now = now
+        self.reservations = reservations
+        self.largest_node_units = largest_node_units
+        self.factors: dict[str, float] = (
+            fairshare_factors(state.share_tree, state.usage) if state.share_tree is not None else {}
+        )
+        self.broke = state.users_without_credit
+        # The queue, category and size terms repeat across thousands of jobs: compute once.
+        self.constant: dict[tuple[str, str, int], float] = {}
+        self.static = policy.order in ("fifo", "shortest_first")
+
+    @staticmethod
+    def static_key(job: PendingJob, policy: Policy) -> tuple[float, ...]:
+        """The key under the orders that do not change with time (fifo, shortest_first)."""
+        if policy.order == "fifo":
+            return (job.submit_time, job.id)
+        runtime = job.predicted_runtime_s
+        return (runtime if runtime is not None else job.time_limit_s, job.submit_time, job.id)
+
+    def rank(self, job: PendingJob) -> RankedJob:
+        policy = self.policy
+        now = self.now
+        if self.static:
+            return RankedJob(job, 0, 0.0, self.static_key(job, policy))
+        if job.emergency or job.reservation_id is not None:
+            tier = job_tier(job, policy, self.reservations, now)
+        else:
+            queue = policy.queues.get(job.queue)
+            tier = TIER_QUEUE_BASE + (
+                queue.tier if queue is not None else policy.unknown_queue_tier
+            )
+        triple = (job.queue, job.category, job.gpus)
+        base = self.constant.get(triple)
+        if base is None:
+            base = self.constant[triple] = constant_terms(job, policy, self.largest_node_units)
+        max_age = policy.max_age_s
+        age = min(1.0, max(0.0, now - job.submit_time) / max_age) if max_age else 0.0
+        priority = (
+            base
+            + policy.weight_age * age
+            + policy.weight_fairshare * self.factors.get(job.user, 0.0)
+        )
+        key = (tier, 1 if job.user in self.broke else 0, -priority, job.submit_time, job.id)
+        return RankedJob(job, tier, priority, key)
+
+
 def rank_pending(
     state: ClusterState,
     policy: Policy,
@@ -88,34 +154,7 @@ def rank_pending(
     largest_node_units: int,
 ) -> list[RankedJob]:
     """Return every pending job in scheduling order (deterministic for equal inputs)."""
-    factors: dict[str, float] = (
-        fairshare_factors(state.share_tree, state.usage) if state.share_tree is not None else {}
-    )
-    broke = state.users_without_credit
-    ranked: list[RankedJob] = []
-    # The queue, category and size terms repeat across thousands of jobs: compute once.
-    constant: dict[tuple[str, str, int], float] = {}
-    w_age, w_fs = policy.weight_age, policy.weight_fairshare
-    max_age = policy.max_age_s
-    for job in state.pending:
-        if policy.order == "fifo":
-            tier, priority = 0, 0.0
-            key: tuple[float, ...] = (job.submit_time, job.id)
-        elif policy.order == "shortest_first":
-            tier, priority = 0, 0.0
-            runtime = job.predicted_runtime_s
-            key = (runtime if runtime is not None else job.time_limit_s, job.submit_time, job.id)
-        else:
-            tier = job_tier(job, policy, reservations, now)
-            triple = (job.queue, job.category, job.gpus)
-            base = constant.get(triple)
-            if base is None:
-                base = constant[triple] = multifactor_priority(
-                    replace(job, submit_time=now), policy, now, 0.0, largest_node_units
-                )
-            age = min(1.0, max(0.0, now - job.submit_time) / max_age) if max_age else 0.0
-            priority = base + w_age * age + w_fs * factors.get(job.user, 0.0)
-            key = (tier, 1 if job.user in broke else 0, -priority, job.submit_time, job.id)
-        ranked.append(RankedJob(job, tier, priority, key))
+    ranker = Ranker(state, policy, now, reservations, largest_node_units)
+    ranked = [ranker.rank(job) for job in state.pending]
     ranked.sort(key=lambda item: item.sort_key)
     return ranked

@@ -1,0 +1,67 @@
+"""Far-off start estimates are shown as a range, near ones as one time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone, translation
+
+from jobqueue.models import Job
+from scheduler.predict import RANGE_EARLY, RANGE_FROM_S, RANGE_LATE, start_estimate_range
+from tests.jobqueue.test_submit import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_estimate_within_the_hour_is_one_time() -> None:
+    assert start_estimate_range(1000.0, 1000.0 + RANGE_FROM_S - 1) is None
+
+
+def test_a_far_estimate_becomes_a_range_around_it_scaled_by_the_lead() -> None:
+    earliest, latest = start_estimate_range(0.0, 10 * 3600.0) or (0.0, 0.0)
+    assert earliest == pytest.approx(RANGE_EARLY * 10 * 3600.0)
+    assert latest == pytest.approx(RANGE_LATE * 10 * 3600.0)
+    assert earliest < 10 * 3600.0 < latest
+
+
+def _waiting(owner: Any, ahead: timedelta) -> Job:
+    job = submit(owner)
+    job.estimated_start = timezone.now() + ahead
+    job.pending_reason = "resources"
+    job.queue_position = 3
+    job.save(update_fields=["estimated_start", "pending_reason", "queue_position"])
+    return job
+
+
+@time_machine.travel("2026-03-02 09:00:00+00:00", tick=False)
+def test_the_job_page_shows_a_range_only_where_the_estimate_is_far(
+    alice: Any, cluster: Any, image: Any, client: Any
+) -> None:
+    near = _waiting(alice, timedelta(minutes=20))
+    far = _waiting(alice, timedelta(hours=20))
+    client.force_login(alice)
+    page = client.get(reverse("job_detail", args=[far.pk])).content.decode()
+    assert "likely between" in page
+    assert 'data-testid="estimated-start-range"' in page
+    page = client.get(reverse("job_detail", args=[near.pk])).content.decode()
+    assert "likely between" not in page
+
+
+@time_machine.travel("2026-03-02 09:00:00+00:00", tick=False)
+def test_a_running_job_has_no_range(alice: Any, cluster: Any, image: Any) -> None:
+    job = _waiting(alice, timedelta(hours=20))
+    job.state = Job.State.RUNNING
+    assert job.estimated_start_range is None
+
+
+@time_machine.travel("2026-03-02 09:00:00+00:00", tick=False)
+def test_the_range_is_translated(alice: Any, cluster: Any, image: Any) -> None:
+    job = _waiting(alice, timedelta(hours=20))
+    with translation.override("zh-hans"):
+        html = render_to_string("jobqueue/_estimated_start.html", {"job": job})
+    assert "很可能在" in html
