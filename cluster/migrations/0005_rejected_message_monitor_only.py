@@ -4,15 +4,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('cluster', '0004_rejected_message_bad_time_and_apply_failed'),
+        ("cluster", "0004_rejected_message_bad_time_and_apply_failed"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='rejectedmessage',
-            name='reason',
-            field=models.CharField(choices=[('bad_token', 'wrong or revoked node token'), ('simulation_refused', 'simulation is not allowed here'), ('not_registered', 'node not registered'), ('malformed', 'malformed message'), ('gpu_not_on_node', 'GPU not on this node'), ('gpu_on_other_node', 'GPU belongs to another node'), ('job_not_on_node', 'job not on this node'), ('forged_command', 'command refused by the agent (unsigned or forged)'), ('bad_time', "time outside the job's run (check the node's clock)"), ('apply_failed', 'valid, but failed to apply'), ('monitor_only', 'command refused: the agent is monitor-only')], max_length=32, verbose_name='reason'),
+            model_name="rejectedmessage",
+            name="reason",
+            field=models.CharField(
+                choices=[
+                    ("bad_token", "wrong or revoked node token"),
+                    ("simulation_refused", "simulation is not allowed here"),
+                    ("not_registered", "node not registered"),
+                    ("malformed", "malformed message"),
+                    ("gpu_not_on_node", "GPU not on this node"),
+                    ("gpu_on_other_node", "GPU belongs to another node"),
+                    ("job_not_on_node", "job not on this node"),
+                    ("forged_command", "command refused by the agent (unsigned or forged)"),
+                    ("bad_time", "time outside the job's run (check the node's clock)"),
+                    ("apply_failed", "valid, but failed to apply"),
+                    ("monitor_only", "command refused: the agent is monitor-only"),
+                ],
+                max_length=32,
+                verbose_name="reason",
+            ),
         ),
     ]
