@@ -44,6 +44,7 @@ class AgentConfig:
     concurrency: int = 4
     log_level: str = "INFO"
     print_info: bool = False
+    monitor_only: bool = False
 
 
 # (flag, variable, help)
@@ -101,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="permit --runtime local, which isolates nothing (demo only) "
         "[env LABPORTAL_ALLOW_LOCAL_RUNTIME=1]",
+    )
+    parser.add_argument(
+        "--monitor-only",
+        action="store_true",
+        default=None,
+        help="only report GPU telemetry (e.g. on a Slurm node): no container runtime, "
+        "job commands refused [env LABPORTAL_MONITOR_ONLY=1]",
     )
     parser.add_argument(
         "--allowed-mount-root",
@@ -196,15 +204,12 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
             "with --token or the variable.",
         )
 
-    allow_local_raw = args.allow_local_runtime
-    if allow_local_raw is None:
-        text = env.get("LABPORTAL_ALLOW_LOCAL_RUNTIME", "").strip().lower()
-        if text not in _TRUE | _FALSE:
-            raise ConfigError(
-                f"LABPORTAL_ALLOW_LOCAL_RUNTIME is {text!r}; set it to 1 to allow the local "
-                "runtime, or 0."
-            )
-        allow_local_raw = text in _TRUE
+    allow_local_raw = _switch(
+        args.allow_local_runtime, env, "LABPORTAL_ALLOW_LOCAL_RUNTIME", "allow the local runtime"
+    )
+    monitor_only = _switch(
+        args.monitor_only, env, "LABPORTAL_MONITOR_ONLY", "run the agent in monitor-only mode"
+    )
 
     if args.allowed_mount_root is not None:
         roots = tuple(args.allowed_mount_root)
@@ -226,7 +231,7 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
             f"{where('--log-level')} is {log_level!r}; use DEBUG, INFO, WARNING or ERROR."
         )
     state_dir = raw("--state-dir")
-    if not roots_given and not print_info:
+    if not roots_given and not print_info and not monitor_only:
         raise ConfigError(
             "LABPORTAL_ALLOWED_MOUNT_ROOTS (--allowed-mount-root) is not set. Name the host "
             "directories that jobs may mount from (e.g. --allowed-mount-root /data "
@@ -249,4 +254,15 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
         concurrency=int(number("--concurrency", 4, int, 1)),
         log_level=log_level,
         print_info=print_info,
+        monitor_only=monitor_only,
     )
+
+
+def _switch(flag: bool | None, env: Mapping[str, str], var: str, meaning: str) -> bool:
+    """An on/off option: the flag if given, else the variable (1/0, true/false, yes/no)."""
+    if flag is not None:
+        return bool(flag)
+    text = env.get(var, "").strip().lower()
+    if text not in _TRUE | _FALSE:
+        raise ConfigError(f"{var} is {text!r}; set it to 1 to {meaning}, or 0.")
+    return text in _TRUE

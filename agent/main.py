@@ -21,7 +21,7 @@ from agent.config import AgentConfig, ConfigError, load_config
 from agent.gpu import GpuBackend, GpuBackendUnavailable, select_backend
 from agent.node import AgentTiming, NodeAgent
 from agent.reporter import ControlReporter
-from agent.runtime import RuntimeUnavailable, build_runtime
+from agent.runtime import ContainerRuntime, RuntimeUnavailable, build_runtime
 
 log = logging.getLogger("agent")
 
@@ -100,16 +100,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"LABPORTAL_AGENT_STATE_DIR (--state-dir) {str(cfg.state_dir)!r} cannot be "
             f"created ({exc.strerror}); point it at a directory this user may write."
         )
-    try:
-        runtime = build_runtime(
-            cfg.runtime,
-            node_name=cfg.name,
-            state_dir=cfg.state_dir,
-            allow_local=cfg.allow_local_runtime,
-            gpu_device_requests=backend.name != "simulated",
-        )
-    except RuntimeUnavailable as exc:
-        return _fail(f"LABPORTAL_RUNTIME (--runtime) is {cfg.runtime}, but {exc}")
+    runtime: ContainerRuntime | None = None
+    if cfg.monitor_only:
+        log.info("monitor-only: no container runtime; job commands will be refused")
+    else:
+        try:
+            runtime = build_runtime(
+                cfg.runtime,
+                node_name=cfg.name,
+                state_dir=cfg.state_dir,
+                allow_local=cfg.allow_local_runtime,
+                gpu_device_requests=backend.name != "simulated",
+            )
+        except RuntimeUnavailable as exc:
+            return _fail(f"LABPORTAL_RUNTIME (--runtime) is {cfg.runtime}, but {exc}")
 
     # Imported here so that a config error costs no Celery import time.
     from agent import tasks
@@ -173,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         stop.set()
         loop.join(timeout=10)
-        runtime.close()
+        if runtime is not None:
+            runtime.close()
         backend.close()
 
 

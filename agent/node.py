@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 50
 LOG_TAIL_MAX_CHARS = 8000
 MAX_BUFFERED_SAMPLES = 50_000
+MONITOR_ONLY_REFUSAL = "monitor_only"
 
 
 def unix_user_of(pid: int) -> str | None:
@@ -68,14 +69,18 @@ class AgentTiming:
 
 
 class NodeAgent:
-    """One node's agent: starts and stops jobs, watches them, reports to the portal."""
+    """One node's agent: starts and stops jobs, watches them, reports to the portal.
+
+    With ``runtime=None`` the agent is monitor-only (a Slurm node, where Slurm runs the
+    jobs): it samples the GPUs and heartbeats, and refuses every job command.
+    """
 
     def __init__(
         self,
         *,
         node: str,
         backend: GpuBackend,
-        runtime: ContainerRuntime,
+        runtime: ContainerRuntime | None,
         reporter: ControlReporter,
         timing: AgentTiming | None = None,
         allowed_mount_roots: Sequence[str] = (),
@@ -102,7 +107,19 @@ class NodeAgent:
         self._sync_lock = threading.Lock()
         # The runtime tells us the moment a job's process ends (where it can),
         # so its exit reaches the portal now rather than at the next watch tick.
-        self.runtime.on_exit(self._job_ended)
+        if self.runtime is not None:
+            self.runtime.on_exit(self._job_ended)
+
+    @property
+    def monitor_only(self) -> bool:
+        return self.runtime is None
+
+    @property
+    def _rt(self) -> ContainerRuntime:
+        """The runtime, for job work; a monitor-only agent refuses job commands before this."""
+        if self.runtime is None:
+            raise RuntimeError(f"node {self.node}'s agent is monitor-only: it runs no jobs")
+        return self.runtime
 
     # -- registration and reconcile -------------------------------------------
 
@@ -115,7 +132,8 @@ class NodeAgent:
             "hostname": socket.gethostname(),
             "agent_version": __version__,
             "gpu_backend": self.backend.name,
-            "runtime": self.runtime.kind,
+            "runtime": self.runtime.kind if self.runtime is not None else "none",
+            "monitor_only": self.monitor_only,
             "gpus": [g.as_wire() for g in gpus],
         }
 
@@ -140,6 +158,8 @@ class NodeAgent:
         created but never started (the agent died mid-start) is removed and
         reported as ``start_failed`` so the portal can dispatch the job again.
         """
+        if self.runtime is None:
+            return
         for status in self.runtime.list_jobs():
             if status.state == "created":
                 self.runtime.remove(status.job_id)
@@ -166,6 +186,14 @@ class NodeAgent:
             log.warning("refused %s: %s", task, exc)
             self.reporter.refusal(task, exc.reason, exc.detail[:500])
             return {"ok": False, "refused": exc.reason, "detail": exc.detail}
+        if self.runtime is None:
+            detail = (
+                f"node {self.node}'s agent is monitor-only (--monitor-only): it runs no jobs, "
+                "so it refuses job commands; the node's jobs are Slurm's"
+            )
+            log.warning("refused %s: %s", task, detail)
+            self.reporter.refusal(task, MONITOR_ONLY_REFUSAL, detail)
+            return {"ok": False, "refused": MONITOR_ONLY_REFUSAL, "detail": detail}
         return None
 
     def start_job(self, data: Mapping[str, Any], *, delivery_id: str | None = None) -> dict:
@@ -188,7 +216,7 @@ class NodeAgent:
             self._starting.add(job_id)
         try:
             try:
-                outcome = self.runtime.start(spec)
+                outcome = self._rt.start(spec)
             except RuntimeStartError as exc:
                 return self._report_start_failed(job_id, str(exc), delivery_id=delivery_id)
             except Exception as exc:
@@ -239,7 +267,7 @@ class NodeAgent:
         """SIGTERM, wait ``grace_s``, SIGKILL; report ``exited`` with ``reason``. No-op if ended."""
         with self._lock:
             self._stop_reasons[job_id] = reason
-        status = self.runtime.stop(job_id, grace_s)
+        status = self._rt.stop(job_id, grace_s)
         if status is None:
             return {"ok": True, "found": False}
         self._sync()
@@ -251,7 +279,7 @@ class NodeAgent:
 
     def job_logs(self, job_id: int, tail: int) -> str:
         """Send ``control.job_logs_report`` with the last ``tail`` lines; return the text."""
-        text = self.runtime.logs(job_id, tail)
+        text = self._rt.logs(job_id, tail)
         if text is None:
             text = f"[labportal-agent] no container for job {job_id} on node {self.node}\n"
         self.reporter.job_logs(job_id, text)
@@ -271,7 +299,7 @@ class NodeAgent:
                 return
         try:
             with self._sync_lock:
-                status = self.runtime.job_status(job_id)
+                status = self._rt.job_status(job_id)
                 if (
                     status is not None
                     and status.state == "exited"
@@ -283,7 +311,8 @@ class NodeAgent:
 
     def watch_once(self) -> None:
         """Report jobs that ended since the last look; adopt running ones we did not know."""
-        self._sync()
+        if self.runtime is not None:
+            self._sync()
 
     def _sync(self, *, at_startup: bool = False) -> None:
         # One sync at a time: the runtime's exit callback and the background
@@ -299,7 +328,7 @@ class NodeAgent:
         with self._lock:
             starting = set(self._starting)
             known_running = set(self._running)
-        statuses = self.runtime.list_jobs()
+        statuses = self._rt.list_jobs()
         with self._lock:
             starting |= self._starting  # began starting while we listed
         listed = {s.job_id for s in statuses}
@@ -351,7 +380,7 @@ class NodeAgent:
             else:
                 reason = ""
         try:
-            tail = self.runtime.logs(status.job_id, LOG_TAIL_LINES) or ""
+            tail = self._rt.logs(status.job_id, LOG_TAIL_LINES) or ""
         except Exception:  # the container may be gone; the event matters more
             log.exception("could not read the log tail of job %s", status.job_id)
             tail = ""
@@ -400,6 +429,8 @@ class NodeAgent:
 
     def cleanup_once(self, now: float | None = None) -> None:
         """Remove ended containers whose exit was reported longer than ``keep_exited_s`` ago."""
+        if self.runtime is None:
+            return
         now = self._clock() if now is None else now
         for status in self.runtime.list_jobs():
             if (
@@ -408,7 +439,7 @@ class NodeAgent:
                 and status.finished_at is not None
                 and now - status.finished_at > self.timing.keep_exited_s
             ):
-                self.runtime.remove(status.job_id)
+                self._rt.remove(status.job_id)
                 with self._lock:
                     self._reported_exits.discard(status.container_id)
 
@@ -424,16 +455,16 @@ class NodeAgent:
             busy = set(self._running) | set(self._starting)
         killed: list[int] = []
         removed: list[int] = []
-        for status in self.runtime.list_jobs():
+        for status in self._rt.list_jobs():
             if status.job_id not in wanted or status.job_id in busy:
                 continue
-            killed += self.runtime.kill_leftovers(status.job_id)
+            killed += self._rt.kill_leftovers(status.job_id)
             with self._lock:
                 reported = status.container_id in self._reported_exits
             if status.running or reported:
                 # A container still running for an ended job, or one whose end was
                 # reported: removing it ends every process inside.
-                self.runtime.remove(status.job_id)
+                self._rt.remove(status.job_id)
                 removed.append(status.job_id)
                 with self._lock:
                     self._reported_exits.discard(status.container_id)
@@ -458,9 +489,14 @@ class NodeAgent:
         with self._lock:
             starting = sorted(self._starting)
         # The portal reconciles its dispatched and running jobs against these two lists.
-        return self.reporter.heartbeat(
-            {"ts": now, "running_job_ids": self.running_job_ids(), "starting_job_ids": starting}
-        )
+        info: dict[str, Any] = {
+            "ts": now,
+            "running_job_ids": self.running_job_ids(),
+            "starting_job_ids": starting,
+        }
+        if self.monitor_only:
+            info["monitor_only"] = True
+        return self.reporter.heartbeat(info)
 
     def sample_once(self, now: float | None = None) -> None:
         """Take one reading of every device; send a batch every ``samples_per_batch`` rounds."""
@@ -493,7 +529,7 @@ class NodeAgent:
             container_id = proc.container_id
             if job_id is None and container_id is not None:
                 job_id = by_container.get(container_id)
-            if job_id is None and container_id is None:
+            if job_id is None and container_id is None and self.runtime is not None:
                 owner = self.runtime.job_for_pid(proc.pid)
                 if owner is not None:
                     job_id, container_id = owner.job_id, owner.container_id

@@ -239,6 +239,7 @@ class RejectedMessage(models.Model):
         FORGED_COMMAND = "forged_command", _("command refused by the agent (unsigned or forged)")
         BAD_TIME = "bad_time", _("time outside the job's run (check the node's clock)")
         APPLY_FAILED = "apply_failed", _("valid, but failed to apply")
+        MONITOR_ONLY = "monitor_only", _("command refused: the agent is monitor-only")
 
     node_name = models.CharField(_("node name"), max_length=63)
     message = models.CharField(_("message"), max_length=40)

@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 from cluster.models import RejectedMessage
 
 GPU_BACKENDS = ("nvml", "simulated")
-RUNTIMES = ("docker", "local")
+RUNTIMES = ("docker", "local", "none")  # none: a monitor-only agent (Slurm node)
 JOB_EVENT_KINDS = ("started", "exited", "start_failed")
 MAX_GPUS_PER_NODE = 1024
 MAX_LOG_CHARS = 1_000_000

@@ -177,6 +177,14 @@ def _gpus_upsert(*, node: Node, reports: RegisterInfo) -> set[int]:
     """Create or update every reported device; return the ids of those now on this node."""
     uuids = [report.uuid for report in reports.gpus]
     known = {gpu.uuid: gpu for gpu in Gpu.objects.select_for_update().filter(uuid__in=uuids)}
+    # The rows Slurm's inventory made for this node's GRES (``slurm:<node>:<index>``, no
+    # model or memory): the agent's real GPU of the same index takes its row over.
+    placeholders = {
+        gpu.index: gpu
+        for gpu in Gpu.objects.select_for_update().filter(
+            node=node, parent__isnull=True, uuid__startswith=f"slurm:{node.name}:"
+        )
+    }
     here: dict[str, Gpu] = {}
     # Whole GPUs first, so that MIG instances find their parent.
     for report in sorted(reports.gpus, key=lambda r: r.kind == Gpu.Kind.MIG):
@@ -202,6 +210,11 @@ def _gpus_upsert(*, node: Node, reports: RegisterInfo) -> set[int]:
                     "which this node did not report",
                 )
                 continue
+        if gpu is None and report.kind == Gpu.Kind.WHOLE:
+            gpu = placeholders.pop(report.index, None)
+            if gpu is not None:
+                log.info("node %s: GPU %s replaces %s", node.name, report.uuid, gpu.uuid)
+                gpu.uuid = report.uuid
         if gpu is None:
             gpu = Gpu(uuid=report.uuid)
         moved = gpu.pk is not None and gpu.node_id != node.pk

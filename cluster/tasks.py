@@ -208,7 +208,10 @@ def command_refused(node_name: str, token: str, task: str, reason: str, detail: 
         services.message_reject(
             node_name=name,
             message=f"agent refused {str(task)[:20]}",
-            reason=RejectedMessage.Reason.FORGED_COMMAND,
+            # A monitor-only agent (a Slurm node) refuses every job command, signed or not.
+            reason=RejectedMessage.Reason.MONITOR_ONLY
+            if reason == RejectedMessage.Reason.MONITOR_ONLY
+            else RejectedMessage.Reason.FORGED_COMMAND,
             detail=f"{str(reason)[:40]}: {str(detail)[:1000]}",
         )
 

@@ -458,6 +458,7 @@ class JobEvent(models.Model):
         "ended": 40,
         "force_ended": 40,
         "requeued": 50,
+        "gpu_memory_unchecked": 0,
     }
     KIND_LABELS = {
         "submitted": _("submitted"),
@@ -477,6 +478,7 @@ class JobEvent(models.Model):
         "ended": _("ended"),
         "force_ended": _("force ended"),
         "requeued": _("requeued"),
+        "gpu_memory_unchecked": _("placed by Slurm"),
     }
 
     def __str__(self) -> str:

@@ -165,8 +165,14 @@ def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     return cleaned
 
 
-def largest_node_capacity(*, shared_slot: bool, min_memory_mb: int, gpu_model: str) -> int:
-    """The most matching GPU units any one node that takes work could ever give a job."""
+def largest_node_capacity(
+    *, shared_slot: bool, min_memory_mb: int, gpu_model: str, unknown_memory_fits: bool = False
+) -> int:
+    """The most matching GPU units any one node that takes work could ever give a job.
+
+    ``unknown_memory_fits``: a GPU whose memory is unknown (0, a Slurm GRES no agent or
+    admin has described) counts as large enough.
+    """
     units = Gpu.objects.filter(node__state__in=[Node.State.UP, Node.State.DRAINING]).exclude(
         state=Gpu.State.MISSING
     )
@@ -175,7 +181,8 @@ def largest_node_capacity(*, shared_slot: bool, min_memory_mb: int, gpu_model: s
     else:
         units = units.exclude(kind=Gpu.Kind.SLOT).filter(children__isnull=True)
     if min_memory_mb:
-        units = units.filter(memory_mb__gte=min_memory_mb)
+        enough = Q(memory_mb__gte=min_memory_mb)
+        units = units.filter(enough | Q(memory_mb=0) if unknown_memory_fits else enough)
     if gpu_model:
         units = units.filter(model__icontains=gpu_model)
     best = units.values("node").annotate(n=Count("id")).aggregate(m=Max("n"))["m"]
@@ -240,8 +247,19 @@ def job_submit(
             _("Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.")
             % {"category": category.name, "max": category.max_concurrent_gpus}
         )
+    # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
+    slurm_places = min_gpu_memory_mb > 0 and not executors.portal_schedules()
     capacity = largest_node_capacity(
-        shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model
+        shared_slot=shared_slot,
+        min_memory_mb=min_gpu_memory_mb,
+        gpu_model=gpu_model,
+        unknown_memory_fits=slurm_places,
+    )
+    memory_unchecked = slurm_places and (
+        largest_node_capacity(
+            shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model
+        )
+        < gpus
     )
     if gpus > capacity:
         if capacity == 0:
@@ -327,6 +345,15 @@ def job_submit(
         params={"queue": queue_obj.name},
         actor=owner,
     )
+    if memory_unchecked:
+        record_event(
+            job,
+            "gpu_memory_unchecked",
+            gettext_noop(
+                "LabPortal does not know the memory of the Slurm nodes' GPUs, so the minimum of %(mem)d MiB per GPU was not checked: Slurm places the job."
+            ),
+            params={"mem": min_gpu_memory_mb},
+        )
     executors.current().job_queued(job)
     # A new job has no GPUs yet and only the mounts just set: whoever shows it
     # (the API's answer) need not ask the database again.

@@ -68,6 +68,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_int_map(name: str, *, example: str) -> dict[str, int]:
+    """Comma-separated ``key=whole number`` pairs (keys lower-cased), e.g. ``a100=81920``."""
+    mapping: dict[str, int] = {}
+    for item in env_list(name, []):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip().isdigit():
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated key=number pairs, e.g. {example} (got {item!r})."
+            )
+        mapping[key.strip().lower()] = int(value)
+    return mapping
+
+
 def env_required(name: str, *, why: str) -> str:
     """A value that must be set; `why` says when it is needed."""
     raw = env_str(name)

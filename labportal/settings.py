@@ -19,6 +19,7 @@ from labportal.envvars import (
     env_bool,
     env_choice,
     env_int,
+    env_int_map,
     env_list,
     env_networks,
     env_required,
@@ -406,6 +407,11 @@ LABPORTAL_SLURM_TOP_QOS_PRIORITY = env_int("LABPORTAL_SLURM_TOP_QOS_PRIORITY", 0
 # The nice value of pending jobs of members at zero credit; 0: one more than the sum of
 # slurm.conf's PriorityWeight* (so they start after every job of a member with credit).
 LABPORTAL_SLURM_ZERO_CREDIT_NICE = env_int("LABPORTAL_SLURM_ZERO_CREDIT_NICE", 0, minimum=0)
+# GPU memory (MiB) per GRES type, e.g. "a100=81920,l40s=46068": Slurm's GRES gives none. A
+# monitor-only agent's report of the node's real GPUs wins over it.
+LABPORTAL_SLURM_GPU_MEMORY_MB = env_int_map(
+    "LABPORTAL_SLURM_GPU_MEMORY_MB", example="a100=81920,l40s=46068"
+)
 if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_SLURM_JWT_KEY_FILE:
     raise ImproperlyConfigured(
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "

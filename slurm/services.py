@@ -482,19 +482,30 @@ def slurm_inventory_sync(*, client: SlurmClient | None = None) -> InventoryResul
 def _sync_gpus(node: Node, info: NodeInfo) -> int:
     existing = {g.index: g for g in node.gpus.filter(parent__isnull=True)}
     model = info.gpu_type or "GPU"
+    # Unknown (0) unless the admin gave this GRES type's memory; an agent's report replaces
+    # the placeholder row altogether (cluster.services._gpus_upsert).
+    memory_mb = settings.LABPORTAL_SLURM_GPU_MEMORY_MB.get(info.gpu_type.lower(), 0)
+    placeholder = f"slurm:{node.name}:"
     for index in range(info.gpus):
         gpu = existing.get(index)
         if gpu is None:
             Gpu.objects.create(
                 node=node,
                 index=index,
-                uuid=f"slurm:{node.name}:{index}",
+                uuid=f"{placeholder}{index}",
                 model=model,
-                memory_mb=0,
+                memory_mb=memory_mb,
             )
-        elif gpu.state == Gpu.State.MISSING:
+            continue
+        changed = []
+        if gpu.state == Gpu.State.MISSING:
             gpu.state = Gpu.State.AVAILABLE
-            gpu.save(update_fields=["state"])
+            changed.append("state")
+        if gpu.uuid.startswith(placeholder) and gpu.memory_mb != memory_mb:
+            gpu.memory_mb = memory_mb
+            changed.append("memory_mb")
+        if changed:
+            gpu.save(update_fields=changed)
     gone = [g.pk for i, g in existing.items() if i >= info.gpus]
     Gpu.objects.filter(pk__in=gone).exclude(state=Gpu.State.DISABLED).update(
         state=Gpu.State.MISSING

@@ -24,8 +24,10 @@ import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agent.gpu.base import GpuBackend, GpuInfo, GpuSample, ProcessSample
+from agent.gpu.cgroup import slurm_job_id_for_pid
 
 # A fixed namespace so a node's simulated UUIDs survive agent restarts: the
 # portal upserts GPUs by UUID, and fresh UUIDs on every start would look like
@@ -98,6 +100,7 @@ class SimulatedBackend(GpuBackend):
         seed: int = 0,
         model: str = "Simulated A100 80GB",
         memory_mb: int = 81920,
+        proc_root: Path = Path("/proc"),
     ) -> None:
         if count < 0:
             raise ValueError("count must be >= 0")
@@ -117,6 +120,14 @@ class SimulatedBackend(GpuBackend):
         self._by_uuid = {g.info.uuid: g for g in self._gpus}
         self._conditions: dict[int, set[str]] = {}
         self._errors: dict[str, list[int]] = {g.info.uuid: [0, 0] for g in self._gpus}
+        # Processes of no portal job (e.g. a Slurm job's), read like NVML's: pid -> (GPU, MiB).
+        self._foreign: dict[int, tuple[str, int]] = {}
+        self._proc_root = proc_root
+
+    def add_foreign_process(self, gpu_uuid: str, pid: int, used_mb: int) -> None:
+        """Show a process the agent did not start on a GPU; its Slurm job comes from its cgroup."""
+        with self._lock:
+            self._foreign[pid] = (gpu_uuid, used_mb)
 
     def simulate(self, job_id: int, conditions: Iterable[str]) -> None:
         with self._lock:
@@ -238,6 +249,16 @@ class SimulatedBackend(GpuBackend):
                 processes.append(
                     ProcessSample(
                         pid=STRAY_PID_BASE + job.job_id, used_mb=stray_mb, unix_user="mallory"
+                    )
+                )
+        for pid, (gpu_uuid, used_mb) in self._foreign.items():
+            if gpu_uuid == gpu.info.uuid:
+                mem_used += used_mb
+                processes.append(
+                    ProcessSample(
+                        pid=pid,
+                        used_mb=used_mb,
+                        slurm_job_id=slurm_job_id_for_pid(pid, self._proc_root),
                     )
                 )
         total = gpu.info.memory_mb

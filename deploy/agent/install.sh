@@ -19,13 +19,14 @@ usage: sudo install.sh --broker URL --token TOKEN [options]
   --gpu-backend KIND    nvml (default), auto or simulated
   --runtime KIND        docker (default) or local (demo only; adds --allow-local-runtime)
   --allowed-mount-roots DIRS   required: colon-separated roots jobs may mount from, or none
+  --monitor-only        telemetry only, for a Slurm node: no container runtime, no jobs
   --source SPEC         what pip installs (default: the checkout this script is in)
   --no-start            install and configure, but do not (re)start the service
 USAGE
 }
 
 BROKER="" TOKEN="" NAME="$(hostname -s)" GPU_BACKEND="nvml" RUNTIME="docker"
-MOUNT_ROOTS="" START=1
+MOUNT_ROOTS="" START=1 MONITOR_ONLY=0
 SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PREFIX=/opt/labportal-agent
 CONF_DIR=/etc/labportal-agent
@@ -41,6 +42,7 @@ while [ $# -gt 0 ]; do
     --allowed-mount-roots) MOUNT_ROOTS="$2"; shift 2 ;;
     --source) SOURCE="$2"; shift 2 ;;
     --no-start) START=0; shift ;;
+    --monitor-only) MONITOR_ONLY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -50,7 +52,7 @@ die() { echo "install.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run it as root (sudo): it creates a user and a systemd service"
 [ -n "$BROKER" ] || die "--broker is required, e.g. --broker redis://portal.lab:6379/0"
 [ -n "$TOKEN" ] || die "--token is required: create a node token in the portal's admin first"
-[ -n "$MOUNT_ROOTS" ] || die "--allowed-mount-roots is required, e.g. /data:/home (or none to allow no mounts)"
+[ -n "$MOUNT_ROOTS" ] || [ "$MONITOR_ONLY" -eq 1 ] || die "--allowed-mount-roots is required, e.g. /data:/home (or none to allow no mounts)"
 case "$TOKEN$BROKER$NAME" in *$'\n'*) die "values must be single lines" ;; esac
 
 # Python 3.11+ with venv.
@@ -66,7 +68,7 @@ if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev
   fi
 fi
 
-if [ "$RUNTIME" = "docker" ]; then
+if [ "$RUNTIME" = "docker" ] && [ "$MONITOR_ONLY" -eq 0 ]; then
   command -v docker >/dev/null || echo "install.sh: warning: docker is not installed; jobs cannot start until it is" >&2
   if [ "$GPU_BACKEND" != "simulated" ] && ! command -v nvidia-ctk >/dev/null && ! command -v nvidia-container-toolkit >/dev/null; then
     echo "install.sh: warning: the NVIDIA Container Toolkit was not found; containers will not see GPUs" >&2
@@ -104,7 +106,8 @@ tmp="$(mktemp "$CONF_DIR/.agent.env.XXXXXX")"
   echo "LABPORTAL_GPU_BACKEND=$GPU_BACKEND"
   echo "LABPORTAL_RUNTIME=$RUNTIME"
   [ "$RUNTIME" = "local" ] && echo "LABPORTAL_ALLOW_LOCAL_RUNTIME=1"
-  echo "LABPORTAL_ALLOWED_MOUNT_ROOTS=$MOUNT_ROOTS"
+  [ -n "$MOUNT_ROOTS" ] && echo "LABPORTAL_ALLOWED_MOUNT_ROOTS=$MOUNT_ROOTS"
+  [ "$MONITOR_ONLY" -eq 1 ] && echo "LABPORTAL_MONITOR_ONLY=1"
   true
 } >"$tmp"
 chown root:labportal-agent "$tmp"

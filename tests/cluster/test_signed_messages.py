@@ -171,6 +171,17 @@ def test_an_agents_refusal_of_a_command_is_shown_to_admins(registered_node: Any)
     assert "unsigned" in row.last_detail
 
 
+def test_a_monitor_only_agents_refusal_is_not_taken_for_a_forgery(registered_node: Any) -> None:
+    _node, secret = registered_node
+    args = ["agent.start_job", "monitor_only", "node gpu01's agent is monitor-only"]
+    auth = signed_report("control.command_refused", "gpu01", args, secret)
+
+    assert command_refused("gpu01", auth, *args) == "ok"
+
+    (row,) = RejectedMessage.objects.filter(node_name="gpu01")
+    assert row.reason == RejectedMessage.Reason.MONITOR_ONLY and "monitor-only" in row.last_detail
+
+
 def test_commands_to_an_agent_are_signed_so_that_only_its_node_accepts_them(
     registered_node: Any,
     alice: Any,

@@ -200,3 +200,33 @@ def test_without_slurmrestd_the_portal_runs_sbatch_as_the_member(
     job = Job.objects.get(pk=job_id)
     assert job.state == Job.State.COMPLETED and job.slurm.unix_user == "nobody"
     assert body(api_as(alice).get(f"/api/jobs/{job_id}/logs/"))["log_tail"].strip() == "nobody"
+
+
+def test_a_gpu_memory_minimum_slurms_gres_cannot_tell_is_left_to_slurm_until_an_agent_says(
+    slurm_lab: Any, alice: Any, local_slurm: LocalSlurm
+) -> None:
+    from cluster.protocol import register_info_parse
+    from cluster.services import node_register
+
+    response = submit(alice, "true", min_gpu_memory_mb=40_000)
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=body(response)["id"])
+    (event,) = job.events.filter(kind="gpu_memory_unchecked")
+    assert "Slurm places the job" in event.text
+    synced_until(lambda: Job.objects.get(pk=job.pk).is_final, "the job ends")
+    assert Job.objects.get(pk=job.pk).state == Job.State.COMPLETED
+
+    # The node's monitor-only agent reports its GPUs: Slurm's rows get their memory.
+    gpus = [
+        {"uuid": f"GPU-real-{i}", "index": i, "model": "NVIDIA L4", "memory_mb": 23034,
+         "kind": "gpu", "parent_uuid": None}
+        for i in range(local_slurm.gpus)
+    ]  # fmt: skip
+    info = {"hostname": local_slurm.node, "gpu_backend": "nvml", "runtime": "none", "gpus": gpus}
+    node_register(node_name=local_slurm.node, info=register_info_parse(info))
+    slurm_inventory_sync()
+    node = Node.objects.get(name=local_slurm.node)
+    assert sorted(node.gpus.values_list("uuid", "memory_mb")) == [
+        (f"GPU-real-{i}", 23034) for i in range(local_slurm.gpus)
+    ]
+    assert submit(alice, "true", min_gpu_memory_mb=40_000).status_code == 400
