@@ -1,9 +1,13 @@
 """The usage report of a period: read from jobs, credits, reservations and telemetry.
 
 Figures are GPU-hours of whole GPUs (a shared slot counts as its share of its GPU).
-"Really used" is allocated GPU-hours weighted by each job's mean utilisation from
-telemetry (`reports.utilisation`); jobs without telemetry count as allocated but
-not in the used figure or the mean utilisation.
+"Really used" GPU-hours come from telemetry (`reports.utilisation`: hourly rollups, then
+minute rollups, then raw samples for what the rollups have not reached); GPU-hours
+without telemetry count as allocated but not in the used figure or the mean utilisation.
+
+Every sum is computed by the database (one GROUP BY over the five dimensions, one
+conditional sum per week); only waits (percentiles) and unmet demand (a sweep over
+time) read one lean row per job.
 """
 
 from __future__ import annotations
@@ -17,14 +21,33 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf
 from django.utils import timezone
 
 from accounts.models import LedgerEntry, User
 from cluster.models import Gpu
 from jobqueue.models import Allocation, Job
 from reports.periods import Period
-from reports.utilisation import job_mean_utilisation
+from reports.utilisation import (
+    TelemetryWindows,
+    raw_mean_utilisation,
+    rollup_usage,
+    rollup_usage_by_week,
+    telemetry_windows,
+)
 from reservations.models import Reservation
 
 FINAL_STATES: tuple[str, ...] = tuple(str(s) for s in Job.FINAL_STATES)
@@ -235,79 +258,85 @@ def weeks_of(
         monday += dt.timedelta(days=7)
 
 
-def _job_rows(period: Period) -> list[JobRow]:
-    """Every job that waited, ran or ended in the period."""
+class EpochSeconds(Func):
+    """Seconds since 1970 of a datetime expression, as a float, on PostgreSQL and SQLite."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)")
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        )
+
+
+def _seconds(moment: dt.datetime) -> Value:
+    return Value(moment.timestamp(), output_field=FloatField())
+
+
+def _overlap_s(lo: dt.datetime, hi: dt.datetime, run_end: dt.datetime) -> Any:
+    """Seconds of a job's run (start to end, or to `run_end` if still running) in [lo, hi)."""
+    began = EpochSeconds("started_at")
+    ended = Coalesce(EpochSeconds("ended_at"), _seconds(run_end))
+    return Greatest(
+        Value(0.0), Least(ended, _seconds(hi), _seconds(run_end)) - Greatest(began, _seconds(lo))
+    )
+
+
+def _runs_in(lo: dt.datetime, hi: dt.datetime) -> Q:
+    """Jobs that ran at some time in [lo, hi)."""
+    return Q(started_at__lt=hi) & (Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+
+
+def _period_jobs(period: Period) -> Any:
+    """Every job that waited, ran or ended in the period, with its GPU model (of its first
+    allocated GPU) and its units (whole-GPU equivalents held while running)."""
     first_alloc = Allocation.objects.filter(job=OuterRef("pk")).order_by("id")
-    rows = (
+    slots = Subquery(first_alloc.values("gpu__parent__shared_slots")[:1])
+    return (
         Job.objects.filter(submitted_at__lt=period.end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=period.start))
         .exclude(state=Job.State.HELD)
         .order_by()
         .annotate(
             alloc_model=Subquery(first_alloc.values("gpu__model")[:1]),
-            alloc_parent_slots=Subquery(first_alloc.values("gpu__parent__shared_slots")[:1]),
-        )
-        .values_list(
-            "id",
-            "owner__username",
-            "owner__category__name",
-            "queue__name",
-            "node__name",
-            "alloc_model",
-            "alloc_parent_slots",
-            "gpus",
-            "shared_slot",
-            "state",
-            "submitted_at",
-            "started_at",
-            "ended_at",
+            units=Case(
+                When(
+                    shared_slot=True,
+                    then=Coalesce(
+                        1.0 / Cast(NullIf(slots, 0), FloatField()), Cast("gpus", FloatField())
+                    ),
+                ),
+                default=Cast("gpus", FloatField()),
+                output_field=FloatField(),
+            ),
         )
     )
-    jobs = []
-    for (
-        pk,
-        user,
-        category,
-        queue,
-        node,
-        model,
-        slots,
-        gpus,
-        shared,
-        state,
-        submitted,
-        started,
-        ended,
-    ) in rows.iterator(chunk_size=5000):
-        units = 1.0 / slots if shared and slots else float(gpus)
-        jobs.append(
-            JobRow(
-                pk,
-                user,
-                category or NO_CATEGORY,
-                queue,
-                node or "—",
-                model or "—",
-                units,
-                gpus,
-                shared,
-                state,
-                submitted,
-                started,
-                ended,
-            )
-        )
-    return jobs
 
 
-def _keys(job: JobRow) -> dict[str, str]:
-    return {
-        "user": job.user,
-        "category": job.category,
-        "queue": job.queue,
-        "node": job.node,
-        "model": job.model,
-    }
+DIMENSION_FIELDS = {
+    "user": "owner__username",
+    "category": "owner__category__name",
+    "queue": "queue__name",
+    "node": "node__name",
+    "model": "alloc_model",
+}
+# The same dimensions as telemetry rollups reach them (the model of the GPU measured).
+ROLLUP_DIMENSION_FIELDS = {
+    "user": "job__owner__username",
+    "category": "job__owner__category__name",
+    "queue": "job__queue__name",
+    "node": "job__node__name",
+    "model": "gpu__model",
+}
+
+
+def _dimension_key(dimension: str, value: object) -> str:
+    if dimension == "category":
+        return str(value) if value else NO_CATEGORY
+    return str(value) if value else "—"
 
 
 def _credits(period: Period) -> tuple[dict[str, dict[str, float]], float]:
@@ -416,6 +445,119 @@ def _sorted_lines(lines: Iterable[UsageLine]) -> list[UsageLine]:
     return sorted(lines, key=lambda line: (-line.gpu_hours, line.name))
 
 
+def _usage_tables(
+    period: Period, end: dt.datetime, windows: TelemetryWindows
+) -> tuple[UsageLine, dict[str, dict[str, UsageLine]]]:
+    """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
+    model, summed in SQL over one GROUP BY of all five; used GPU-hours from telemetry."""
+    run_s = F("units") * _overlap_s(period.start, end, end)
+    sums: dict[str, Any] = {
+        "alloc_s": Sum(run_s, filter=_runs_in(period.start, end)),
+        **{
+            f"n_{state}": Count(
+                "id",
+                filter=Q(state=state, ended_at__gte=period.start, ended_at__lt=period.end),
+            )
+            for state in FINAL_STATES
+        },
+    }
+    if windows.raw is not None:
+        # The part the rollups have not reached: each job's mean of its raw samples.
+        raw_start, raw_end = windows.raw
+        raw_s = F("units") * _overlap_s(raw_start, raw_end, end)
+        in_raw = _runs_in(raw_start, raw_end) & Q(raw_mean__isnull=False)
+        sums["raw_used_s"] = Sum(raw_s * F("raw_mean"), filter=in_raw)
+        sums["raw_measured_s"] = Sum(raw_s, filter=in_raw)
+    jobs = _period_jobs(period)
+    if windows.raw is not None:
+        jobs = jobs.annotate(raw_mean=raw_mean_utilisation(windows.raw))
+    rows = jobs.values(*DIMENSION_FIELDS.values()).annotate(**sums)
+
+    totals = UsageLine("lab")
+    tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
+    for row in rows:
+        lines = [totals] + [
+            tables[d].setdefault(key, UsageLine(key))
+            for d, path in DIMENSION_FIELDS.items()
+            for key in [_dimension_key(d, row[path])]
+        ]
+        hours = (row["alloc_s"] or 0.0) / 3600
+        used = (row.get("raw_used_s") or 0.0) / 3600
+        measured = (row.get("raw_measured_s") or 0.0) / 3600
+        for line in lines:
+            line.gpu_hours += hours
+            line.used_gpu_hours += used
+            line.measured_gpu_hours += measured
+            for state in FINAL_STATES:
+                if row[f"n_{state}"]:
+                    line.jobs[state] += row[f"n_{state}"]
+    for (*keys,), (used, measured) in rollup_usage(windows, **ROLLUP_DIMENSION_FIELDS).items():
+        lines = [totals] + [
+            tables[d].setdefault(key, UsageLine(key))
+            for d, value in zip(DIMENSIONS, keys, strict=True)
+            for key in [_dimension_key(d, value)]
+        ]
+        for line in lines:
+            line.used_gpu_hours += used
+            line.measured_gpu_hours += measured
+    return totals, tables
+
+
+def _usage_weeks(
+    period: Period, end: dt.datetime, capacity: int, windows: TelemetryWindows
+) -> dict[dt.date, WeekLine]:
+    """Capacity, allocated and used GPU-hours per week: allocated as one conditional sum per
+    week over the jobs that ran in it, used from the rollups truncated to weeks."""
+    grid = WeekGrid(period.start, end)
+    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
+    sums: dict[str, Any] = {}
+    for i, (monday, w0, w1) in enumerate(grid.weeks):
+        weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
+        sums[f"w{i}"] = Sum(F("units") * _overlap_s(w0, w1, end), filter=_runs_in(w0, w1))
+        if windows.raw is not None:
+            r0, r1 = max(w0, windows.raw[0]), min(w1, windows.raw[1])
+            if r0 < r1:
+                sums[f"r{i}"] = Sum(
+                    F("units") * _overlap_s(r0, r1, end) * F("raw_mean"),
+                    filter=_runs_in(r0, r1) & Q(raw_mean__isnull=False),
+                )
+    if sums:
+        jobs = _period_jobs(period).filter(started_at__isnull=False)
+        if windows.raw is not None:
+            jobs = jobs.annotate(raw_mean=raw_mean_utilisation(windows.raw))
+        row = jobs.aggregate(**sums)
+        for i, (monday, _w0, _w1) in enumerate(grid.weeks):
+            weeks[monday].gpu_hours = (row[f"w{i}"] or 0.0) / 3600
+            weeks[monday].used_gpu_hours = (row.get(f"r{i}") or 0.0) / 3600
+    for monday, used in rollup_usage_by_week(windows).items():
+        if monday in weeks:
+            weeks[monday].used_gpu_hours += used
+    return weeks
+
+
+def _waits_and_demand(
+    period: Period, end: dt.datetime, capacity: int, weeks: dict[dt.date, WeekLine]
+) -> list[WaitLine]:
+    """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
+    the period): both read one lean row per job."""
+    rows = _period_jobs(period).values_list(
+        "queue__name", "units", "gpus", "shared_slot", "submitted_at", "started_at", "ended_at"
+    )
+    jobs = [
+        JobRow(0, "", "", queue, "", "", units or float(gpus), gpus, shared, "", sub, st, en)
+        for queue, units, gpus, shared, sub, st, en in rows.iterator(chunk_size=10_000)
+    ]
+    waits_by_queue: dict[str, list[float]] = defaultdict(list)
+    for job in jobs:
+        if job.started is not None and period.start <= job.started < period.end:
+            waits_by_queue[job.queue].append((job.started - job.submitted).total_seconds() / 3600)
+    unmet_demand(jobs, capacity, period.start, end, weeks)
+    return [
+        WaitLine(q, len(w), sum(w) / len(w), percentile(w, 50), percentile(w, 95))
+        for q, w in sorted(waits_by_queue.items())
+    ]
+
+
 def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None) -> UsageReport:
     """The usage report of `period` as `viewer` may see it.
 
@@ -425,58 +567,15 @@ def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None
     now = now or timezone.now()
     end = min(period.end, max(now, period.start))
     capacity = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).count()
-    jobs = _job_rows(period)
-    util = job_mean_utilisation(start=period.start, end=end)
+    windows = telemetry_windows(start=period.start, end=end)
+    totals, tables = _usage_tables(period, end, windows)
     spent, spent_total = _credits(period)
-
-    totals = UsageLine("lab")
-    tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
-    grid = WeekGrid(period.start, end)
-    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
-    for monday, w0, w1 in grid.weeks:
-        weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
-    for job in jobs:
-        lines = [totals] + [
-            tables[d].setdefault(value, UsageLine(value)) for d, value in _keys(job).items()
-        ]
-        if (
-            job.ended is not None
-            and period.start <= job.ended < period.end
-            and job.state in FINAL_STATES
-        ):
-            for line in lines:
-                line.jobs[job.state] += 1
-        if job.started is None:
-            continue
-        run_end = job.ended or end
-        hours = job.units * _overlap_h(job.started, run_end, period.start, end)
-        if hours <= 0:
-            continue
-        mean = util.get(job.id)
-        for line in lines:
-            line.gpu_hours += hours
-            if mean is not None:
-                line.used_gpu_hours += hours * mean
-                line.measured_gpu_hours += hours
-        for monday, w0, w1 in grid.spanning(max(job.started, period.start), min(run_end, end)):
-            week_hours = job.units * _overlap_h(job.started, run_end, w0, w1)
-            weeks[monday].gpu_hours += week_hours
-            if mean is not None:
-                weeks[monday].used_gpu_hours += week_hours * mean
     for dimension, values in spent.items():
         for value, amount in values.items():
             tables[dimension].setdefault(value, UsageLine(value)).credits += amount
     totals.credits = spent_total
-
-    waits_by_queue: dict[str, list[float]] = defaultdict(list)
-    for job in jobs:
-        if job.started is not None and period.start <= job.started < period.end:
-            waits_by_queue[job.queue].append((job.started - job.submitted).total_seconds() / 3600)
-    waits = [
-        WaitLine(q, len(w), sum(w) / len(w), percentile(w, 50), percentile(w, 95))
-        for q, w in sorted(waits_by_queue.items())
-    ]
-    unmet_demand(jobs, capacity, period.start, end, weeks)
+    weeks = _usage_weeks(period, end, capacity, windows)
+    waits = _waits_and_demand(period, end, capacity, weeks)
 
     bookings = _bookings(period, end)
     bookings_total = BookingLine("lab")
