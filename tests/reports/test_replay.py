@@ -53,7 +53,14 @@ def busy_week(week: Any, alice: Any, bob: Any, charlie: Any) -> Any:
 
 
 def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
-    from reports.replay import PER_ADDED_NODE, lab_cluster, lab_policy, workload_from_history
+    from reports.replay import (
+        BOOKING_QUEUE,
+        PER_ADDED_NODE,
+        lab_cluster,
+        lab_policy,
+        with_replay_queues,
+        workload_from_history,
+    )
     from scheduler.simulate import Simulation
 
     workload, _recorded = workload_from_history(period)
@@ -67,7 +74,7 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
         slots_per_gpu=4,
         timeslot_s=14400.0,
         cluster=cluster,
-        policy=lab_policy(),
+        policy=with_replay_queues(lab_policy()),
     )
     sim.run()
     ids = list(
@@ -77,9 +84,10 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
         .order_by("submitted_at", "id")
         .values_list("id", flat=True)
     )
+    jobs = [j for j in sim.jobs if j.queue != BOOKING_QUEUE]  # the bookings' blocks
     return {
         pk: dt.datetime.fromtimestamp(j.start, tz=dt.UTC)
-        for pk, j in zip(ids, sim.jobs, strict=True)
+        for pk, j in zip(ids, jobs, strict=True)
         if j.start is not None
     }
 
