@@ -93,7 +93,10 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
             )
         )
     Job.objects.bulk_create(rows, batch_size=2000)
-    allocations, samples, charges, hours = [], [], [], []
+    allocations: list[Allocation] = []
+    samples: list[GpuSample] = []
+    charges: list[LedgerEntry] = []
+    rollups: list[GpuHourRollup] = []
     node_ids = [g.node_id for g in gpus[::PER_NODE]]
     for job in rows:
         assert job.started_at is not None and job.ended_at is not None
@@ -121,7 +124,7 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
                     min(job.ended_at, bucket + HOUR) - max(job.started_at, bucket)
                 ).total_seconds() // 60
                 if held > 0:
-                    hours.append(
+                    rollups.append(
                         GpuHourRollup(
                             gpu=gpu,
                             bucket=bucket,
@@ -151,7 +154,7 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
     Allocation.objects.bulk_create(allocations, batch_size=5000)
     GpuSample.objects.bulk_create(samples, batch_size=5000, ignore_conflicts=True)
     # The fill is not a schedule: two jobs may share a GPU-hour; the first one keeps it.
-    GpuHourRollup.objects.bulk_create(hours, batch_size=5000, ignore_conflicts=True)
+    GpuHourRollup.objects.bulk_create(rollups, batch_size=5000, ignore_conflicts=True)
     RollupCursor.objects.update_or_create(level="hour", defaults={"done_until": end})
     RollupCursor.objects.update_or_create(level="minute", defaults={"done_until": end})
     LedgerEntry.objects.bulk_create(charges, batch_size=5000)

@@ -29,7 +29,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Exists, OuterRef
 from django.utils.functional import Promise
@@ -42,7 +42,7 @@ from jobqueue.models import EmergencyRequest, Job, Queue, SchedulingPolicy, comm
 from jobqueue.scheduling import engine_policy, engine_units, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
-from reports.selectors import JobRow, WeekLine, percentile, unmet_demand, weeks_of
+from reports.selectors import SweepJob, WeekLine, percentile, unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures, command_shape
@@ -437,7 +437,9 @@ def lab_policy(changes: dict[str, float] | None = None) -> sm.Policy:
             if limit in NULLABLE_QUEUE_LIMITS and number == 0:
                 engine_value = None
             field_name = "max_wall_s" if limit == "max_time_limit_s" else limit
-            queues[queue] = replace(queues[queue], **{field_name: engine_value})
+            queues[queue] = replace(
+                queues[queue], **cast(dict[str, Any], {field_name: engine_value})
+            )
     return replace(policy, queues=queues, **weights)
 
 
@@ -476,23 +478,9 @@ def _measure(
         if not block:
             waits.append((j.start - j.submit) / 3600)
         busy_h += units * max(0.0, min(j.end, t1) - max(j.start, t0)) / 3600
+        # A booking's block held its GPUs but never waited for them.
         rows.append(
-            JobRow(
-                j.index,
-                j.user,
-                j.category,
-                j.queue,
-                "",
-                "",
-                units,
-                j.gpus,
-                j.shared_slot,
-                "",
-                # A booking's block held its GPUs but never waited for them.
-                dt.datetime.fromtimestamp(j.start if block else j.submit, tz=dt.UTC),
-                dt.datetime.fromtimestamp(j.start, tz=dt.UTC),
-                dt.datetime.fromtimestamp(j.end, tz=dt.UTC),
-            )
+            SweepJob(units, j.gpus, j.shared_slot, j.start if block else j.submit, j.start, j.end)
         )
     weeks = {monday: WeekLine(monday) for monday, _a, _b in weeks_of(period.start, period.end)}
     unmet_demand(rows, capacity, period.start, period.end, weeks)

@@ -43,7 +43,7 @@ from jobqueue.models import Allocation, Job
 from reports.periods import Period
 from reports.utilisation import (
     TelemetryWindows,
-    raw_mean_utilisation,
+    raw_job_means,
     rollup_usage,
     rollup_usage_by_week,
     telemetry_windows,
@@ -187,23 +187,6 @@ class UsageReport:
     @property
     def unmet_gpu_hours(self) -> float:
         return sum(w.unmet_gpu_hours for w in self.weeks)
-
-
-@dataclass(frozen=True)
-class JobRow:
-    id: int
-    user: str
-    category: str
-    queue: str
-    node: str
-    model: str
-    units: float  # whole-GPU equivalents held while running
-    gpus: int
-    shared_slot: bool
-    state: str
-    submitted: dt.datetime
-    started: dt.datetime | None
-    ended: dt.datetime | None
 
 
 def _overlap_h(a0: dt.datetime, a1: dt.datetime, b0: dt.datetime, b1: dt.datetime) -> float:
@@ -368,8 +351,20 @@ def _credits(period: Period) -> tuple[dict[str, dict[str, float]], float]:
     return spent, 0.0 - float(total)  # 0.0 - x: never a negative zero
 
 
+@dataclass(frozen=True, slots=True)
+class SweepJob:
+    """What the unmet-demand sweep needs of a job, in seconds since 1970."""
+
+    units: float  # whole-GPU equivalents held while running
+    gpus: int
+    shared_slot: bool
+    submitted: float
+    started: float | None
+    ended: float | None
+
+
 def unmet_demand(
-    jobs: list[JobRow],
+    jobs: Iterable[SweepJob],
     capacity: int,
     start: dt.datetime,
     end: dt.datetime,
@@ -380,35 +375,38 @@ def unmet_demand(
     A sweep over the period: at each moment, busy = units of running jobs; every waiting
     job that asks for more whole GPUs than are free adds its GPUs to the week's figure.
     """
-    events: list[tuple[dt.datetime, int, float, int]] = []  # (time, kind, busy delta, size)
+    t_start, t_end = start.timestamp(), end.timestamp()
+    events: list[tuple[float, int, float, int]] = []  # (time, kind, busy delta, size)
     for job in jobs:
         if job.started is not None:
-            run_end = job.ended or end
-            if run_end > start and job.started < end:
-                events.append((max(job.started, start), 0, job.units, 0))
-                events.append((min(run_end, end), 0, -job.units, 0))
+            run_end = t_end if job.ended is None else job.ended
+            if run_end > t_start and job.started < t_end:
+                events.append((max(job.started, t_start), 0, job.units, 0))
+                events.append((min(run_end, t_end), 0, -job.units, 0))
         if job.shared_slot:
             continue
-        wait_end = job.started or job.ended or end
-        if wait_end > start and job.submitted < end:
-            events.append((max(job.submitted, start), 1, 0.0, job.gpus))
-            events.append((min(wait_end, end), 2, 0.0, job.gpus))
+        wait_end = job.started if job.started is not None else job.ended
+        wait_end = t_end if wait_end is None else wait_end
+        if wait_end > t_start and job.submitted < t_end:
+            events.append((max(job.submitted, t_start), 1, 0.0, job.gpus))
+            events.append((min(wait_end, t_end), 2, 0.0, job.gpus))
     grid = WeekGrid(start, end)
-    for w1 in grid.ends:
+    week_ends = [w1.timestamp() for w1 in grid.ends]
+    for w1 in week_ends:
         events.append((w1, 3, 0.0, 0))
     events.sort(key=lambda e: e[0])
     busy = 0.0
     waiting: Counter[int] = Counter()
-    t_prev = start
+    t_prev = t_start
     for t, kind, delta, size in events:
         if t > t_prev and waiting:
             free = capacity - busy
             short = sum(s * n for s, n in waiting.items() if s > free + 1e-9)
             if short:
-                monday = grid.monday_of(t_prev)
-                week = weeks.get(monday) if monday is not None else None
+                i = bisect.bisect_right(week_ends, t_prev)
+                week = weeks.get(grid.weeks[i][0]) if i < len(grid.weeks) else None
                 if week is not None:
-                    week.unmet_gpu_hours += short * (t - t_prev).total_seconds() / 3600
+                    week.unmet_gpu_hours += short * (t - t_prev) / 3600
         t_prev = max(t_prev, t)
         if kind == 0:
             busy += delta
@@ -446,7 +444,10 @@ def _sorted_lines(lines: Iterable[UsageLine]) -> list[UsageLine]:
 
 
 def _usage_tables(
-    period: Period, end: dt.datetime, windows: TelemetryWindows
+    period: Period,
+    end: dt.datetime,
+    windows: TelemetryWindows,
+    raw_usage: dict[tuple[Any, ...], list[float]],
 ) -> tuple[UsageLine, dict[str, dict[str, UsageLine]]]:
     """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
     model, summed in SQL over one GROUP BY of all five; used GPU-hours from telemetry."""
@@ -461,17 +462,7 @@ def _usage_tables(
             for state in FINAL_STATES
         },
     }
-    if windows.raw is not None:
-        # The part the rollups have not reached: each job's mean of its raw samples.
-        raw_start, raw_end = windows.raw
-        raw_s = F("units") * _overlap_s(raw_start, raw_end, end)
-        in_raw = _runs_in(raw_start, raw_end) & Q(raw_mean__isnull=False)
-        sums["raw_used_s"] = Sum(raw_s * F("raw_mean"), filter=in_raw)
-        sums["raw_measured_s"] = Sum(raw_s, filter=in_raw)
-    jobs = _period_jobs(period)
-    if windows.raw is not None:
-        jobs = jobs.annotate(raw_mean=raw_mean_utilisation(windows.raw))
-    rows = jobs.values(*DIMENSION_FIELDS.values()).annotate(**sums)
+    rows = _period_jobs(period).values(*DIMENSION_FIELDS.values()).annotate(**sums)
 
     totals = UsageLine("lab")
     tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
@@ -482,16 +473,17 @@ def _usage_tables(
             for key in [_dimension_key(d, row[path])]
         ]
         hours = (row["alloc_s"] or 0.0) / 3600
-        used = (row.get("raw_used_s") or 0.0) / 3600
-        measured = (row.get("raw_measured_s") or 0.0) / 3600
         for line in lines:
             line.gpu_hours += hours
-            line.used_gpu_hours += used
-            line.measured_gpu_hours += measured
             for state in FINAL_STATES:
                 if row[f"n_{state}"]:
                     line.jobs[state] += row[f"n_{state}"]
-    for (*keys,), (used, measured) in rollup_usage(windows, **ROLLUP_DIMENSION_FIELDS).items():
+    telemetry = rollup_usage(windows, **ROLLUP_DIMENSION_FIELDS)
+    for key, (used, measured) in raw_usage.items():
+        line_sums = telemetry.setdefault(key, [0.0, 0.0])
+        line_sums[0] += used
+        line_sums[1] += measured
+    for (*keys,), (used, measured) in telemetry.items():
         lines = [totals] + [
             tables[d].setdefault(key, UsageLine(key))
             for d, value in zip(DIMENSIONS, keys, strict=True)
@@ -504,7 +496,11 @@ def _usage_tables(
 
 
 def _usage_weeks(
-    period: Period, end: dt.datetime, capacity: int, windows: TelemetryWindows
+    period: Period,
+    end: dt.datetime,
+    capacity: int,
+    windows: TelemetryWindows,
+    raw_weeks: dict[dt.date, float],
 ) -> dict[dt.date, WeekLine]:
     """Capacity, allocated and used GPU-hours per week: allocated as one conditional sum per
     week over the jobs that ran in it, used from the rollups truncated to weeks."""
@@ -514,43 +510,71 @@ def _usage_weeks(
     for i, (monday, w0, w1) in enumerate(grid.weeks):
         weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
         sums[f"w{i}"] = Sum(F("units") * _overlap_s(w0, w1, end), filter=_runs_in(w0, w1))
-        if windows.raw is not None:
-            r0, r1 = max(w0, windows.raw[0]), min(w1, windows.raw[1])
-            if r0 < r1:
-                sums[f"r{i}"] = Sum(
-                    F("units") * _overlap_s(r0, r1, end) * F("raw_mean"),
-                    filter=_runs_in(r0, r1) & Q(raw_mean__isnull=False),
-                )
     if sums:
-        jobs = _period_jobs(period).filter(started_at__isnull=False)
-        if windows.raw is not None:
-            jobs = jobs.annotate(raw_mean=raw_mean_utilisation(windows.raw))
-        row = jobs.aggregate(**sums)
+        row = _period_jobs(period).filter(started_at__isnull=False).aggregate(**sums)
         for i, (monday, _w0, _w1) in enumerate(grid.weeks):
             weeks[monday].gpu_hours = (row[f"w{i}"] or 0.0) / 3600
-            weeks[monday].used_gpu_hours = (row.get(f"r{i}") or 0.0) / 3600
-    for monday, used in rollup_usage_by_week(windows).items():
+    for monday, used in [*rollup_usage_by_week(windows).items(), *raw_weeks.items()]:
         if monday in weeks:
             weeks[monday].used_gpu_hours += used
     return weeks
+
+
+def _raw_usage(
+    period: Period, end: dt.datetime, windows: TelemetryWindows
+) -> tuple[dict[tuple[Any, ...], list[float]], dict[dt.date, float]]:
+    """Used and measured GPU-hours of the part no rollup covers yet, per dimension key and
+    used per week: each job's mean raw utilisation there weighs its GPU-hours there."""
+    if windows.raw is None:
+        return {}, {}
+    means = raw_job_means(windows.raw)
+    if not means:
+        return {}, {}
+    a, b = windows.raw
+    grid = WeekGrid(period.start, end)
+    rows = (
+        _period_jobs(period)
+        .filter(_runs_in(a, b))
+        .values_list("pk", "units", "started_at", "ended_at", *DIMENSION_FIELDS.values())
+    )
+    by_key: dict[tuple[Any, ...], list[float]] = {}
+    by_week: dict[dt.date, float] = defaultdict(float)
+    for pk, units, started, ended, *keys in rows.iterator(chunk_size=10_000):
+        mean = means.get(pk)
+        if mean is None or started is None:
+            continue
+        run_end = ended or b
+        hours = units * _overlap_h(started, run_end, a, b)
+        line_sums = by_key.setdefault(tuple(keys), [0.0, 0.0])
+        line_sums[0] += hours * mean
+        line_sums[1] += hours
+        r0, r1 = max(started, a), min(run_end, b)
+        for monday, w0, w1 in grid.spanning(r0, r1):
+            by_week[monday] += units * _overlap_h(r0, r1, w0, w1) * mean
+    return by_key, by_week
 
 
 def _waits_and_demand(
     period: Period, end: dt.datetime, capacity: int, weeks: dict[dt.date, WeekLine]
 ) -> list[WaitLine]:
     """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
-    the period): both read one lean row per job."""
+    the period): both read one lean row per job, its times as seconds since 1970."""
     rows = _period_jobs(period).values_list(
-        "queue__name", "units", "gpus", "shared_slot", "submitted_at", "started_at", "ended_at"
+        "queue__name",
+        "units",
+        "gpus",
+        "shared_slot",
+        EpochSeconds("submitted_at"),
+        EpochSeconds("started_at"),
+        EpochSeconds("ended_at"),
     )
-    jobs = [
-        JobRow(0, "", "", queue, "", "", units or float(gpus), gpus, shared, "", sub, st, en)
-        for queue, units, gpus, shared, sub, st, en in rows.iterator(chunk_size=10_000)
-    ]
+    t0, t1 = period.start.timestamp(), period.end.timestamp()
     waits_by_queue: dict[str, list[float]] = defaultdict(list)
-    for job in jobs:
-        if job.started is not None and period.start <= job.started < period.end:
-            waits_by_queue[job.queue].append((job.started - job.submitted).total_seconds() / 3600)
+    jobs = []
+    for queue, units, gpus, shared, submitted, started, ended in rows.iterator(chunk_size=10_000):
+        jobs.append(SweepJob(units or float(gpus), gpus, shared, submitted, started, ended))
+        if started is not None and t0 <= started < t1:
+            waits_by_queue[queue].append((started - submitted) / 3600)
     unmet_demand(jobs, capacity, period.start, end, weeks)
     return [
         WaitLine(q, len(w), sum(w) / len(w), percentile(w, 50), percentile(w, 95))
@@ -568,13 +592,14 @@ def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None
     end = min(period.end, max(now, period.start))
     capacity = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).count()
     windows = telemetry_windows(start=period.start, end=end)
-    totals, tables = _usage_tables(period, end, windows)
+    raw_by_key, raw_by_week = _raw_usage(period, end, windows)
+    totals, tables = _usage_tables(period, end, windows, raw_by_key)
     spent, spent_total = _credits(period)
     for dimension, values in spent.items():
         for value, amount in values.items():
             tables[dimension].setdefault(value, UsageLine(value)).credits += amount
     totals.credits = spent_total
-    weeks = _usage_weeks(period, end, capacity, windows)
+    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week)
     waits = _waits_and_demand(period, end, capacity, weeks)
 
     bookings = _bookings(period, end)

@@ -10,7 +10,7 @@ each part of a period:
   GPU-minute held by a job counts 1/60 GPU-hour at that minute's utilisation;
 - raw samples for the rest (the last minute or two; or the whole period where the
   rollups have never run, as on a lab without the periodic tasks): a job's mean sampled
-  utilisation weighs its allocated GPU-hours in that part (`selectors` does this in SQL).
+  utilisation weighs its allocated GPU-hours in that part.
 
 "Measured" GPU-hours are the ones that have a utilisation reading; the mean utilisation
 of a line is used / measured, so GPU-hours without telemetry lower neither figure.
@@ -27,10 +27,9 @@ from django.db.models import (
     Count,
     F,
     FloatField,
-    OuterRef,
     QuerySet,
-    Subquery,
     Sum,
+    Value,
 )
 from django.db.models.functions import Cast, TruncWeek
 
@@ -93,7 +92,7 @@ def _rollup_rows(windows: TelemetryWindows) -> list[QuerySet[Any]]:
             .order_by()
             .annotate(
                 used_h=Cast(F("util_mean") / 6000.0, FloatField()),
-                measured_h=Cast(1 / 60.0, FloatField()),
+                measured_h=Value(1 / 60.0, output_field=FloatField()),
             )
         )
     return rows
@@ -129,14 +128,13 @@ def rollup_usage_by_week(windows: TelemetryWindows) -> dict[dt.date, float]:
     return weeks
 
 
-def raw_mean_utilisation(window: Window) -> Subquery:
-    """A job's mean sampled utilisation (0..1) in `window`, as a subquery on the outer job."""
+def raw_job_means(window: Window) -> dict[int, float]:
+    """Each job's mean sampled utilisation (0..1) in `window`, from the raw samples."""
     a, b = window
-    return Subquery(
-        GpuSample.objects.filter(job_id=OuterRef("pk"), ts__gte=a, ts__lt=b, util_pct__isnull=False)
+    rows = (
+        GpuSample.objects.filter(ts__gte=a, ts__lt=b, job_id__isnull=False, util_pct__isnull=False)
         .order_by()
         .values("job_id")
-        .annotate(mean=Avg("util_pct") / 100.0)
-        .values("mean"),
-        output_field=FloatField(),
+        .annotate(mean=Avg("util_pct"))
     )
+    return {row["job_id"]: row["mean"] / 100.0 for row in rows}
