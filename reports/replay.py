@@ -52,11 +52,11 @@ MAX_GPU_DELTA = 256
 PER_ADDED_NODE = 8
 # Fair-share weights: the admin's scheduling policy, changed as they are.
 WEIGHT_FIELDS: dict[str, Promise] = {
-    "weight_age": gettext_lazy("Weight: age"),
-    "weight_fairshare": gettext_lazy("Weight: fair share"),
-    "weight_queue": gettext_lazy("Weight: queue"),
-    "weight_category": gettext_lazy("Weight: category"),
-    "weight_size": gettext_lazy("Weight: job size"),
+    "weight_age": gettext_lazy("weight: age"),
+    "weight_fairshare": gettext_lazy("weight: fair share"),
+    "weight_queue": gettext_lazy("weight: queue"),
+    "weight_category": gettext_lazy("weight: category"),
+    "weight_size": gettext_lazy("weight: job size"),
 }
 # Nodes the scheduler keeps draining for wide jobs (the scheduling policy's drain reserve).
 DRAIN_RESERVE = "drain_reserve_nodes"
