@@ -17,13 +17,17 @@ import datetime as dt
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
+from django.db import connection, transaction
 from django.db.models import (
     Case,
     Count,
+    DateTimeField,
     F,
     FloatField,
     Func,
@@ -34,7 +38,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf, TruncWeek
 from django.utils import timezone
 
 from accounts.models import LedgerEntry, User
@@ -284,7 +288,9 @@ def _period_jobs(period: Period) -> Any:
         .exclude(state=Job.State.HELD)
         .order_by()
         .annotate(
-            alloc_model=Subquery(first_alloc.values("gpu__model")[:1]),
+            # The GPU, not its model: a join to the GPU inside the subquery costs more than
+            # the lookup; `_gpu_models` names the model.
+            alloc_gpu=Subquery(first_alloc.values("gpu_id")[:1]),
             units=Case(
                 When(
                     shared_slot=True,
@@ -304,7 +310,7 @@ DIMENSION_FIELDS = {
     "category": "owner__category__name",
     "queue": "queue__name",
     "node": "node__name",
-    "model": "alloc_model",
+    "model": "alloc_gpu",
 }
 # The same dimensions as telemetry rollups reach them (the model of the GPU measured).
 ROLLUP_DIMENSION_FIELDS = {
@@ -316,9 +322,15 @@ ROLLUP_DIMENSION_FIELDS = {
 }
 
 
-def _dimension_key(dimension: str, value: object) -> str:
+def _gpu_models() -> dict[int, str]:
+    return dict(Gpu.objects.values_list("pk", "model"))
+
+
+def _dimension_key(dimension: str, value: object, models: dict[int, str]) -> str:
     if dimension == "category":
         return str(value) if value else NO_CATEGORY
+    if dimension == "model" and isinstance(value, int):
+        value = models.get(value)
     return str(value) if value else "—"
 
 
@@ -338,15 +350,14 @@ def _credits(period: Period) -> tuple[dict[str, dict[str, float]], float]:
     for key, field_name in (("queue", "job__queue__name"), ("node", "job__node__name")):
         for row in job_entries.values(field_name).annotate(total=Sum("amount")):
             spent[key][row[field_name] or "—"] -= float(row["total"] or Decimal(0))
-    first_model = (
-        Allocation.objects.filter(job=OuterRef("job_id")).order_by("id").values("gpu__model")[:1]
+    first_gpu = (
+        Allocation.objects.filter(job=OuterRef("job_id")).order_by("id").values("gpu_id")[:1]
     )
+    models = _gpu_models()
     for row in (
-        job_entries.annotate(model=Subquery(first_model))
-        .values("model")
-        .annotate(total=Sum("amount"))
+        job_entries.annotate(gpu=Subquery(first_gpu)).values("gpu").annotate(total=Sum("amount"))
     ):
-        spent["model"][row["model"] or "—"] -= float(row["total"] or Decimal(0))
+        spent["model"][models.get(row["gpu"]) or "—"] -= float(row["total"] or Decimal(0))
     total = entries.aggregate(total=Sum("amount"))["total"] or Decimal(0)
     return spent, 0.0 - float(total)  # 0.0 - x: never a negative zero
 
@@ -374,48 +385,57 @@ def unmet_demand(
 
     A sweep over the period: at each moment, busy = units of running jobs; every waiting
     job that asks for more whole GPUs than are free adds its GPUs to the week's figure.
+    Vectorised: the events sorted by time, busy and the waiting jobs of each size as
+    running sums, and each interval between two events weighed at once.
     """
     t_start, t_end = start.timestamp(), end.timestamp()
-    events: list[tuple[float, int, float, int]] = []  # (time, kind, busy delta, size)
+    times: list[float] = []
+    busy_delta: list[float] = []
+    sizes: list[int] = []  # 0: not a waiting event
+    wait_delta: list[int] = []
     for job in jobs:
         if job.started is not None:
             run_end = t_end if job.ended is None else job.ended
             if run_end > t_start and job.started < t_end:
-                events.append((max(job.started, t_start), 0, job.units, 0))
-                events.append((min(run_end, t_end), 0, -job.units, 0))
+                times += (max(job.started, t_start), min(run_end, t_end))
+                busy_delta += (job.units, -job.units)
+                sizes += (0, 0)
+                wait_delta += (0, 0)
         if job.shared_slot:
             continue
         wait_end = job.started if job.started is not None else job.ended
         wait_end = t_end if wait_end is None else wait_end
-        if wait_end > t_start and job.submitted < t_end:
-            events.append((max(job.submitted, t_start), 1, 0.0, job.gpus))
-            events.append((min(wait_end, t_end), 2, 0.0, job.gpus))
+        if wait_end > t_start and job.submitted < t_end and wait_end > job.submitted:
+            times += (max(job.submitted, t_start), min(wait_end, t_end))
+            busy_delta += (0.0, 0.0)
+            sizes += (job.gpus, job.gpus)
+            wait_delta += (1, -1)
     grid = WeekGrid(start, end)
-    week_ends = [w1.timestamp() for w1 in grid.ends]
-    for w1 in week_ends:
-        events.append((w1, 3, 0.0, 0))
-    events.sort(key=lambda e: e[0])
-    busy = 0.0
-    waiting: Counter[int] = Counter()
-    t_prev = t_start
-    for t, kind, delta, size in events:
-        if t > t_prev and waiting:
-            free = capacity - busy
-            short = sum(s * n for s, n in waiting.items() if s > free + 1e-9)
-            if short:
-                i = bisect.bisect_right(week_ends, t_prev)
-                week = weeks.get(grid.weeks[i][0]) if i < len(grid.weeks) else None
-                if week is not None:
-                    week.unmet_gpu_hours += short * (t - t_prev) / 3600
-        t_prev = max(t_prev, t)
-        if kind == 0:
-            busy += delta
-        elif kind == 1:
-            waiting[size] += 1
-        elif kind == 2:
-            waiting[size] -= 1
-            if not waiting[size]:
-                del waiting[size]
+    week_ends = np.array([w1.timestamp() for w1 in grid.ends])
+    if not times or not len(week_ends):
+        return
+    # Week ends split the intervals, so that each interval lies in one week.
+    order = np.argsort(np.concatenate([np.array(times), week_ends]), kind="stable")
+    t = np.concatenate([np.array(times), week_ends])[order]
+    busy = np.cumsum(np.concatenate([np.array(busy_delta), np.zeros(len(week_ends))])[order])
+    size_of = np.concatenate([np.array(sizes, dtype=np.int64), np.zeros(len(week_ends), np.int64)])
+    step = np.concatenate(
+        [np.array(wait_delta, dtype=np.int64), np.zeros(len(week_ends), np.int64)]
+    )
+    size_of, step = size_of[order], step[order]
+    span = np.diff(t)  # interval i runs from event i to event i + 1, in the state after event i
+    free = capacity - busy[:-1]
+    short = np.zeros(len(span))
+    for size in np.unique(size_of[size_of > 0]):
+        waiting = np.cumsum(np.where(size_of == size, step, 0))[:-1]
+        short += np.where(size > free + 1e-9, size * waiting, 0)
+    unmet_s = short * span
+    week_index = np.searchsorted(week_ends, t[:-1], side="right")
+    per_week = np.bincount(week_index, weights=unmet_s, minlength=len(grid.weeks) + 1)
+    for (monday, _w0, _w1), seconds in zip(grid.weeks, per_week[: len(grid.weeks)], strict=True):
+        week = weeks.get(monday)
+        if week is not None and seconds > 0:
+            week.unmet_gpu_hours += float(seconds) / 3600
 
 
 def _bookings(period: Period, end: dt.datetime) -> dict[str, BookingLine]:
@@ -451,6 +471,7 @@ def _usage_tables(
 ) -> tuple[UsageLine, dict[str, dict[str, UsageLine]]]:
     """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
     model, summed in SQL over one GROUP BY of all five; used GPU-hours from telemetry."""
+    models = _gpu_models()
     run_s = F("units") * _overlap_s(period.start, end, end)
     sums: dict[str, Any] = {
         "alloc_s": Sum(run_s, filter=_runs_in(period.start, end)),
@@ -470,7 +491,7 @@ def _usage_tables(
         lines = [totals] + [
             tables[d].setdefault(key, UsageLine(key))
             for d, path in DIMENSION_FIELDS.items()
-            for key in [_dimension_key(d, row[path])]
+            for key in [_dimension_key(d, row[path], models)]
         ]
         hours = (row["alloc_s"] or 0.0) / 3600
         for line in lines:
@@ -487,7 +508,7 @@ def _usage_tables(
         lines = [totals] + [
             tables[d].setdefault(key, UsageLine(key))
             for d, value in zip(DIMENSIONS, keys, strict=True)
-            for key in [_dimension_key(d, value)]
+            for key in [_dimension_key(d, value, models)]
         ]
         for line in lines:
             line.used_gpu_hours += used
@@ -502,22 +523,62 @@ def _usage_weeks(
     windows: TelemetryWindows,
     raw_weeks: dict[dt.date, float],
 ) -> dict[dt.date, WeekLine]:
-    """Capacity, allocated and used GPU-hours per week: allocated as one conditional sum per
-    week over the jobs that ran in it, used from the rollups truncated to weeks."""
+    """Capacity, allocated and used GPU-hours per week; used from the rollups per TruncWeek.
+
+    Allocated: a run clipped to the period, [s, e), gives week [w0, w1) the GPU-hours
+    clamp(e) - clamp(s), where clamp(x) = min(max(x, w0), w1). Summed over runs, each side
+    needs only, per week of x (TruncWeek), the units and the units times x: runs whose x is
+    in an earlier week add units * w0, in the week units * x, in a later week units * w1.
+    So two GROUP BYs over the jobs give every week, exactly, however long the runs.
+    """
     grid = WeekGrid(period.start, end)
     weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
-    sums: dict[str, Any] = {}
-    for i, (monday, w0, w1) in enumerate(grid.weeks):
+    for monday, w0, w1 in grid.weeks:
         weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
-        sums[f"w{i}"] = Sum(F("units") * _overlap_s(w0, w1, end), filter=_runs_in(w0, w1))
-    if sums:
-        row = _period_jobs(period).filter(started_at__isnull=False).aggregate(**sums)
-        for i, (monday, _w0, _w1) in enumerate(grid.weeks):
-            weeks[monday].gpu_hours = (row[f"w{i}"] or 0.0) / 3600
+    jobs = _period_jobs(period).filter(_runs_in(period.start, end))
+    began = Greatest("started_at", Value(period.start, output_field=DateTimeField()))
+    ended = Least(
+        Coalesce("ended_at", Value(end, output_field=DateTimeField())),
+        Value(end, output_field=DateTimeField()),
+    )
+    clamped: list[dict[dt.date, float]] = []
+    for edge in (began, ended):
+        per_week = (
+            jobs.annotate(edge=edge, week=TruncWeek(edge))
+            .values("week")
+            .annotate(u=Sum("units"), ux=Sum(F("units") * EpochSeconds("edge")))
+        )
+        buckets = sorted(
+            (_local_date(row["week"]), row["u"] or 0.0, row["ux"] or 0.0) for row in per_week
+        )
+        total_units = sum(u for _m, u, _ux in buckets)
+        sums: dict[dt.date, float] = {}
+        before, i = 0.0, 0
+        for monday, w0, w1 in grid.weeks:
+            while i < len(buckets) and buckets[i][0] < monday:
+                before += buckets[i][1]
+                i += 1
+            inside_u = inside_ux = 0.0
+            j = i
+            while j < len(buckets) and buckets[j][0] == monday:
+                inside_u += buckets[j][1]
+                inside_ux += buckets[j][2]
+                j += 1
+            after = total_units - before - inside_u
+            sums[monday] = before * w0.timestamp() + inside_ux + after * w1.timestamp()
+        clamped.append(sums)
+    for monday in weeks:
+        weeks[monday].gpu_hours = max(0.0, clamped[1][monday] - clamped[0][monday]) / 3600
     for monday, used in [*rollup_usage_by_week(windows).items(), *raw_weeks.items()]:
         if monday in weeks:
             weeks[monday].used_gpu_hours += used
     return weeks
+
+
+def _local_date(moment: dt.datetime | dt.date) -> dt.date:
+    if isinstance(moment, dt.datetime):
+        return timezone.localtime(moment).date() if timezone.is_aware(moment) else moment.date()
+    return moment
 
 
 def _raw_usage(
@@ -582,12 +643,29 @@ def _waits_and_demand(
     ]
 
 
+@contextmanager
+def _without_jit() -> Iterator[None]:
+    """PostgreSQL's JIT compiles a report's wide aggregates for longer than they run (2 s of
+    compiling for a year's GROUP BY); the report turns it off for its own transaction."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        yield
+
+
 def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None) -> UsageReport:
     """The usage report of `period` as `viewer` may see it.
 
     Staff see every line; anyone else sees the lab totals, the lab-wide tables (queues,
     nodes, GPU models, waits, weeks) and only their own user and booking lines.
     """
+    with _without_jit():
+        return _usage_report(period=period, viewer=viewer, now=now)
+
+
+def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> UsageReport:
     now = now or timezone.now()
     end = min(period.end, max(now, period.start))
     capacity = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).count()
