@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+import numpy as np
 from django.db.models import Exists, OuterRef
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
@@ -42,7 +43,7 @@ from jobqueue.models import EmergencyRequest, Job, Queue, SchedulingPolicy, comm
 from jobqueue.scheduling import engine_policy, engine_units, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
-from reports.selectors import SweepJob, WeekLine, percentile, unmet_demand, weeks_of
+from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures, command_shape
@@ -479,11 +480,11 @@ def _measure(
             waits.append((j.start - j.submit) / 3600)
         busy_h += units * max(0.0, min(j.end, t1) - max(j.start, t0)) / 3600
         # A booking's block held its GPUs but never waited for them.
-        rows.append(
-            SweepJob(units, j.gpus, j.shared_slot, j.start if block else j.submit, j.start, j.end)
-        )
+        rows.append((units, j.gpus, j.shared_slot, j.start if block else j.submit, j.start, j.end))
     weeks = {monday: WeekLine(monday) for monday, _a, _b in weeks_of(period.start, period.end)}
-    unmet_demand(rows, capacity, period.start, period.end, weeks)
+    unmet_demand(
+        np.array(rows, dtype=float).reshape(-1, 6), capacity, period.start, period.end, weeks
+    )
     return ReplayOutcome(
         label=label,
         gpus=capacity,
