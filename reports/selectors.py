@@ -315,10 +315,10 @@ def _period_jobs(period: Period, names: LabNames | None = None) -> Any:
 DIMENSION_FIELDS = ("owner_id", "queue_id", "node_id", "alloc_gpu")
 # The same as telemetry rollups reach them (the model of the GPU measured).
 ROLLUP_DIMENSION_FIELDS = {
-    "user": "job__owner_id",
+    "user": "user_id",  # the rollup keeps the job's owner: no join for it
     "queue": "job__queue_id",
     "node": "job__node_id",
-    "gpu": "gpu_id",
+    "model": "gpu__model",
 }
 
 
@@ -542,10 +542,10 @@ def _usage_tables(
                 if row[f"n_{state}"]:
                     line.jobs[state] += row[f"n_{state}"]
     telemetry: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for (user, queue, node, gpu), (used, measured) in rollup_usage(
+    for (user, queue, node, model), (used, measured) in rollup_usage(
         windows, **ROLLUP_DIMENSION_FIELDS
     ).items():
-        keys = names.keys(user, queue, node, names.gpu_models.get(gpu))
+        keys = names.keys(user, queue, node, model)
         telemetry[keys][0] += used
         telemetry[keys][1] += measured
     for keys, (used, measured) in raw_usage.items():
