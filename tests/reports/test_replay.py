@@ -18,10 +18,12 @@ from reports.periods import period_of
 from reports.replay import (
     BOOKING_QUEUE,
     EMERGENCY_QUEUE,
+    PER_ADDED_NODE,
     ReplayOption,
     lab_cluster,
     lab_policy,
     replay_options,
+    with_replay_queues,
     workload_from_history,
 )
 from reports.services import policy_apply_from_replay, report_task_create, report_task_run
@@ -62,19 +64,12 @@ def busy_week(week: Any, alice: Any, bob: Any, charlie: Any) -> Any:
     return period
 
 
-def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
-    from reports.replay import (
-        BOOKING_QUEUE,
-        PER_ADDED_NODE,
-        lab_cluster,
-        lab_policy,
-        with_replay_queues,
-        workload_from_history,
-    )
+def _replayed_jobs(period: Any, **changes: float) -> list[Any]:
+    """The period's jobs (not the bookings' blocks) as the simulator ran them, in order,
+    on the lab's GPUs under the lab's policy with `changes`."""
     from scheduler.simulate import Simulation
 
     workload, _recorded = workload_from_history(period)
-    cluster = lab_cluster()
     sim = Simulation(
         workload,
         "labportal",
@@ -83,10 +78,15 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
         slot_gpus=0,
         slots_per_gpu=4,
         timeslot_s=14400.0,
-        cluster=cluster,
-        policy=with_replay_queues(lab_policy()),
+        cluster=lab_cluster(),
+        policy=with_replay_queues(lab_policy(changes)),
     )
     sim.run()
+    return [j for j in sim.jobs if j.queue != BOOKING_QUEUE]
+
+
+def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
+    jobs = _replayed_jobs(period)
     ids = list(
         Job.objects.filter(
             submitted_at__gte=period.start, submitted_at__lt=period.end, ended_at__isnull=False
@@ -94,7 +94,6 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
         .order_by("submitted_at", "id")
         .values_list("id", flat=True)
     )
-    jobs = [j for j in sim.jobs if j.queue != BOOKING_QUEUE]  # the bookings' blocks
     return {
         pk: dt.datetime.fromtimestamp(j.start, tz=dt.UTC)
         for pk, j in zip(ids, jobs, strict=True)
@@ -184,27 +183,10 @@ def test_members_cannot_run_replays_and_bad_options_are_refused(
 
 def _sim_waits(period: Any, **changes: float) -> dict[tuple[str, float], float]:
     """Each replayed job's wait (user, submit → hours) under the lab's policy with `changes`."""
-    from reports.replay import PER_ADDED_NODE, lab_cluster, lab_policy, with_replay_queues
-    from reports.replay import workload_from_history as export
-    from scheduler.simulate import Simulation
-
-    workload, _recorded = export(period)
-    sim = Simulation(
-        workload,
-        "labportal",
-        gpus=4,
-        per_node=PER_ADDED_NODE,
-        slot_gpus=0,
-        slots_per_gpu=4,
-        timeslot_s=14400.0,
-        cluster=lab_cluster(),
-        policy=with_replay_queues(lab_policy(changes)),
-    )
-    sim.run()
     return {
         (j.user, j.submit): (j.start - j.submit) / 3600
-        for j in sim.jobs
-        if j.start is not None and j.queue != BOOKING_QUEUE
+        for j in _replayed_jobs(period, **changes)
+        if j.start is not None
     }
 
 

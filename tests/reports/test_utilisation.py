@@ -33,34 +33,22 @@ def rolled_up(week: dict[str, Any]) -> dict[str, Any]:
     j1, j2 = week["jobs"][0], week["jobs"][1]
     a100s = list(Gpu.objects.filter(model="A100").order_by("index"))
     l40s = Gpu.objects.get(uuid="GPU-l0")
-    hours = [
-        GpuHourRollup(
+
+    def held_hour(gpu: Gpu, hour: int, util: float, job: Any) -> GpuHourRollup:
+        return GpuHourRollup(
             gpu=gpu,
-            bucket=at(0, h),
+            bucket=at(0, hour),
             samples=720,
-            util_mean=80,
-            job=j1,
-            user=j1.owner,
+            util_mean=util,
+            job=job,
+            user=job.owner,
             minutes=60,
             busy_minutes=60,
             held_minutes=60,
         )
-        for gpu in a100s
-        for h in range(2, 6)
-    ] + [
-        GpuHourRollup(
-            gpu=l40s,
-            bucket=at(0, h),
-            samples=720,
-            util_mean=100,
-            job=j2,
-            user=j2.owner,
-            minutes=60,
-            busy_minutes=60,
-            held_minutes=60,
-        )
-        for h in range(1, 5)
-    ]
+
+    hours = [held_hour(gpu, h, 80, j1) for gpu in a100s for h in range(2, 6)]
+    hours += [held_hour(l40s, h, 100, j2) for h in range(1, 5)]
     # An idle GPU-hour with no job, and one without a reading: neither counts.
     hours.append(
         GpuHourRollup(
