@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from cluster.errors import SlotsRefused
 from cluster.models import Gpu
@@ -331,6 +332,13 @@ def test_queue_limits_drain_reserve_and_debug_gpus_are_applied_in_one_step_and_a
     }
     assert change.after == changes
     assert change.predicted["label"] == "tighter"
+    # The audit log in the admin shows the change and refuses edits.
+    client = Client()
+    client.force_login(admin_user)
+    log = client.get("/admin/reports/policychange/")
+    assert log.status_code == 200 and "max_running_gpus_per_user" in log.content.decode()
+    detail = client.post(f"/admin/reports/policychange/{change.pk}/change/", {"after": "{}"})
+    assert detail.status_code == 403 or PolicyChange.objects.get().after == changes
 
 
 def test_a_refused_part_of_a_policy_change_leaves_everything_as_it_was(
