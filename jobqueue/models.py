@@ -562,6 +562,13 @@ class SchedulingPolicy(models.Model):
     weight_size = models.FloatField(_("weight: job size"), default=100.0)
     max_age_days = models.FloatField(_("age factor saturates after (days)"), default=2.0)
     usage_half_life_days = models.FloatField(_("usage half-life (days)"), default=7.0)
+    drain_reserve_nodes = models.PositiveSmallIntegerField(
+        _("drain reserve (nodes)"),
+        default=1,
+        help_text=_(
+            "Wide nodes kept draining for wide jobs while long jobs wait; 0 turns the reserve off."
+        ),
+    )
     hard_limit_grace_s = models.PositiveIntegerField(
         _("hard limit: grace after the time limit (seconds)"),
         null=True,

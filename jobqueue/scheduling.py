@@ -334,6 +334,7 @@ def engine_policy(
         weight_size=settings_row.weight_size,
         max_age_s=settings_row.max_age_days * 86400,
         half_life_s=half_life_s,
+        drain_reserve_nodes=settings_row.drain_reserve_nodes,
         queues={
             q.name: sm.QueuePolicy(
                 name=q.name,

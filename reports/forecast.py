@@ -10,14 +10,16 @@ from __future__ import annotations
 import datetime as dt
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from django.db.models import Case, FloatField, Sum, Value, When
+from django.db.models.functions import Cast, Coalesce, Greatest, TruncWeek
 from django.utils import timezone
 
 from jobqueue.models import Job
-from reports.selectors import week_start
+from reports.selectors import EpochSeconds, week_start
 
 HORIZON_WEEKS = 8
 BACKTEST_WEEKS = 4
@@ -39,6 +41,9 @@ class Forecast:
     model: str
     backtest_mape_pct: float | None
     backtest_weeks: int
+    # The hidden weeks' demand and what the model fitted on the weeks before forecast.
+    backtest_actual: list[float] = field(default_factory=list)
+    backtest_predicted: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,22 +70,32 @@ class Forecast:
 
 
 def weekly_demand(*, now: dt.datetime | None = None) -> tuple[list[dt.date], list[float]]:
-    """GPU-hours asked for per week of submission, for every complete week of history."""
+    """GPU-hours asked for per week of submission, for every complete week of history
+    (summed by the database per week of submission)."""
     now = now or timezone.now()
     this_week = week_start(timezone.localtime(now).date())
-    totals: dict[dt.date, float] = defaultdict(float)
-    rows = (
-        Job.objects.filter(started_at__isnull=False)
-        .order_by()
-        .values_list("submitted_at", "started_at", "ended_at", "gpus", "shared_slot")
+    this_monday = timezone.make_aware(dt.datetime.combine(this_week, dt.time.min))
+    units = Case(
+        When(shared_slot=True, then=Value(SHARED_SLOT_UNITS)),
+        default=Cast("gpus", FloatField()),
+        output_field=FloatField(),
     )
-    for submitted, started, ended, gpus, shared in rows.iterator(chunk_size=5000):
-        assert started is not None  # filtered above
-        week = week_start(timezone.localtime(submitted).date())
-        if week >= this_week:
-            continue
-        units = SHARED_SLOT_UNITS if shared else float(gpus)
-        totals[week] += units * max(0.0, ((ended or now) - started).total_seconds()) / 3600
+    ran_s = Greatest(
+        Value(0.0),
+        Coalesce(EpochSeconds("ended_at"), Value(now.timestamp())) - EpochSeconds("started_at"),
+    )
+    rows = (
+        Job.objects.filter(started_at__isnull=False, submitted_at__lt=this_monday)
+        .order_by()
+        .annotate(week=TruncWeek("submitted_at"))
+        .values("week")
+        .annotate(gpu_s=Sum(units * ran_s))
+    )
+    totals: dict[dt.date, float] = defaultdict(float)
+    for row in rows:
+        week = row["week"]
+        day = timezone.localtime(week).date() if isinstance(week, dt.datetime) else week
+        totals[day] += (row["gpu_s"] or 0.0) / 3600
     if not totals:
         return [], []
     weeks = []
@@ -161,18 +176,25 @@ def lab_demand_forecast() -> Forecast | None:
 
 
 def demand_forecast(
-    *, weeks: list[dt.date], history: list[float], horizon: int = HORIZON_WEEKS
+    *,
+    weeks: list[dt.date],
+    history: list[float],
+    horizon: int = HORIZON_WEEKS,
+    backtest_weeks: int = BACKTEST_WEEKS,
 ) -> Forecast | None:
-    """Forecast `horizon` weeks after `history`; None with under MIN_HISTORY_WEEKS weeks."""
+    """Forecast `horizon` weeks after `history`; None with under MIN_HISTORY_WEEKS weeks.
+    The back-test hides the last `backtest_weeks` (fewer on a short history) and forecasts them."""
     if len(history) < MIN_HISTORY_WEEKS:
         return None
     series = np.asarray(history, dtype=float)
     mean, lower, upper, name = _predict(series, horizon)
-    backtest = min(BACKTEST_WEEKS, len(history) - MIN_HISTORY_WEEKS + 2)
+    backtest = min(backtest_weeks, len(history) - MIN_HISTORY_WEEKS + 2)
     mape = None
+    predicted: list[float] = []
     if backtest >= 1:
         held_out, _lo, _hi, _name = _predict(series[:-backtest], backtest)
-        mape = mape_pct(history[-backtest:], [float(v) for v in held_out])
+        predicted = [float(v) for v in held_out]
+        mape = mape_pct(history[-backtest:], predicted)
     future = [weeks[-1] + dt.timedelta(days=7 * (i + 1)) for i in range(horizon)]
     return Forecast(
         history_weeks=weeks,
@@ -184,4 +206,6 @@ def demand_forecast(
         model=name,
         backtest_mape_pct=mape,
         backtest_weeks=max(backtest, 0),
+        backtest_actual=history[-backtest:] if backtest >= 1 else [],
+        backtest_predicted=predicted,
     )

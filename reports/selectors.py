@@ -1,9 +1,13 @@
 """The usage report of a period: read from jobs, credits, reservations and telemetry.
 
 Figures are GPU-hours of whole GPUs (a shared slot counts as its share of its GPU).
-"Really used" is allocated GPU-hours weighted by each job's mean utilisation from
-telemetry (`reports.utilisation`); jobs without telemetry count as allocated but
-not in the used figure or the mean utilisation.
+"Really used" GPU-hours come from telemetry (`reports.utilisation`: hourly rollups, then
+minute rollups, then raw samples for what the rollups have not reached); GPU-hours
+without telemetry count as allocated but not in the used figure or the mean utilisation.
+
+Every sum is computed by the database (one GROUP BY over the five dimensions, one
+conditional sum per week); only waits (percentiles) and unmet demand (a sweep over
+time) read one lean row per job.
 """
 
 from __future__ import annotations
@@ -13,18 +17,42 @@ import datetime as dt
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
+import numpy as np
+from django.db import connection, transaction
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf, TruncWeek
 from django.utils import timezone
 
 from accounts.models import LedgerEntry, User
-from cluster.models import Gpu
-from jobqueue.models import Allocation, Job
+from cluster.models import Gpu, Node
+from jobqueue.models import Allocation, Job, Queue
 from reports.periods import Period
-from reports.utilisation import job_mean_utilisation
+from reports.utilisation import (
+    TelemetryWindows,
+    raw_job_means,
+    rollup_usage,
+    rollup_usage_by_week,
+    telemetry_windows,
+)
 from reservations.models import Reservation
 
 FINAL_STATES: tuple[str, ...] = tuple(str(s) for s in Job.FINAL_STATES)
@@ -166,23 +194,6 @@ class UsageReport:
         return sum(w.unmet_gpu_hours for w in self.weeks)
 
 
-@dataclass(frozen=True)
-class JobRow:
-    id: int
-    user: str
-    category: str
-    queue: str
-    node: str
-    model: str
-    units: float  # whole-GPU equivalents held while running
-    gpus: int
-    shared_slot: bool
-    state: str
-    submitted: dt.datetime
-    started: dt.datetime | None
-    ended: dt.datetime | None
-
-
 def _overlap_h(a0: dt.datetime, a1: dt.datetime, b0: dt.datetime, b1: dt.datetime) -> float:
     return max(0.0, (min(a1, b1) - max(a0, b0)).total_seconds() / 3600)
 
@@ -235,112 +246,178 @@ def weeks_of(
         monday += dt.timedelta(days=7)
 
 
-def _job_rows(period: Period) -> list[JobRow]:
-    """Every job that waited, ran or ended in the period."""
+class EpochSeconds(Func):
+    """Seconds since 1970 of a datetime expression, as a float, on PostgreSQL and SQLite."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # EXTRACT gives a numeric since PostgreSQL 14: sums of float8 are several times faster.
+        return self.as_sql(
+            compiler,
+            connection,
+            template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
+        )
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        )
+
+
+def _seconds(moment: dt.datetime) -> Value:
+    return Value(moment.timestamp(), output_field=FloatField())
+
+
+def _overlap_s(lo: dt.datetime, hi: dt.datetime, run_end: dt.datetime) -> Any:
+    """Seconds of a job's run (start to end, or to `run_end` if still running) in [lo, hi)."""
+    began = EpochSeconds("started_at")
+    ended = Coalesce(EpochSeconds("ended_at"), _seconds(run_end))
+    return Greatest(
+        Value(0.0), Least(ended, _seconds(hi), _seconds(run_end)) - Greatest(began, _seconds(lo))
+    )
+
+
+def _runs_in(lo: dt.datetime, hi: dt.datetime) -> Q:
+    """Jobs that ran at some time in [lo, hi)."""
+    return Q(started_at__lt=hi) & (Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+
+
+def _period_jobs(period: Period, names: LabNames | None = None) -> Any:
+    """Every job that waited, ran or ended in the period, with its units (whole-GPU
+    equivalents held while running) and, on a node with GPUs of several models, its first
+    allocated GPU (`alloc_gpu`; `LabNames.model_of` names the model of any job)."""
     first_alloc = Allocation.objects.filter(job=OuterRef("pk")).order_by("id")
-    rows = (
+    slots = Subquery(first_alloc.values("gpu__parent__shared_slots")[:1])
+    return (
         Job.objects.filter(submitted_at__lt=period.end)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=period.start))
         .exclude(state=Job.State.HELD)
         .order_by()
         .annotate(
-            alloc_model=Subquery(first_alloc.values("gpu__model")[:1]),
-            alloc_parent_slots=Subquery(first_alloc.values("gpu__parent__shared_slots")[:1]),
-        )
-        .values_list(
-            "id",
-            "owner__username",
-            "owner__category__name",
-            "queue__name",
-            "node__name",
-            "alloc_model",
-            "alloc_parent_slots",
-            "gpus",
-            "shared_slot",
-            "state",
-            "submitted_at",
-            "started_at",
-            "ended_at",
+            alloc_gpu=_first_gpu_on_mixed_nodes(names)
+            if names is not None
+            else Value(None, output_field=IntegerField()),
+            units=Case(
+                When(
+                    shared_slot=True,
+                    then=Coalesce(
+                        1.0 / Cast(NullIf(slots, 0), FloatField()), Cast("gpus", FloatField())
+                    ),
+                ),
+                default=Cast("gpus", FloatField()),
+                output_field=FloatField(),
+            ),
         )
     )
-    jobs = []
-    for (
-        pk,
-        user,
-        category,
-        queue,
-        node,
-        model,
-        slots,
-        gpus,
-        shared,
-        state,
-        submitted,
-        started,
-        ended,
-    ) in rows.iterator(chunk_size=5000):
-        units = 1.0 / slots if shared and slots else float(gpus)
-        jobs.append(
-            JobRow(
-                pk,
-                user,
-                category or NO_CATEGORY,
-                queue,
-                node or "—",
-                model or "—",
-                units,
-                gpus,
-                shared,
-                state,
-                submitted,
-                started,
-                ended,
-            )
+
+
+DIMENSION_FIELDS = ("owner_id", "queue_id", "node_id", "alloc_gpu")
+# The same as telemetry rollups reach them (the model of the GPU measured).
+ROLLUP_DIMENSION_FIELDS = {
+    "user": "user_id",  # the rollup keeps the job's owner: no join for it
+    "queue": "job__queue_id",
+    "node": "job__node_id",
+    "model": "gpu__model",
+}
+
+
+@dataclass
+class LabNames:
+    """Names of the ids a report groups by. The GPU model of a job is its node's, where the
+    node has GPUs of one model, else that of its first allocated GPU."""
+
+    users: dict[int, tuple[str, str | None]]  # id → (username, category name)
+    queues: dict[int, str]
+    nodes: dict[int, str]
+    gpu_models: dict[int, str]
+    node_models: dict[int, str]
+    mixed_nodes: list[int]
+
+    def model_of(self, node_id: int | None, alloc_gpu: int | None) -> str | None:
+        if alloc_gpu is not None:
+            return self.gpu_models.get(alloc_gpu)
+        return self.node_models.get(node_id or 0)
+
+    def keys(
+        self, user_id: int | None, queue_id: int | None, node_id: int | None, model: str | None
+    ) -> tuple[str, ...]:
+        """(user, category, queue, node, model) as the report's lines name them."""
+        user, category = self.users.get(user_id or 0, ("", None))
+        return (
+            user or "—",
+            category or NO_CATEGORY,
+            self.queues.get(queue_id or 0) or "—",
+            self.nodes.get(node_id or 0) or "—",
+            model or "—",
         )
-    return jobs
 
 
-def _keys(job: JobRow) -> dict[str, str]:
-    return {
-        "user": job.user,
-        "category": job.category,
-        "queue": job.queue,
-        "node": job.node,
-        "model": job.model,
-    }
+def _lab_names() -> LabNames:
+    gpus = list(Gpu.objects.values_list("pk", "model", "node_id"))
+    per_node: dict[int, set[str]] = defaultdict(set)
+    for _pk, model, node_id in gpus:
+        per_node[node_id].add(model)
+    return LabNames(
+        users={
+            pk: (name, category)
+            for pk, name, category in User.objects.values_list("pk", "username", "category__name")
+        },
+        queues=dict(Queue.objects.values_list("pk", "name")),
+        nodes=dict(Node.objects.values_list("pk", "name")),
+        gpu_models={pk: model for pk, model, _node in gpus},
+        node_models={node: next(iter(m)) for node, m in per_node.items() if len(m) == 1},
+        mixed_nodes=[node for node, m in per_node.items() if len(m) > 1],
+    )
 
 
-def _credits(period: Period) -> tuple[dict[str, dict[str, float]], float]:
-    """Credits spent in the period per dimension and value, and in total (charges net of refunds)."""
-    entries = LedgerEntry.objects.filter(
-        created_at__gte=period.start, created_at__lt=period.end, kind__in=SPENDING_KINDS
-    ).order_by()
+def _first_gpu_on_mixed_nodes(names: LabNames, job: str = "pk", node: str = "node_id") -> Any:
+    """The job's first allocated GPU if it ran on a node of several models, else NULL: a
+    lookup per job costs more than the rest of a report's GROUP BY, so only those pay it."""
+    if not names.mixed_nodes:
+        return Value(None, output_field=IntegerField())
+    first = Allocation.objects.filter(job=OuterRef(job)).order_by("id").values("gpu_id")[:1]
+    return Case(
+        When(**{f"{node}__in": names.mixed_nodes}, then=Subquery(first)),
+        default=None,
+        output_field=IntegerField(),
+    )
+
+
+def _credits(period: Period, names: LabNames) -> tuple[dict[str, dict[str, float]], float]:
+    """Credits spent in the period per dimension and value, and in total (charges net of
+    refunds): one GROUP BY, rolled up into the five dimensions here."""
+    entries = (
+        LedgerEntry.objects.filter(
+            created_at__gte=period.start, created_at__lt=period.end, kind__in=SPENDING_KINDS
+        )
+        .order_by()
+        .annotate(gpu=_first_gpu_on_mixed_nodes(names, "job_id", "job__node_id"))
+    )
     spent: dict[str, dict[str, float]] = {d: defaultdict(float) for d in DIMENSIONS}
-    for key, field_name in (
-        ("user", "account__user__username"),
-        ("category", "account__user__category__name"),
-    ):
-        for row in entries.values(field_name).annotate(total=Sum("amount")):
-            spent[key][row[field_name] or NO_CATEGORY] -= float(row["total"] or Decimal(0))
-    job_entries = entries.filter(job__isnull=False)
-    for key, field_name in (("queue", "job__queue__name"), ("node", "job__node__name")):
-        for row in job_entries.values(field_name).annotate(total=Sum("amount")):
-            spent[key][row[field_name] or "—"] -= float(row["total"] or Decimal(0))
-    first_model = (
-        Allocation.objects.filter(job=OuterRef("job_id")).order_by("id").values("gpu__model")[:1]
+    total = 0.0
+    rows = entries.values("account__user_id", "job__queue_id", "job__node_id", "gpu").annotate(
+        amount=Sum("amount")
     )
-    for row in (
-        job_entries.annotate(model=Subquery(first_model))
-        .values("model")
-        .annotate(total=Sum("amount"))
-    ):
-        spent["model"][row["model"] or "—"] -= float(row["total"] or Decimal(0))
-    total = entries.aggregate(total=Sum("amount"))["total"] or Decimal(0)
-    return spent, 0.0 - float(total)  # 0.0 - x: never a negative zero
+    for row in rows:
+        amount = -float(row["amount"] or Decimal(0))
+        total += amount
+        model = names.model_of(row["job__node_id"], row["gpu"])
+        keys = names.keys(row["account__user_id"], row["job__queue_id"], row["job__node_id"], model)
+        # Every job has a queue: an entry without one is not a job's (a booking's, say).
+        dimensions = DIMENSIONS if row["job__queue_id"] is not None else DIMENSIONS[:2]
+        for dimension, key in zip(dimensions, keys, strict=False):
+            spent[dimension][key] += amount
+    return spent, 0.0 + total  # 0.0 + x: never a negative zero
+
+
+# Columns of the job array the unmet-demand sweep reads (times in seconds since 1970;
+# NaN where a job has not started or not ended).
+SWEEP_COLUMNS = ("units", "gpus", "shared_slot", "submitted", "started", "ended")
 
 
 def unmet_demand(
-    jobs: list[JobRow],
+    jobs: np.ndarray,
     capacity: int,
     start: dt.datetime,
     end: dt.datetime,
@@ -348,47 +425,55 @@ def unmet_demand(
 ) -> None:
     """GPU-hours that waited while fewer GPUs were free in the whole lab than the job asked for.
 
-    A sweep over the period: at each moment, busy = units of running jobs; every waiting
-    job that asks for more whole GPUs than are free adds its GPUs to the week's figure.
+    `jobs` has one row per job and the SWEEP_COLUMNS. A sweep over the period: at each
+    moment, busy = units of running jobs; every waiting job that asks for more whole GPUs
+    than are free adds its GPUs to the week's figure. Vectorised: the events sorted by
+    time, busy and the waiting jobs of each size as running sums, each interval between
+    two events weighed at once.
     """
-    events: list[tuple[dt.datetime, int, float, int]] = []  # (time, kind, busy delta, size)
-    for job in jobs:
-        if job.started is not None:
-            run_end = job.ended or end
-            if run_end > start and job.started < end:
-                events.append((max(job.started, start), 0, job.units, 0))
-                events.append((min(run_end, end), 0, -job.units, 0))
-        if job.shared_slot:
-            continue
-        wait_end = job.started or job.ended or end
-        if wait_end > start and job.submitted < end:
-            events.append((max(job.submitted, start), 1, 0.0, job.gpus))
-            events.append((min(wait_end, end), 2, 0.0, job.gpus))
     grid = WeekGrid(start, end)
-    for w1 in grid.ends:
-        events.append((w1, 3, 0.0, 0))
-    events.sort(key=lambda e: e[0])
-    busy = 0.0
-    waiting: Counter[int] = Counter()
-    t_prev = start
-    for t, kind, delta, size in events:
-        if t > t_prev and waiting:
-            free = capacity - busy
-            short = sum(s * n for s, n in waiting.items() if s > free + 1e-9)
-            if short:
-                monday = grid.monday_of(t_prev)
-                week = weeks.get(monday) if monday is not None else None
-                if week is not None:
-                    week.unmet_gpu_hours += short * (t - t_prev).total_seconds() / 3600
-        t_prev = max(t_prev, t)
-        if kind == 0:
-            busy += delta
-        elif kind == 1:
-            waiting[size] += 1
-        elif kind == 2:
-            waiting[size] -= 1
-            if not waiting[size]:
-                del waiting[size]
+    week_ends = np.array([w1.timestamp() for w1 in grid.ends])
+    if not len(jobs) or not len(week_ends):
+        return
+    t_start, t_end = start.timestamp(), end.timestamp()
+    units, gpus, shared, submitted, started, ended = (jobs[:, i] for i in range(6))
+    has_started = ~np.isnan(started)
+    run_end = np.where(np.isnan(ended), t_end, ended)
+    running = has_started & (run_end > t_start) & (np.nan_to_num(started, nan=t_end) < t_end)
+    wait_end = np.where(has_started, started, run_end)
+    waiting = (shared == 0) & (wait_end > t_start) & (submitted < t_end) & (wait_end > submitted)
+    n_run, n_wait, n_weeks = int(running.sum()), int(waiting.sum()), len(week_ends)
+    times = np.concatenate(
+        [
+            np.maximum(started[running], t_start),
+            np.minimum(run_end[running], t_end),
+            np.maximum(submitted[waiting], t_start),
+            np.minimum(wait_end[waiting], t_end),
+            week_ends,  # they split the intervals, so that each lies in one week
+        ]
+    )
+    busy_delta = np.concatenate([units[running], -units[running], np.zeros(2 * n_wait + n_weeks)])
+    size_of = np.concatenate(
+        [np.zeros(2 * n_run), gpus[waiting], gpus[waiting], np.zeros(n_weeks)]
+    ).astype(np.int64)
+    step = np.concatenate(
+        [np.zeros(2 * n_run), np.ones(n_wait), -np.ones(n_wait), np.zeros(n_weeks)]
+    ).astype(np.int64)
+    order = np.argsort(times, kind="stable")
+    t, busy = times[order], np.cumsum(busy_delta[order])
+    size_of, step = size_of[order], step[order]
+    span = np.diff(t)  # interval i runs from event i to event i + 1, in the state after event i
+    free = capacity - busy[:-1]
+    short = np.zeros(len(span))
+    for size in np.unique(size_of[size_of > 0]):
+        queued = np.cumsum(np.where(size_of == size, step, 0))[:-1]
+        short += np.where(size > free + 1e-9, size * queued, 0)
+    week_index = np.searchsorted(week_ends, t[:-1], side="right")
+    per_week = np.bincount(week_index, weights=short * span, minlength=n_weeks + 1)
+    for (monday, _w0, _w1), seconds in zip(grid.weeks, per_week[:n_weeks], strict=True):
+        week = weeks.get(monday)
+        if week is not None and seconds > 0:
+            week.unmet_gpu_hours += float(seconds) / 3600
 
 
 def _bookings(period: Period, end: dt.datetime) -> dict[str, BookingLine]:
@@ -416,67 +501,244 @@ def _sorted_lines(lines: Iterable[UsageLine]) -> list[UsageLine]:
     return sorted(lines, key=lambda line: (-line.gpu_hours, line.name))
 
 
+def _usage_tables(
+    period: Period,
+    end: dt.datetime,
+    windows: TelemetryWindows,
+    names: LabNames,
+    raw_usage: dict[tuple[str, ...], list[float]],
+) -> tuple[UsageLine, dict[str, dict[str, UsageLine]]]:
+    """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
+    model, summed in SQL over one GROUP BY of all five; used GPU-hours from telemetry."""
+    run_s = F("units") * _overlap_s(period.start, end, end)
+    sums: dict[str, Any] = {
+        "alloc_s": Sum(run_s, filter=_runs_in(period.start, end)),
+        **{
+            f"n_{state}": Count(
+                "id",
+                filter=Q(state=state, ended_at__gte=period.start, ended_at__lt=period.end),
+            )
+            for state in FINAL_STATES
+        },
+    }
+    rows = _period_jobs(period, names).values(*DIMENSION_FIELDS).annotate(**sums)
+
+    totals = UsageLine("lab")
+    tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
+
+    def lines_of(keys: tuple[str, ...]) -> list[UsageLine]:
+        return [totals] + [
+            tables[d].setdefault(key, UsageLine(key))
+            for d, key in zip(DIMENSIONS, keys, strict=True)
+        ]
+
+    for row in rows:
+        model = names.model_of(row["node_id"], row["alloc_gpu"])
+        lines = lines_of(names.keys(row["owner_id"], row["queue_id"], row["node_id"], model))
+        hours = (row["alloc_s"] or 0.0) / 3600
+        for line in lines:
+            line.gpu_hours += hours
+            for state in FINAL_STATES:
+                if row[f"n_{state}"]:
+                    line.jobs[state] += row[f"n_{state}"]
+    telemetry: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for (user, queue, node, model), (used, measured) in rollup_usage(
+        windows, **ROLLUP_DIMENSION_FIELDS
+    ).items():
+        keys = names.keys(user, queue, node, model)
+        telemetry[keys][0] += used
+        telemetry[keys][1] += measured
+    for keys, (used, measured) in raw_usage.items():
+        telemetry[keys][0] += used
+        telemetry[keys][1] += measured
+    for keys, (used, measured) in telemetry.items():
+        for line in lines_of(keys):
+            line.used_gpu_hours += used
+            line.measured_gpu_hours += measured
+    return totals, tables
+
+
+def _usage_weeks(
+    period: Period,
+    end: dt.datetime,
+    capacity: int,
+    windows: TelemetryWindows,
+    raw_weeks: dict[dt.date, float],
+) -> dict[dt.date, WeekLine]:
+    """Capacity, allocated and used GPU-hours per week; used from the rollups per TruncWeek.
+
+    Allocated: a run clipped to the period, [s, e), gives week [w0, w1) the GPU-hours
+    clamp(e) - clamp(s), where clamp(x) = min(max(x, w0), w1). Summed over runs, each side
+    needs only, per week of x (TruncWeek), the units and the units times x: runs whose x is
+    in an earlier week add units * w0, in the week units * x, in a later week units * w1.
+    So two GROUP BYs over the jobs give every week, exactly, however long the runs.
+    """
+    grid = WeekGrid(period.start, end)
+    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
+    for monday, w0, w1 in grid.weeks:
+        weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
+    jobs = _period_jobs(period).filter(_runs_in(period.start, end))
+    began = Greatest("started_at", Value(period.start, output_field=DateTimeField()))
+    ended = Least(
+        Coalesce("ended_at", Value(end, output_field=DateTimeField())),
+        Value(end, output_field=DateTimeField()),
+    )
+    clamped: list[dict[dt.date, float]] = []
+    for edge in (began, ended):
+        per_week = (
+            jobs.annotate(edge=edge, week=TruncWeek(edge))
+            .values("week")
+            .annotate(u=Sum("units"), ux=Sum(F("units") * EpochSeconds("edge")))
+        )
+        buckets = sorted(
+            (_local_date(row["week"]), row["u"] or 0.0, row["ux"] or 0.0) for row in per_week
+        )
+        total_units = sum(u for _m, u, _ux in buckets)
+        sums: dict[dt.date, float] = {}
+        before, i = 0.0, 0
+        for monday, w0, w1 in grid.weeks:
+            while i < len(buckets) and buckets[i][0] < monday:
+                before += buckets[i][1]
+                i += 1
+            inside_u = inside_ux = 0.0
+            j = i
+            while j < len(buckets) and buckets[j][0] == monday:
+                inside_u += buckets[j][1]
+                inside_ux += buckets[j][2]
+                j += 1
+            after = total_units - before - inside_u
+            sums[monday] = before * w0.timestamp() + inside_ux + after * w1.timestamp()
+        clamped.append(sums)
+    for monday in weeks:
+        weeks[monday].gpu_hours = max(0.0, clamped[1][monday] - clamped[0][monday]) / 3600
+    for monday, used in [*rollup_usage_by_week(windows).items(), *raw_weeks.items()]:
+        if monday in weeks:
+            weeks[monday].used_gpu_hours += used
+    return weeks
+
+
+def _local_date(moment: dt.datetime | dt.date) -> dt.date:
+    if isinstance(moment, dt.datetime):
+        return timezone.localtime(moment).date() if timezone.is_aware(moment) else moment.date()
+    return moment
+
+
+def _raw_usage(
+    period: Period, end: dt.datetime, windows: TelemetryWindows, names: LabNames
+) -> tuple[dict[tuple[str, ...], list[float]], dict[dt.date, float]]:
+    """Used and measured GPU-hours of the part no rollup covers yet, per dimension key and
+    used per week: each job's mean raw utilisation there weighs its GPU-hours there."""
+    if windows.raw is None:
+        return {}, {}
+    means = raw_job_means(windows.raw)
+    if not means:
+        return {}, {}
+    a, b = windows.raw
+    grid = WeekGrid(period.start, end)
+    rows = (
+        _period_jobs(period, names)
+        .filter(_runs_in(a, b))
+        .values_list("pk", "units", "started_at", "ended_at", *DIMENSION_FIELDS)
+    )
+    by_key: dict[tuple[str, ...], list[float]] = {}
+    by_week: dict[dt.date, float] = defaultdict(float)
+    for pk, units, started, ended, user, queue, node, gpu in rows.iterator(chunk_size=10_000):
+        mean = means.get(pk)
+        if mean is None or started is None:
+            continue
+        run_end = ended or b
+        hours = units * _overlap_h(started, run_end, a, b)
+        keys = names.keys(user, queue, node, names.model_of(node, gpu))
+        line_sums = by_key.setdefault(keys, [0.0, 0.0])
+        line_sums[0] += hours * mean
+        line_sums[1] += hours
+        r0, r1 = max(started, a), min(run_end, b)
+        for monday, w0, w1 in grid.spanning(r0, r1):
+            by_week[monday] += units * _overlap_h(r0, r1, w0, w1) * mean
+    return by_key, by_week
+
+
+def _waits_and_demand(
+    period: Period, end: dt.datetime, capacity: int, weeks: dict[dt.date, WeekLine]
+) -> list[WaitLine]:
+    """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
+    the period): both read one row of numbers per job, fetched without Django's per-value
+    converters (a year is 100,000 rows)."""
+    query = _period_jobs(period).values_list(
+        "queue_id",
+        "units",
+        "gpus",
+        Cast("shared_slot", IntegerField()),
+        EpochSeconds("submitted_at"),
+        EpochSeconds("started_at"),
+        EpochSeconds("ended_at"),
+    )
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return []
+    table = np.array(rows, dtype=float)  # None becomes NaN
+    queue_ids, jobs = table[:, 0], table[:, 1:]
+    units = jobs[:, 0]
+    jobs[:, 0] = np.where(np.isnan(units), jobs[:, 1], units)
+    unmet_demand(jobs, capacity, period.start, end, weeks)
+    started, submitted = jobs[:, 4], jobs[:, 3]
+    in_period = (started >= period.start.timestamp()) & (started < period.end.timestamp())
+    queue_names = dict(Queue.objects.values_list("pk", "name"))
+    waits = []
+    for queue_id in np.unique(queue_ids[in_period]):
+        wait_h = ((started - submitted)[in_period & (queue_ids == queue_id)] / 3600).tolist()
+        waits.append(
+            WaitLine(
+                queue_names[int(queue_id)],
+                len(wait_h),
+                sum(wait_h) / len(wait_h),
+                percentile(wait_h, 50),
+                percentile(wait_h, 95),
+            )
+        )
+    return sorted(waits, key=lambda w: w.queue)
+
+
+@contextmanager
+def _without_jit() -> Iterator[None]:
+    """PostgreSQL's JIT compiles a report's wide aggregates for longer than they run (2 s of
+    compiling for a year's GROUP BY); the report turns it off for its own transaction."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        yield
+
+
 def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None) -> UsageReport:
     """The usage report of `period` as `viewer` may see it.
 
     Staff see every line; anyone else sees the lab totals, the lab-wide tables (queues,
     nodes, GPU models, waits, weeks) and only their own user and booking lines.
     """
+    with _without_jit():
+        return _usage_report(period=period, viewer=viewer, now=now)
+
+
+def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> UsageReport:
     now = now or timezone.now()
     end = min(period.end, max(now, period.start))
     capacity = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).count()
-    jobs = _job_rows(period)
-    util = job_mean_utilisation(start=period.start, end=end)
-    spent, spent_total = _credits(period)
-
-    totals = UsageLine("lab")
-    tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
-    grid = WeekGrid(period.start, end)
-    weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
-    for monday, w0, w1 in grid.weeks:
-        weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
-    for job in jobs:
-        lines = [totals] + [
-            tables[d].setdefault(value, UsageLine(value)) for d, value in _keys(job).items()
-        ]
-        if (
-            job.ended is not None
-            and period.start <= job.ended < period.end
-            and job.state in FINAL_STATES
-        ):
-            for line in lines:
-                line.jobs[job.state] += 1
-        if job.started is None:
-            continue
-        run_end = job.ended or end
-        hours = job.units * _overlap_h(job.started, run_end, period.start, end)
-        if hours <= 0:
-            continue
-        mean = util.get(job.id)
-        for line in lines:
-            line.gpu_hours += hours
-            if mean is not None:
-                line.used_gpu_hours += hours * mean
-                line.measured_gpu_hours += hours
-        for monday, w0, w1 in grid.spanning(max(job.started, period.start), min(run_end, end)):
-            week_hours = job.units * _overlap_h(job.started, run_end, w0, w1)
-            weeks[monday].gpu_hours += week_hours
-            if mean is not None:
-                weeks[monday].used_gpu_hours += week_hours * mean
+    windows = telemetry_windows(start=period.start, end=end)
+    names = _lab_names()
+    raw_by_key, raw_by_week = _raw_usage(period, end, windows, names)
+    totals, tables = _usage_tables(period, end, windows, names, raw_by_key)
+    spent, spent_total = _credits(period, names)
     for dimension, values in spent.items():
         for value, amount in values.items():
             tables[dimension].setdefault(value, UsageLine(value)).credits += amount
     totals.credits = spent_total
-
-    waits_by_queue: dict[str, list[float]] = defaultdict(list)
-    for job in jobs:
-        if job.started is not None and period.start <= job.started < period.end:
-            waits_by_queue[job.queue].append((job.started - job.submitted).total_seconds() / 3600)
-    waits = [
-        WaitLine(q, len(w), sum(w) / len(w), percentile(w, 50), percentile(w, 95))
-        for q, w in sorted(waits_by_queue.items())
-    ]
-    unmet_demand(jobs, capacity, period.start, end, weeks)
+    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week)
+    waits = _waits_and_demand(period, end, capacity, weeks)
 
     bookings = _bookings(period, end)
     bookings_total = BookingLine("lab")

@@ -11,12 +11,24 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.models import User
-from jobqueue.models import SchedulingPolicy
+from cluster.models import Gpu
+from cluster.services import gpu_set_shared_slots
+from jobqueue.models import Queue, SchedulingPolicy
 from labportal.errors import NotAllowed
 from reports.errors import BadReplay
 from reports.models import PolicyChange, ReportTask
 from reports.periods import Period
-from reports.replay import MAX_GPU_DELTA, POLICY_FIELDS, ReplayOption, replay_options
+from reports.replay import (
+    DEBUG_GPUS,
+    DRAIN_RESERVE,
+    MAX_GPU_DELTA,
+    NULLABLE_QUEUE_LIMITS,
+    WEIGHT_FIELDS,
+    ReplayOption,
+    debug_gpu_plan,
+    policy_knob_check,
+    replay_options,
+)
 
 log = logging.getLogger(__name__)
 MAX_OPTIONS = 6
@@ -46,12 +58,8 @@ def replay_options_parse(raw: object) -> list[ReplayOption]:
             isinstance(v, int | float) and not isinstance(v, bool) for v in changes.values()
         ):
             raise BadReplay(_("“policy_changes” must map setting names to numbers."))
-        unknown = set(changes) - set(POLICY_FIELDS)
-        if unknown:
-            raise BadReplay(
-                _("“%(name)s” is not a setting a replay can change; use one of %(names)s.")
-                % {"name": sorted(unknown)[0][:40], "names": ", ".join(POLICY_FIELDS)}
-            )
+        for name, value in changes.items():
+            policy_knob_check(str(name), float(value))
         options.append(
             ReplayOption(
                 label=str(item.get("label") or "")[:80],
@@ -134,9 +142,29 @@ def report_task_run(*, task_id: int) -> None:
         raise
 
 
+def _debug_gpus_now() -> int:
+    return Gpu.objects.filter(kind=Gpu.Kind.WHOLE, shared_slots__gt=0).count()
+
+
+def _live_settings(changes: dict[str, Any]) -> dict[str, Any]:
+    """Today's value of each setting in `changes`, as the audit log keeps it."""
+    policy = SchedulingPolicy.current()
+    values: dict[str, Any] = {}
+    for name in changes:
+        if name in WEIGHT_FIELDS or name == DRAIN_RESERVE:
+            values[name] = getattr(policy, name)
+        elif name == DEBUG_GPUS:
+            values[name] = _debug_gpus_now()
+        else:
+            _kind, queue, limit = name.split(":", 2)
+            values[name] = getattr(Queue.objects.get(name=queue), limit)
+    return values
+
+
 @transaction.atomic
 def policy_apply_from_replay(*, task: ReportTask, option_index: int, actor: User) -> PolicyChange:
-    """Apply the policy changes of one replayed option to the live scheduling policy, logged."""
+    """Apply the policy changes of one replayed option to the live scheduling policy, queues
+    and shared-slot GPUs, all or nothing, and log the change with its predicted effect."""
     if not actor.is_staff:
         raise NotAllowed(_("Only lab admins can change the scheduling policy."))
     options = task.params.get("options", [])
@@ -145,17 +173,37 @@ def policy_apply_from_replay(*, task: ReportTask, option_index: int, actor: User
     changes = options[option_index].get("policy_changes") or {}
     if not changes:
         raise BadReplay(_("This option changes no policy setting: there is nothing to apply."))
-    policy = SchedulingPolicy.objects.select_for_update().get(pk=SchedulingPolicy.current().pk)
-    before = {name: getattr(policy, name) for name in changes}
     for name, value in changes.items():
-        setattr(policy, name, float(value))
-    policy.save(update_fields=list(changes))
+        policy_knob_check(name, float(value))  # a queue may have gone since the replay
+    before = _live_settings(changes)
+    policy = SchedulingPolicy.objects.select_for_update().get(pk=SchedulingPolicy.current().pk)
+    policy_fields = [n for n in changes if n in WEIGHT_FIELDS or n == DRAIN_RESERVE]
+    for name in policy_fields:
+        setattr(policy, name, int(changes[name]) if name == DRAIN_RESERVE else float(changes[name]))
+    if policy_fields:
+        policy.save(update_fields=policy_fields)
+    for name, value in changes.items():
+        if not name.startswith("queue:"):
+            continue
+        _kind, queue_name, limit = name.split(":", 2)
+        queue = Queue.objects.select_for_update().get(name=queue_name)
+        number = int(value)
+        setattr(queue, limit, None if limit in NULLABLE_QUEUE_LIMITS and number == 0 else number)
+        queue.save(update_fields=[limit])
+    if DEBUG_GPUS in changes:
+        rows = list(
+            Gpu.objects.select_related("node", "parent")
+            .exclude(state=Gpu.State.MISSING)
+            .order_by("node__name", "index", "id")
+        )
+        for gpu_id, slots in debug_gpu_plan(rows, int(changes[DEBUG_GPUS])).items():
+            gpu_set_shared_slots(gpu_id=gpu_id, slots=slots)  # SlotsRefused undoes it all
     outcomes = task.result.get("outcomes", [])
     return PolicyChange.objects.create(
         changed_by=actor,
         replay=task,
         before=before,
-        after=dict(changes),
+        after=_live_settings(changes),
         # outcomes[0] is the recorded history; option i is outcomes[i + 1].
         predicted=outcomes[option_index + 1] if option_index + 1 < len(outcomes) else {},
     )

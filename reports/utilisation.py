@@ -1,25 +1,138 @@
 """Where the reports read how hard the GPUs really worked.
 
-Every figure of "really used" GPU-hours goes through `job_mean_utilisation`, so the
-source (raw samples today, the hourly rollups once telemetry keeps them) is one
-function to change.
+"Really used" GPU-hours come from telemetry, read from the coarsest source that covers
+each part of a period:
+
+- the hourly rollups, up to the hour rollup's cursor (everything older than an hour or
+  so, kept for good): each GPU-hour names the job that held the GPU for most of it, and
+  counts `held_minutes / 60` GPU-hours at the hour's mean utilisation;
+- the minute rollups from there up to the minute rollup's cursor (the last hour): each
+  GPU-minute held by a job counts 1/60 GPU-hour at that minute's utilisation;
+- raw samples for the rest (the last minute or two; or the whole period where the
+  rollups have never run, as on a lab without the periodic tasks): a job's mean sampled
+  utilisation weighs its allocated GPU-hours in that part.
+
+"Measured" GPU-hours are the ones that have a utilisation reading; the mean utilisation
+of a line is used / measured, so GPU-hours without telemetry lower neither figure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import Avg
+from django.db.models import (
+    Avg,
+    Count,
+    F,
+    FloatField,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, TruncWeek
 
-from telemetry.models import GpuSample
+from telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, RollupCursor
+
+Window = tuple[dt.datetime, dt.datetime]
 
 
-def job_mean_utilisation(*, start: dt.datetime, end: dt.datetime) -> dict[int, float]:
-    """Mean GPU utilisation (0..1) of each job that has telemetry in [start, end)."""
-    rows = (
-        GpuSample.objects.filter(
-            ts__gte=start, ts__lt=end, job_id__isnull=False, util_pct__isnull=False
+@dataclass(frozen=True)
+class TelemetryWindows:
+    """Which source covers which part of [start, end); None where a source covers nothing."""
+
+    hours: Window | None
+    minutes: Window | None
+    raw: Window | None
+
+
+def telemetry_windows(*, start: dt.datetime, end: dt.datetime) -> TelemetryWindows:
+    """Split [start, end) at the rollup cursors: hourly rollups, then minutes, then raw."""
+    cursors = dict(RollupCursor.objects.values_list("level", "done_until"))
+
+    def clamp(moment: dt.datetime | None, low: dt.datetime) -> dt.datetime:
+        return min(max(moment or low, low), end)
+
+    hour_cut = clamp(cursors.get(RollupCursor.Level.HOUR), start)
+    minute_cut = clamp(cursors.get(RollupCursor.Level.MINUTE), hour_cut)
+
+    def window(a: dt.datetime, b: dt.datetime) -> Window | None:
+        return (a, b) if a < b else None
+
+    return TelemetryWindows(
+        hours=window(start, hour_cut),
+        minutes=window(hour_cut, minute_cut),
+        raw=window(minute_cut, end),
+    )
+
+
+def _rollup_rows(windows: TelemetryWindows) -> list[QuerySet[Any]]:
+    """Rollup rows held by a job with a reading, annotated with `used_h` and `measured_h`."""
+    rows: list[QuerySet[Any]] = []
+    if windows.hours is not None:
+        a, b = windows.hours
+        held_h = F("held_minutes") / 60.0
+        rows.append(
+            GpuHourRollup.objects.filter(
+                bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
+            )
+            .order_by()
+            .annotate(
+                used_h=Cast(F("util_mean") * held_h / 100.0, FloatField()),
+                measured_h=Cast(held_h, FloatField()),
+            )
         )
+    if windows.minutes is not None:
+        a, b = windows.minutes
+        rows.append(
+            GpuMinuteRollup.objects.filter(
+                bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
+            )
+            .order_by()
+            .annotate(
+                used_h=Cast(F("util_mean") / 6000.0, FloatField()),
+                measured_h=Value(1 / 60.0, output_field=FloatField()),
+            )
+        )
+    return rows
+
+
+def rollup_usage(windows: TelemetryWindows, **group: Any) -> dict[tuple[Any, ...], list[float]]:
+    """Used and measured GPU-hours from the rollups, summed in SQL per `group`
+    (name → field path or expression, e.g. `user="job__owner__username"`)."""
+    names = list(group)
+    totals: dict[tuple[Any, ...], list[float]] = {}
+    for rows in _rollup_rows(windows):
+        grouped = (
+            rows.annotate(
+                **{f"g_{n}": e if not isinstance(e, str) else F(e) for n, e in group.items()}
+            )
+            .values(*(f"g_{n}" for n in names))
+            .annotate(used=Sum("used_h"), measured=Sum("measured_h"), n=Count("id"))
+        )
+        for row in grouped:
+            key = tuple(row[f"g_{n}"] for n in names)
+            line = totals.setdefault(key, [0.0, 0.0])
+            line[0] += row["used"] or 0.0
+            line[1] += row["measured"] or 0.0
+    return totals
+
+
+def rollup_usage_by_week(windows: TelemetryWindows) -> dict[dt.date, float]:
+    """Used GPU-hours from the rollups per week (Monday, local time)."""
+    weeks: dict[dt.date, float] = {}
+    for (monday,), (used, _measured) in rollup_usage(windows, week=TruncWeek("bucket")).items():
+        day = monday.date() if isinstance(monday, dt.datetime) else monday
+        weeks[day] = weeks.get(day, 0.0) + used
+    return weeks
+
+
+def raw_job_means(window: Window) -> dict[int, float]:
+    """Each job's mean sampled utilisation (0..1) in `window`, from the raw samples."""
+    a, b = window
+    rows = (
+        GpuSample.objects.filter(ts__gte=a, ts__lt=b, job_id__isnull=False, util_pct__isnull=False)
         .order_by()
         .values("job_id")
         .annotate(mean=Avg("util_pct"))

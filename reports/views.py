@@ -21,7 +21,7 @@ from reports.forecast import lab_demand_forecast
 from reports.models import ReportTask
 from reports.pdf import report_context
 from reports.periods import Period, period_from_params
-from reports.replay import POLICY_FIELDS, lab_cluster
+from reports.replay import lab_cluster, policy_knobs
 from reports.selectors import usage_report
 from reports.tables import table_by_slug
 
@@ -47,7 +47,7 @@ def report_page(request: HttpRequest) -> HttpResponse:
             **request.GET.dict(),
         },
         models=sorted(set(Gpu.objects.filter(kind=Gpu.Kind.WHOLE).values_list("model", flat=True))),
-        policy_fields=list(POLICY_FIELDS),
+        policy_fields=policy_knobs() if user.is_staff else [],
         period_kind=request.GET.get("period") or "custom",
         period_choices=[
             ("month", _("Month")),
@@ -114,7 +114,7 @@ def _replay_options_from_form(data: Any) -> list[dict[str, Any]]:
         else:
             options.append({"label": f"−{count} {model}", "gpu_delta": -count, "gpu_model": model})
     changes = {}
-    for name in POLICY_FIELDS:
+    for name, _label, _today in policy_knobs():
         raw = data.get(name)
         if raw not in (None, ""):
             try:

@@ -110,3 +110,45 @@ def test_the_schema_documents_the_usage_report(db: Any, admin_user: Any) -> None
     assert {p["name"] for p in operation["parameters"]} >= {"period", "from", "to"}
     assert "UsageReport" in schema["components"]["schemas"]
     assert "/api/reports/tasks/{id}/apply/" in schema["paths"]
+
+
+@time_machine.travel(NOW, tick=False)
+def test_staff_see_every_replay_setting_labelled_in_their_language(
+    week: Any, admin_user: Any
+) -> None:
+    client = login(admin_user)
+    html = client.get(f"/reports/?{QUERY}", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert 'name="queue:normal:max_running_gpus_per_user"' in html
+    assert 'name="drain_reserve_nodes"' in html and 'name="debug_gpus"' in html
+    assert "排空预留" in html and "权重：公平份额" in html
+
+
+@time_machine.travel(NOW, tick=False)
+def test_the_replay_form_sends_queue_limits_drain_reserve_and_debug_gpus_as_one_option(
+    week: Any, admin_user: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from reports.models import ReportTask
+
+    client = login(admin_user)
+    form = {
+        "kind": "replay",
+        "period": "custom",
+        "from": "2026-03-02",
+        "to": "2026-03-08",
+        "gpu_count": "0",
+        "queue:normal:max_running_gpus_per_user": "2",
+        "drain_reserve_nodes": "0",
+        "debug_gpus": "1",
+    }
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post("/reports/tasks/", form)
+    assert response.status_code == 302
+    task = ReportTask.objects.get()
+    assert task.params["options"][-1]["policy_changes"] == {
+        "queue:normal:max_running_gpus_per_user": 2.0,
+        "drain_reserve_nodes": 0.0,
+        "debug_gpus": 1.0,
+    }
+    form["drain_reserve_nodes"] = "0.5"
+    response = client.post("/reports/tasks/", form, follow=True)
+    assert "must be a whole number" in response.content.decode()

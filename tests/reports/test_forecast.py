@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
+from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 
-from reports.forecast import HORIZON_WEEKS, demand_forecast, mape_pct
+from reports.forecast import HORIZON_WEEKS, demand_forecast, mape_pct, weekly_demand
+from tests.factories import GpuFactory
+from tests.reports.conftest import make_job
 
 START = dt.date(2026, 1, 5)
 
@@ -58,3 +63,39 @@ def test_too_little_history_gives_no_forecast() -> None:
 def test_mape_ignores_weeks_without_demand() -> None:
     assert mape_pct([100, 0, 50], [110, 5, 40]) == pytest.approx((10 + 20) / 2)
     assert mape_pct([0, 0], [1, 2]) is None
+
+
+@pytest.mark.django_db
+def test_the_backtest_command_prints_the_error_of_the_lab_s_own_weekly_demand(
+    alice: Any,
+) -> None:
+    # 16 weeks of one 1-GPU job each Monday whose length repeats 160, 120, 80, 40 hours.
+    gpu = GpuFactory.create(model="A100")
+    pattern = [160.0, 120.0, 80.0, 40.0]
+    first = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
+    for i in range(16):
+        monday = first + dt.timedelta(days=7 * i)
+        make_job(
+            alice,
+            "normal",
+            [gpu],
+            monday,
+            monday,
+            monday + dt.timedelta(hours=pattern[i % 4]),
+            "completed",
+        )
+    weeks_seen, demand = weekly_demand(now=first + dt.timedelta(days=7 * 16))
+    assert demand == pytest.approx([pattern[i % 4] for i in range(16)])
+    out = io.StringIO()
+    call_command("reports_forecast_backtest", "--until", "2026-04-27", "--weeks", "4", stdout=out)
+    text = out.getvalue()
+    assert "history: 16 weeks (2026-01-05 to 2026-04-20)" in text
+    assert "2026-04-20          40.0" in text  # the last hidden week, as it was
+    mape = float(text.rsplit(": ", 1)[1].rstrip("%\n"))
+    assert mape < 5  # a clean 4-week cycle is forecast closely
+
+
+@pytest.mark.django_db
+def test_the_backtest_command_says_when_history_is_too_short() -> None:
+    with pytest.raises(CommandError, match="Not enough history"):
+        call_command("reports_forecast_backtest", stdout=io.StringIO())

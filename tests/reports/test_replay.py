@@ -7,16 +7,29 @@ import random
 from typing import Any
 
 import pytest
+from django.test import Client
 
+from cluster.errors import SlotsRefused
 from cluster.models import Gpu
-from jobqueue.models import Job, SchedulingPolicy
+from jobqueue.models import Allocation, EmergencyRequest, Job, Queue, SchedulingPolicy
 from labportal.errors import NotAllowed
 from reports.errors import BadReplay
 from reports.models import PolicyChange, ReportTask
 from reports.periods import period_of
-from reports.replay import ReplayOption, replay_options
+from reports.replay import (
+    BOOKING_QUEUE,
+    EMERGENCY_QUEUE,
+    PER_ADDED_NODE,
+    ReplayOption,
+    lab_cluster,
+    lab_policy,
+    replay_options,
+    with_replay_queues,
+    workload_from_history,
+)
 from reports.services import policy_apply_from_replay, report_task_create, report_task_run
-from tests.reports.conftest import MONDAY, make_job
+from scheduler import model as sm
+from tests.reports.conftest import MONDAY, at, book, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -52,12 +65,12 @@ def busy_week(week: Any, alice: Any, bob: Any, charlie: Any) -> Any:
     return period
 
 
-def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
-    from reports.replay import PER_ADDED_NODE, lab_cluster, lab_policy, workload_from_history
+def _replayed_jobs(period: Any, **changes: float) -> list[Any]:
+    """The period's jobs (not the bookings' blocks) as the simulator ran them, in order,
+    on the lab's GPUs under the lab's policy with `changes`."""
     from scheduler.simulate import Simulation
 
     workload, _recorded = workload_from_history(period)
-    cluster = lab_cluster()
     sim = Simulation(
         workload,
         "labportal",
@@ -66,10 +79,15 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
         slot_gpus=0,
         slots_per_gpu=4,
         timeslot_s=14400.0,
-        cluster=cluster,
-        policy=lab_policy(),
+        cluster=lab_cluster(),
+        policy=with_replay_queues(lab_policy(changes)),
     )
     sim.run()
+    return [j for j in sim.jobs if j.queue != BOOKING_QUEUE]
+
+
+def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
+    jobs = _replayed_jobs(period)
     ids = list(
         Job.objects.filter(
             submitted_at__gte=period.start, submitted_at__lt=period.end, ended_at__isnull=False
@@ -79,7 +97,7 @@ def _simulated_starts(period: Any) -> dict[int, dt.datetime]:
     )
     return {
         pk: dt.datetime.fromtimestamp(j.start, tz=dt.UTC)
-        for pk, j in zip(ids, sim.jobs, strict=True)
+        for pk, j in zip(ids, jobs, strict=True)
         if j.start is not None
     }
 
@@ -162,3 +180,185 @@ def test_members_cannot_run_replays_and_bad_options_are_refused(
             report_task_create(
                 kind="replay", requester=admin_user, period=week["period"], options=options
             )
+
+
+def _sim_waits(period: Any, **changes: float) -> dict[tuple[str, float], float]:
+    """Each replayed job's wait (user, submit → hours) under the lab's policy with `changes`."""
+    return {
+        (j.user, j.submit): (j.start - j.submit) / 3600
+        for j in _replayed_jobs(period, **changes)
+        if j.start is not None
+    }
+
+
+def test_queue_limits_and_the_drain_reserve_map_onto_the_engine_policy(week: Any) -> None:
+    policy = lab_policy(
+        {
+            "queue:normal:max_running_gpus_per_user": 1.0,
+            "queue:debug:max_running_jobs_per_user": 0,
+            "queue:normal:max_time_limit_s": 7200,
+            "drain_reserve_nodes": 0,
+        }
+    )
+    assert policy.queues["normal"].max_running_gpus_per_user == 1
+    assert policy.queues["normal"].max_wall_s == 7200
+    assert policy.queues["debug"].max_running_jobs_per_user is None  # 0: no limit
+    assert policy.drain_reserve_nodes == 0
+    bad: list[tuple[dict[str, float], str]] = [
+        ({"queue:nope:max_gpus_per_job": 2}, "not a setting"),
+        ({"queue:normal:max_gpus": 2}, "not a setting"),
+        ({"queue:normal:max_gpus_per_job": 0}, "between 1 and 64"),
+        ({"drain_reserve_nodes": 1.5}, "whole number"),
+    ]
+    for changes, words in bad:
+        with pytest.raises(BadReplay, match=words):
+            lab_policy(changes)
+
+
+def test_a_tighter_queue_limit_makes_the_replayed_jobs_wait_longer(busy_week: Any) -> None:
+    outcomes = replay_options(
+        period=busy_week,
+        options=[
+            ReplayOption("today"),
+            ReplayOption(
+                "2 GPUs each", policy_changes={"queue:normal:max_running_gpus_per_user": 2}
+            ),
+        ],
+    )
+    today, limited = outcomes[1], outcomes[2]
+    assert limited.unfinished == 0
+    assert limited.wait_mean_h is not None and today.wait_mean_h is not None
+    assert limited.wait_mean_h > today.wait_mean_h
+
+
+def test_debug_gpus_split_whole_gpus_into_shared_slots_in_the_replayed_cluster(week: Any) -> None:
+    _nodes, units = lab_cluster(debug_gpus=1)
+    slots = [u for u in units if u.kind == sm.GpuKind.SLOT]
+    assert len(slots) == 4 and {u.parent for u in slots} == {"GPU-l1"}  # the last GPU
+    assert len({u.parent or u.id for u in units}) == 4  # the same GPUs, one of them shared
+    with pytest.raises(BadReplay, match="Only 4 more"):
+        lab_cluster(debug_gpus=5)
+
+
+def test_a_booking_blocks_its_gpus_and_jobs_wait_longer_around_it(
+    busy_week: Any, alice: Any
+) -> None:
+    (before,) = replay_options(period=busy_week, options=[ReplayOption("x")])[1:]
+    # All four GPUs booked for Wednesday morning (two blocks: one per node).
+    book(alice, list(Gpu.objects.filter(kind=Gpu.Kind.WHOLE)), at(2, 0), at(2, 12))
+    workload, recorded = workload_from_history(busy_week)
+    blocks = [
+        j for j in workload.jobs if j.queue == BOOKING_QUEUE and j.submit >= at(2, 0).timestamp()
+    ]
+    # Then the conftest's: alice's released at 12:00 (2 h of 2 GPUs), bob's no-show
+    # (its whole 2 h), the maintenance window (4 h); charlie's cancelled one is not in.
+    assert [(j.gpus, j.duration / 3600) for j in blocks] == [
+        (2, 12),
+        (2, 12),
+        (2, 2),
+        (1, 2),
+        (2, 4),
+    ]
+    recorded_out, after = replay_options(period=busy_week, options=[ReplayOption("x")])
+    assert after.jobs == before.jobs == 63  # blocks are not jobs
+    assert after.wait_mean_h is not None and before.wait_mean_h is not None
+    assert after.wait_mean_h > before.wait_mean_h
+    assert after.utilisation_pct is not None and before.utilisation_pct is not None
+    assert after.utilisation_pct > before.utilisation_pct  # booked GPUs count as held
+
+
+def test_jobs_that_ran_inside_a_booking_are_its_use_not_replayed_again(
+    week: Any, alice: Any
+) -> None:
+    j1 = week["jobs"][0]
+    booking = book(alice, list(Gpu.objects.filter(model="A100")), at(0, 2), at(0, 12))
+    Job.objects.filter(pk=j1.pk).update(reservation=booking)
+    workload, _recorded = workload_from_history(week["period"])
+    alice_jobs = [(j.queue, j.gpus) for j in workload.jobs if j.user == "alice"]
+    # J1 is folded into the new booking's block; alice's 4-GPU job J4 is still replayed;
+    # the conftest's booking and maintenance window are blocks too.
+    assert sorted(alice_jobs) == sorted([(BOOKING_QUEUE, 2)] * 3 + [("normal", 4)])
+
+
+def test_an_emergency_job_is_replayed_first_and_waits_no_longer(
+    busy_week: Any, admin_user: Any
+) -> None:
+    recorded_waits = _sim_waits(busy_week)
+    (user, submit), wait = max(recorded_waits.items(), key=lambda kv: kv[1])
+    assert wait > 0
+    job = Job.objects.get(
+        owner__username=user, submitted_at=dt.datetime.fromtimestamp(submit, tz=dt.UTC)
+    )
+    request = EmergencyRequest.objects.create(
+        user=job.owner,
+        reason="deadline",
+        state=EmergencyRequest.State.EXPIRED,
+        decided_by=admin_user,
+        decided_at=job.submitted_at,
+    )
+    request.jobs.add(job)
+    workload, _recorded = workload_from_history(busy_week)
+    assert [j.queue for j in workload.jobs if j.queue == EMERGENCY_QUEUE] == [EMERGENCY_QUEUE]
+    assert _sim_waits(busy_week)[(user, submit)] < wait
+
+
+def test_queue_limits_drain_reserve_and_debug_gpus_are_applied_in_one_step_and_audited(
+    week: Any, admin_user: Any
+) -> None:
+    changes = {
+        "queue:normal:max_running_gpus_per_user": 2,
+        "drain_reserve_nodes": 0,
+        "debug_gpus": 1,
+    }
+    task = report_task_create(
+        kind="replay",
+        requester=admin_user,
+        period=week["period"],
+        options=[{"label": "tighter", "policy_changes": changes}],
+    )
+    report_task_run(task_id=task.pk)
+    task.refresh_from_db()
+    assert task.state == ReportTask.State.DONE, task.error
+    change = policy_apply_from_replay(task=task, option_index=0, actor=admin_user)
+    assert Queue.objects.get(name="normal").max_running_gpus_per_user == 2
+    assert SchedulingPolicy.current().drain_reserve_nodes == 0
+    shared = Gpu.objects.get(uuid="GPU-l1")
+    assert shared.shared_slots == 4
+    assert Gpu.objects.filter(parent=shared, kind="slot").count() == 4
+    assert change.before == {
+        "queue:normal:max_running_gpus_per_user": None,
+        "drain_reserve_nodes": 1,
+        "debug_gpus": 0,
+    }
+    assert change.after == changes
+    assert change.predicted["label"] == "tighter"
+    # The audit log in the admin shows the change and refuses edits.
+    client = Client()
+    client.force_login(admin_user)
+    log = client.get("/admin/reports/policychange/")
+    assert log.status_code == 200 and "max_running_gpus_per_user" in log.content.decode()
+    detail = client.post(f"/admin/reports/policychange/{change.pk}/change/", {"after": "{}"})
+    assert detail.status_code == 403 or PolicyChange.objects.get().after == changes
+
+
+def test_a_refused_part_of_a_policy_change_leaves_everything_as_it_was(
+    week: Any, admin_user: Any
+) -> None:
+    task = report_task_create(
+        kind="replay",
+        requester=admin_user,
+        period=week["period"],
+        options=[{"label": "x", "policy_changes": {"weight_age": 7, "debug_gpus": 1}}],
+    )
+    report_task_run(task_id=task.pk)
+    task.refresh_from_db()
+    gpu = Gpu.objects.get(uuid="GPU-l1")
+    running = make_job(
+        week["jobs"][0].owner, "normal", [gpu], at(6, 0), at(6, 0), at(6, 1), "running"
+    )
+    Allocation.objects.filter(job=running).update(active=True, released_at=None)
+    before = SchedulingPolicy.current().weight_age
+    with pytest.raises(SlotsRefused, match="in use"):
+        policy_apply_from_replay(task=task, option_index=0, actor=admin_user)
+    assert SchedulingPolicy.current().weight_age == before
+    assert not PolicyChange.objects.exists()
