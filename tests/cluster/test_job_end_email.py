@@ -31,7 +31,7 @@ def test_a_job_end_is_emailed_by_its_own_task_once_however_often_it_runs(
     job = job_on(node, alice)
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert job_event("gpu01", secret, an_event(job.pk, "exited", exit_code=0)) == "ok"
+        assert job_event("gpu01", secret, an_event(job.pk, "exited", exit_code=0, ts=None)) == "ok"
 
     assert mail.outbox == []  # the event task did not send it
     [(_name, [note_id], queue)] = sent_tasks.named("control.notification_email")
