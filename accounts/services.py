@@ -105,12 +105,28 @@ def notify(
     except IntegrityError:
         return Notification.objects.get(user=user, dedupe_key=dedupe_key)
     if email and user.email:
-        transaction.on_commit(partial(_send_notification_email, notification.pk))
+        transaction.on_commit(partial(_enqueue_notification_email, notification.pk))
     return notification
 
 
-def _send_notification_email(notification_id: int) -> None:
-    """Email one notification; a mail failure is logged and never undoes the notification."""
+def _enqueue_notification_email(notification_id: int) -> None:
+    """Hand the email to its own task, so the caller (e.g. a job's end) never waits for SMTP.
+
+    If the broker cannot take the message, the email is sent here instead: none is lost.
+    """
+    from accounts.tasks import notification_email_task
+
+    try:
+        notification_email_task.apply_async(args=[notification_id])
+    except Exception:  # broker away: sending inline is slower but loses nothing
+        log.exception(
+            "could not enqueue the email of notification %s; sending it now", notification_id
+        )
+        notification_email_send(notification_id)
+
+
+def notification_email_send(notification_id: int) -> None:
+    """Email one notification once; a mail failure is logged and never undoes the notification."""
     notification = Notification.objects.select_related("user").filter(pk=notification_id).first()
     if notification is None or notification.emailed_at is not None:
         return

@@ -57,6 +57,12 @@ def credits_check_ledger_task() -> int:
     return len(broken)
 
 
+@shared_task(name="control.notification_email", time_limit=120, ignore_result=True)
+def notification_email_task(notification_id: int) -> None:
+    # Idempotent: a notification already emailed (emailed_at set) is not sent again.
+    services.notification_email_send(notification_id)
+
+
 @shared_task(name="control.approvals_expire", time_limit=120, ignore_result=True)
 def approvals_expire_task() -> dict[str, int]:
     from jobqueue import approvals

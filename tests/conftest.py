@@ -125,6 +125,15 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         sent.kwargs.append({})
 
     monkeypatch.setattr(scheduling_pass_task, "apply_async", record_pass)
+    from accounts.tasks import notification_email_task
+
+    def record_and_send_email(args: Any = None, **_k: Any) -> None:
+        # The email has its own task; here a "worker" runs it as soon as it is enqueued.
+        sent.append(("control.notification_email", list(args or []), "control"))
+        sent.kwargs.append({})
+        notification_email_task(*(args or []))
+
+    monkeypatch.setattr(notification_email_task, "apply_async", record_and_send_email)
     return sent
 
 

@@ -98,3 +98,21 @@ def test_the_api_lists_only_your_own_notifications_and_marks_them_read(
     assert client.post(f"/api/notifications/{note.pk}/read/").json()["read_at"] is not None
     notify(user=alice, kind="test", title="Another")
     assert client.post("/api/notifications/read-all/").json() == {"marked_read": 1}
+
+
+def test_the_email_is_sent_at_once_when_the_broker_cannot_take_its_task(
+    alice: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    from kombu.exceptions import OperationalError
+
+    from accounts.tasks import notification_email_task
+
+    def broker_away(*_a: Any, **_k: Any) -> None:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(notification_email_task, "apply_async", broker_away)
+    with django_capture_on_commit_callbacks(execute=True):
+        notify(user=alice, kind="test", title="Hello", body="World")
+
+    assert [m.subject for m in mail.outbox] == ["[LabPortal] Hello"]
+    assert Notification.objects.get().emailed_at is not None
