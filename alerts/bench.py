@@ -24,7 +24,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from typing import Any
@@ -44,29 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="measure the kept database again")
     args = parser.parse_args(argv)
 
-    from labportal.bench import bench_database_url, recreate_database
+    from labportal.bench import (
+        bench_database_url,
+        production_settings_environment,
+        recreate_database,
+    )
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
         print("alerts.bench needs PostgreSQL: set DATABASE_URL=postgres://…", file=sys.stderr)
         return 2
-    bench_url, admin_url, name = bench_database_url(source)
-    name = name.replace("_bench", "_alertsbench")
-    bench_url = bench_url.rsplit("/", 1)[0] + "/" + name
+    bench_url, admin_url, name = bench_database_url(source, "alertsbench")
     if not args.reuse:
         recreate_database(admin_url, name)
-    os.environ.update(
-        {
-            "DATABASE_URL": bench_url,
-            "LABPORTAL_VAR_DIR": tempfile.mkdtemp(prefix="labportal-alertsbench-"),
-            "DEBUG": "false",
-            "SECRET_KEY": "labportal-bench-" + os.urandom(16).hex(),
-            "ALLOWED_HOSTS": "localhost",
-            "LOG_LEVEL": "ERROR",
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-        }
+    production_settings_environment(
+        "alertsbench", DATABASE_URL=bench_url, CELERY_TASK_ALWAYS_EAGER="false"
     )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
     import django
 
     django.setup()

@@ -40,11 +40,32 @@ BATCH = 50  # jobs per POST /api/jobs/batch/, like a job array
 PARTS = ("submit", "start", "makespan", "load")
 
 
-def bench_database_url(url: str) -> tuple[str, str, str]:
+def bench_database_url(url: str, suffix: str = "bench") -> tuple[str, str, str]:
+    """A bench's own database next to `url`'s: (its URL, the admin URL, its name)."""
     parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_bench"
+    name = parts.path.lstrip("/") + "_" + suffix
     admin = urlunsplit(parts._replace(path="/postgres"))
     return urlunsplit(parts._replace(path="/" + name)), admin, name
+
+
+def production_settings_environment(prefix: str, **extra: str) -> str:
+    """Environment for a bench that measures production settings (not the demo's DEBUG).
+
+    A private var dir (returned), a throwaway secret key, quiet logs; `extra` overrides.
+    """
+    var_dir = tempfile.mkdtemp(prefix=f"labportal-{prefix}-")
+    os.environ.update(
+        {
+            "LABPORTAL_VAR_DIR": var_dir,
+            "DEBUG": "false",
+            "SECRET_KEY": "labportal-bench-" + os.urandom(16).hex(),
+            "ALLOWED_HOSTS": "localhost",
+            "LOG_LEVEL": "ERROR",
+            **extra,
+        }
+    )
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+    return var_dir
 
 
 def recreate_database(admin_url: str, name: str, drop_only: bool = False) -> None:

@@ -33,10 +33,9 @@ def _django(var_dir: str) -> tuple[str, str] | None:
     if source.startswith("postgres"):
         from labportal.bench import bench_database_url, recreate_database
 
-        bench_url, admin_url, name = bench_database_url(source)
-        name = name.replace("_bench", "_slurmbench")
+        bench_url, admin_url, name = bench_database_url(source, "slurmbench")
         recreate_database(admin_url, name)
-        os.environ["DATABASE_URL"] = bench_url.rsplit("/", 1)[0] + "/" + name
+        os.environ["DATABASE_URL"] = bench_url
         dropped = (admin_url, name)
     else:
         os.environ["DATABASE_URL"] = f"sqlite:///{var_dir}/bench.sqlite3"

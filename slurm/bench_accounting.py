@@ -24,7 +24,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -78,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from labportal.bench import bench_database_url, recreate_database
+    from labportal.bench import (
+        bench_database_url,
+        production_settings_environment,
+        recreate_database,
+    )
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
@@ -87,22 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    bench_url, admin_url, name = bench_database_url(source)
-    name = name.replace("_bench", "_acctbench")
-    bench_url = bench_url.rsplit("/", 1)[0] + "/" + name
+    bench_url, admin_url, name = bench_database_url(source, "acctbench")
     recreate_database(admin_url, name)
-    os.environ.update(
-        {
-            "DATABASE_URL": bench_url,
-            "LABPORTAL_VAR_DIR": tempfile.mkdtemp(prefix="labportal-acctbench-"),
-            "DEBUG": "false",
-            "SECRET_KEY": "labportal-bench-" + os.urandom(16).hex(),
-            "ALLOWED_HOSTS": "localhost",
-            "LOG_LEVEL": "ERROR",
-            "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
-        }
+    production_settings_environment(
+        "acctbench",
+        DATABASE_URL=bench_url,
+        EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
     )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
     import django
 
     django.setup()

@@ -378,9 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             "telemetry.bench: ingest without CACHE_URL=redis://… measures the demo's file cache",
             file=sys.stderr,
         )
-    bench_url, admin_url, name = bench_database_url(url)
-    name = name.replace("_bench", "_telemetry_bench")
-    bench_url = bench_url.rsplit("/", 1)[0] + "/" + name
+    bench_url, admin_url, name = bench_database_url(url, "telemetry_bench")
     recreate_database(admin_url, name)
     os.environ["DATABASE_URL"] = bench_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
