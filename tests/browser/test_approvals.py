@@ -50,7 +50,8 @@ def test_alice_applies_for_a_grant_the_admin_approves_it_and_alice_sees_it_appro
     log_in(page, live_server, "admin", PASSWORD)
     page.wait_for_selector("[data-testid=username]")
     assert page.locator("[data-testid=bell-count]").inner_text() == "1"  # "alice applies …"
-    page.click("nav >> text=Approvals")
+    page.click("[data-testid=nav-staff] summary")  # the staff menu holds Approvals
+    page.click("[data-testid=nav-approvals]")
     row = page.locator(f"tr[data-grant='{grant.pk}']")
     row.locator("input[name=comment]").fill("Good luck with the defence")
     row.locator("[data-testid=approve]").click()
