@@ -11,9 +11,16 @@ import pytest
 from agent.gpu import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
-from agent.runtime import JobSpec
+from agent.runtime import ContainerRuntime, JobSpec
 from agent.runtime.local import LocalProcessRuntime
 from tests.agent.support import RecordingApp, job_spec, wait_until
+
+
+def runtime_of(agent: NodeAgent) -> ContainerRuntime:
+    """The agent's runtime (these agents run jobs; only a monitor-only agent has none)."""
+    assert agent.runtime is not None
+    return agent.runtime
+
 
 NODE = "sim01"
 
@@ -61,8 +68,8 @@ def test_a_slot_job_runs_on_its_parent_gpu(
             )
         )
         assert result["ok"], result
-    wait_until(lambda: "cuda=" in (local_agent.runtime.logs(2, 5) or ""))
-    assert f"cuda={gpu}\n" in (local_agent.runtime.logs(1, 5) or "")
+    wait_until(lambda: "cuda=" in (runtime_of(local_agent).logs(2, 5) or ""))
+    assert f"cuda={gpu}\n" in (runtime_of(local_agent).logs(1, 5) or "")
     [sample] = [s for s in backend.sample(10.0) if s.gpu_uuid == gpu]
     assert sorted(p.job_id or 0 for p in sample.processes) == [1, 2]  # two jobs on one GPU
     for job_id in (1, 2):
@@ -92,12 +99,12 @@ def test_cleanup_kills_the_leftovers_of_an_ended_job_and_nothing_else(
     try:
         log = wait_until(
             lambda: (
-                "child=" in (local_agent.runtime.logs(5, 5) or "")
-                and local_agent.runtime.logs(5, 5)
+                "child=" in (runtime_of(local_agent).logs(5, 5) or "")
+                and runtime_of(local_agent).logs(5, 5)
             )
         )
         child = int(log.split("child=")[1].split()[0])
-        wait_until(lambda: local_agent.runtime.list_jobs()[0].state == "exited")
+        wait_until(lambda: runtime_of(local_agent).list_jobs()[0].state == "exited")
         local_agent.watch_once()  # the agent reports job 5's exit
         assert alive(child)
 
@@ -107,7 +114,7 @@ def test_cleanup_kills_the_leftovers_of_an_ended_job_and_nothing_else(
         wait_until(lambda: not alive(child))
         assert result["removed_jobs"] == [5]
         assert alive(bystander.pid)
-        running = [s for s in local_agent.runtime.list_jobs() if s.job_id == 6]
+        running = [s for s in runtime_of(local_agent).list_jobs() if s.job_id == 6]
         assert running and running[0].running  # a job the agent runs is never touched
     finally:
         bystander.kill()
