@@ -124,9 +124,13 @@ def test_a_waiting_job_shows_slurms_reason_and_estimated_start(
     big = body(submit(alice, "sleep 300", gpus=local_slurm.gpus, time_limit_s=600))["id"]
     synced_until(lambda: Job.objects.get(pk=big).state == Job.State.RUNNING, "the big job runs")
     waiting = body(submit(alice, "true", time_limit_s=60))["id"]
+    # Slurm gives a new job no reason until its scheduler has looked at it.
     synced_until(
-        lambda: Job.objects.get(pk=waiting).estimated_start is not None,
-        "Slurm estimates a start",
+        lambda: (
+            Job.objects.get(pk=waiting).estimated_start is not None
+            and bool(body(api_as(alice).get(f"/api/jobs/{waiting}/"))["slurm"]["reason"])
+        ),
+        "Slurm estimates a start and gives a reason",
         timeout_s=120,
     )
     shown = body(api_as(alice).get(f"/api/jobs/{waiting}/"))
