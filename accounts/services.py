@@ -223,11 +223,7 @@ def _post(
         params = {k: v if isinstance(v, int | float) else str(v) for k, v in note_params.items()}
         note_i18n = {"msgid": note, "params": params}
         note = note % params if params else note
-    if kind not in LedgerEntry.Kind.values:
-        raise UnknownLedgerKind(
-            _("“%(kind)s” is not a ledger kind; use one of: %(kinds)s.")
-            % {"kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
-        )
+    _check_kind(kind)
     if isinstance(amount, float) or not isinstance(amount, Decimal | int):
         raise InvalidAmount(
             _("Amounts of credit must be given as a Decimal, e.g. Decimal('12.5').")
@@ -266,6 +262,14 @@ def _post(
     return entry
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in LedgerEntry.Kind.values:
+        raise UnknownLedgerKind(
+            _("“%(kind)s” is not a ledger kind; use one of: %(kinds)s.")
+            % {"kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
+        )
+
+
 @dataclass(frozen=True)
 class Posting:
     """One entry of a batch posted with ``ledger_post_batch``."""
@@ -285,11 +289,7 @@ def ledger_post_batch(*, user: User, postings: Sequence[Posting]) -> int:
     batch posts nothing twice. Returns how many entries were written.
     """
     for posting in postings:
-        if posting.kind not in LedgerEntry.Kind.values:
-            raise UnknownLedgerKind(
-                _("“%(kind)s” is not a ledger kind; use one of: %(kinds)s.")
-                % {"kind": posting.kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
-            )
+        _check_kind(posting.kind)
         if not isinstance(posting.amount, Decimal) or not posting.idempotency_key:
             raise InvalidAmount(
                 _("Amounts of credit must be given as a Decimal, e.g. Decimal('12.5').")
