@@ -383,11 +383,16 @@ def _run_tag(job: Job) -> str:
     return f"job:{job.pk}:run:{int(job.started_at.timestamp())}"
 
 
+def gpu_cost(*, gpus: int, seconds: int, rate: Decimal) -> Decimal:
+    """GPU-hours times the rate, to the credit quantum (agents mode and Slurm mode alike)."""
+    return _quantize(Decimal(gpus) * Decimal(max(0, seconds)) / Decimal(3600) * rate)
+
+
 def _job_cost(job: Job, until: datetime) -> Decimal:
     """GPU-hours from the job's start to `until`, times its queue's rate."""
     assert job.started_at is not None
-    seconds = max(0, int((until - job.started_at).total_seconds()))
-    return _quantize(Decimal(job.gpus) * Decimal(seconds) / Decimal(3600) * job.queue.credit_rate)
+    seconds = int((until - job.started_at).total_seconds())
+    return gpu_cost(gpus=job.gpus, seconds=seconds, rate=job.queue.credit_rate)
 
 
 def _cost_note(job: Job, until: datetime) -> str:
@@ -396,15 +401,21 @@ def _cost_note(job: Job, until: datetime) -> str:
     return f"{job.gpus} GPU × {hours:.3f} h × {job.queue.credit_rate}/GPU-h"
 
 
-def _taken_for_run(job: Job) -> Decimal:
-    """What this run of the job has been charged so far (a positive number)."""
+def charged_for_run(run_tag: str) -> Decimal:
+    """What the run under `run_tag` has been charged so far (a positive number)."""
     total = LedgerEntry.objects.filter(
-        kind=LedgerEntry.Kind.CHARGE, idempotency_key__startswith=_run_tag(job) + ":"
+        kind=LedgerEntry.Kind.CHARGE, idempotency_key__startswith=run_tag + ":"
     ).aggregate(s=Sum("amount"))["s"]
     return -(total or ZERO)
 
 
-def _window_floor(now: datetime, minutes: int) -> datetime:
+def _taken_for_run(job: Job) -> Decimal:
+    """What this run of the job has been charged so far (a positive number)."""
+    return charged_for_run(_run_tag(job))
+
+
+def charge_window_floor(now: datetime, minutes: int) -> datetime:
+    """The start of the charging window `now` falls in (windows of `minutes`, from the epoch)."""
     step = minutes * 60
     return datetime.fromtimestamp(int(now.timestamp()) // step * step, tz=UTC)
 
@@ -416,7 +427,7 @@ def credits_charge_running_jobs(*, now: datetime | None = None) -> int:
     re-delivered or overlapping run charges nothing twice.
     """
     now = now or timezone.now()
-    upto = _window_floor(now, CreditPolicy.current().charge_interval_minutes)
+    upto = charge_window_floor(now, CreditPolicy.current().charge_interval_minutes)
     Job = _job_model()
     job_ids = Job.objects.filter(
         state=Job.State.RUNNING, started_at__isnull=False, started_at__lt=upto

@@ -24,16 +24,23 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
-from accounts.models import CREDIT_QUANTUM, CreditPolicy, LedgerEntry, User
-from accounts.services import Posting, credits_settle_job, ledger_post, ledger_post_batch
+from accounts.models import CreditPolicy, LedgerEntry, User
+from accounts.services import (
+    Posting,
+    charge_window_floor,
+    charged_for_run,
+    credits_settle_job,
+    gpu_cost,
+    ledger_post,
+    ledger_post_batch,
+)
 from jobqueue.models import Job, Queue
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
@@ -45,17 +52,6 @@ ZERO = Decimal("0")
 
 
 # -- pure rules ----------------------------------------------------------------------
-
-
-def gpu_cost(*, gpus: int, seconds: int, rate: Decimal) -> Decimal:
-    """GPU-hours times the rate, to the credit quantum."""
-    raw = Decimal(gpus) * Decimal(max(0, seconds)) / Decimal(3600) * rate
-    return raw.quantize(CREDIT_QUANTUM, rounding=ROUND_HALF_UP)
-
-
-def window_floor(now: datetime, minutes: int) -> datetime:
-    step = minutes * 60
-    return datetime.fromtimestamp(int(now.timestamp()) // step * step, tz=UTC)
 
 
 # Jobs that ended through the system, not the member: what they were charged is given back.
@@ -83,7 +79,7 @@ def charge_point(record: JobInfo, *, now: datetime, interval_minutes: int) -> Ch
         else:
             seconds = int((record.ended_at - record.started_at).total_seconds())
         return ChargePoint(seconds=max(0, seconds), final=True, upto=None)
-    upto = window_floor(now, interval_minutes)
+    upto = charge_window_floor(now, interval_minutes)
     if upto <= record.started_at:
         return None
     return ChargePoint(
@@ -317,13 +313,6 @@ def _charge_plain_jobs(
     return moved, settled
 
 
-def _taken_for_run(run_tag: str) -> Decimal:
-    total = LedgerEntry.objects.filter(
-        kind=LedgerEntry.Kind.CHARGE, idempotency_key__startswith=run_tag + ":"
-    ).aggregate(s=Sum("amount"))["s"]
-    return -(total or ZERO)
-
-
 def _charge_portal_job(record: JobInfo, point: ChargePoint, job_id: int) -> bool:
     with transaction.atomic():
         job = Job.objects.select_related("queue", "owner").filter(pk=job_id).first()
@@ -343,7 +332,7 @@ def _charge_portal_job(record: JobInfo, point: ChargePoint, job_id: int) -> bool
             return False
         # The portal's own key for this run, so its charger and settlement add nothing on top.
         run_tag = f"job:{job.pk}:run:{int(job.started_at.timestamp())}"
-        owed = gpu_cost(gpus=record.gpus, seconds=point.seconds, rate=rate) - _taken_for_run(
+        owed = gpu_cost(gpus=record.gpus, seconds=point.seconds, rate=rate) - charged_for_run(
             run_tag
         )
         if point.final:
@@ -370,7 +359,7 @@ def _charge_portal_job(record: JobInfo, point: ChargePoint, job_id: int) -> bool
                 ),
             )
         SlurmCharge.objects.filter(pk=charge.pk).update(
-            charged=_taken_for_run(run_tag),
+            charged=charged_for_run(run_tag),
             charged_seconds=point.seconds,
             final=point.final,
             gpus=record.gpus,
