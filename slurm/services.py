@@ -207,13 +207,15 @@ _STATES = {
     "COMPLETED": Job.State.COMPLETED,
     "FAILED": Job.State.FAILED,
     "OUT_OF_MEMORY": Job.State.FAILED,
-    "BOOT_FAIL": Job.State.FAILED,
     "DEADLINE": Job.State.FAILED,
     "CANCELLED": Job.State.CANCELLED,
     "REVOKED": Job.State.CANCELLED,
     "PREEMPTED": Job.State.CANCELLED,
     "TIMEOUT": Job.State.TIMED_OUT,
+    # Ended by the system, not by the job: lost, as the accounting refunds them
+    # (slurm.accounting.SYSTEM_FAILURES).
     "NODE_FAIL": Job.State.LOST,
+    "BOOT_FAIL": Job.State.LOST,
 }
 
 # Slurm's pending reasons → the portal's reason codes (its pages word them); others stay raw.

@@ -84,8 +84,13 @@ def test_slurm_states_map_onto_portal_states() -> None:
         "CANCELLED": "cancelled",
         "TIMEOUT": "timed_out",
         "NODE_FAIL": "lost",
+        "BOOT_FAIL": "lost",
     }
     assert {s: portal_state(JobInfo(job_id=1, state=s)) for s in cases} == cases
+    # The states the accounting refunds as system failures are the ones the sync calls lost.
+    from slurm.accounting import SYSTEM_FAILURES
+
+    assert {portal_state(JobInfo(job_id=1, state=s)) for s in SYSTEM_FAILURES} == {"lost"}
     assert portal_reason("Resources") == "resources"
     assert portal_reason("QOSMaxGRESPerUser") == "user_limit"
     assert portal_reason("Dependency") == "Dependency"
