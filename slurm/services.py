@@ -304,14 +304,19 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
     result.created, result.changed = len(new), len(changed)
     linked = {r.job_id: r.slurm_job_id for r in known.values() if r.job_id is not None}
     open_jobs = Job.objects.filter(pk__in=list(linked)).exclude(state__in=Job.FINAL_STATES)
-    for job_id in open_jobs.values_list("pk", flat=True):
+    job_ids = list(open_jobs.values_list("pk", flat=True))
+    # One transaction per chunk of jobs, not per job: the first pass after a switch to
+    # Slurm mode (or a long outage) ends thousands, and a commit each dominated it.
+    for chunk in range(0, len(job_ids), APPLY_CHUNK):
         with transaction.atomic():
-            if _apply_to_job(job_id, infos[linked[job_id]]):
-                result.changed += 1
+            for job_id in job_ids[chunk : chunk + APPLY_CHUNK]:
+                if _apply_to_job(job_id, infos[linked[job_id]]):
+                    result.changed += 1
     return result
 
 
 SYNC_CHUNK = 2000
+APPLY_CHUNK = 100  # portal jobs brought to Slurm's state per transaction
 _SYNCED_FIELDS = [
     "unix_user",
     "user",
