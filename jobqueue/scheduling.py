@@ -363,9 +363,11 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
     queues = list(Queue.objects.all())
     categories = list(Category.objects.all())
     nodes = list(Node.objects.all())
+    # A monitor-only agent (runtime "none", a Slurm node's) refuses commands: its GPUs
+    # are not the portal's to start jobs on.
     node_state = {
         n.name: sm.NodeState.DOWN
-        if n.state == Node.State.DOWN
+        if n.state == Node.State.DOWN or n.runtime == "none"
         else sm.NodeState.DRAINING
         if (n.state == Node.State.DRAINING or n.drain_requested)
         else sm.NodeState.UP

@@ -124,6 +124,23 @@ def test_nothing_new_starts_on_a_draining_node(
     assert job.pending_reason == "node_unavailable"
 
 
+def test_nothing_starts_on_a_monitor_only_node(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # A Slurm node's agent reports telemetry only (runtime "none") and refuses commands.
+    Node.objects.filter(name="gpu01").update(runtime="none")
+    Node.objects.filter(name="gpu02").update(runtime="none")
+    job = submit(alice, gpus=1)
+    run_pass(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+    assert job.pending_reason == "node_unavailable"
+    Node.objects.filter(name="gpu02").update(runtime="docker")
+    run_pass(django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == Job.State.DISPATCHED and job.node.name == "gpu02"
+
+
 def test_a_held_job_does_not_start(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
