@@ -964,16 +964,18 @@ class _Forecast:
         lst = self.p.blocks[u]
         if lst is None or t >= self.last_block_end[u]:
             return t
-        moved = True
-        while moved:
-            moved = False
-            for s, e, who in lst:
-                if who in (GUARANTEE, owner) or e <= t:
-                    continue
-                if s >= t + r:
-                    break
-                t = e
-                moved = True
+        # Blocks are sorted by start: one sweep finds the first gap of length r. A block
+        # ending by t is behind; one starting at or after t + r ends the search; any
+        # other overlaps [t, t + r) and moves t to its end. (Guarantee blocks only bind
+        # backfill decisions, not estimates.)
+        end = t + r
+        for s, e, who in lst:
+            if e <= t or who == GUARANTEE or who == owner:
+                continue
+            if s >= end:
+                break
+            t = e
+            end = t + r
         return t
 
     def _book(self, u: int, end: float) -> None:

@@ -161,8 +161,9 @@ class Ranker:
             fairshare_factors(state.share_tree, state.usage) if state.share_tree is not None else {}
         )
         self.broke = state.users_without_credit
-        # The queue, category and size terms repeat across thousands of jobs: compute once.
-        self.constant: dict[tuple[str, str, int, int], float] = {}
+        # The queue, category, size and short-job terms repeat across thousands of jobs
+        # (limits are mostly a few standard values): compute once.
+        self.constant: dict[tuple[str, str, int, float], float] = {}
         self.static = policy.order in ("fifo", "shortest_first")
         self.attained: dict[str, float] = (
             attained_factors(state, policy, now)
@@ -190,7 +191,7 @@ class Ranker:
             tier = TIER_QUEUE_BASE + (
                 queue.tier if queue is not None else policy.unknown_queue_tier
             )
-        terms = (job.queue, job.category, job.gpus, short_level(job, policy))
+        terms = (job.queue, job.category, job.gpus, job.time_limit_s)
         base = self.constant.get(terms)
         if base is None:
             base = self.constant[terms] = constant_terms(job, policy, self.largest_node_units)
