@@ -970,7 +970,7 @@ class _Forecast:
         # backfill decisions, not estimates.)
         end = t + r
         for s, e, who in lst:
-            if e <= t or who == GUARANTEE or who == owner:
+            if e <= t or who in (GUARANTEE, owner):
                 continue
             if s >= end:
                 break
