@@ -431,18 +431,21 @@ class _Pass:
         """Units on the best-fit node where a job could start now, or None.
 
         Best fit: a partly used node before an idle one (keeps whole nodes for large
-        jobs); among those, the node whose release (its last job's end by limit) the
-        job extends least, so that long jobs gather and other nodes drain; then the
-        node with the fewest free units. ``drain``: the job is long, so only nodes that
-        keep the drain reserve are considered.
+        jobs); among those, the node with the fewest free units (packing: small jobs fill
+        the fullest node, so free units gather on few nodes and wide jobs find room);
+        then the node whose release (its last job's end by limit) the job extends
+        least, so that long jobs gather and other nodes drain. ``drain``: the job is
+        long, so only nodes that keep the drain reserve are considered.
         """
         allowed = set(classes)
         end = self.now + limit
-        best_key: tuple[int, float, int, int] | None = None
+        best_key: tuple[int, int, float, int] | None = None
         best: list[int] | None = None
         for count in sorted(self.buckets):
             if count < k:
                 continue
+            if best_key is not None and best_key[0] == 0 and count > best_key[1]:
+                break  # a partly used node with fewer free units was found: nothing beats it
             for node in self.buckets[count]:
                 idle = 1 if count == len(self.node_units[node]) else 0
                 if best_key is not None and idle > best_key[0]:
@@ -457,10 +460,10 @@ class _Pass:
                 ]
                 if len(cand) < k:
                     continue
-                key = (idle, max(0.0, end - self.node_release[node]), count, node)
+                key = (idle, count, max(0.0, end - self.node_release[node]), node)
                 if best_key is None or key < best_key:
                     best_key, best = key, cand
-                    if key[1] == 0.0:
+                    if idle == 0 and key[2] == 0.0:
                         return self._order_units(cand, k)
         return self._order_units(best, k) if best is not None else None
 
@@ -961,16 +964,18 @@ class _Forecast:
         lst = self.p.blocks[u]
         if lst is None or t >= self.last_block_end[u]:
             return t
-        moved = True
-        while moved:
-            moved = False
-            for s, e, who in lst:
-                if who in (GUARANTEE, owner) or e <= t:
-                    continue
-                if s >= t + r:
-                    break
-                t = e
-                moved = True
+        # Blocks are sorted by start: one sweep finds the first gap of length r. A block
+        # ending by t is behind; one starting at or after t + r ends the search; any
+        # other overlaps [t, t + r) and moves t to its end. (Guarantee blocks only bind
+        # backfill decisions, not estimates.)
+        end = t + r
+        for s, e, who in lst:
+            if e <= t or who in (GUARANTEE, owner):
+                continue
+            if s >= end:
+                break
+            t = e
+            end = t + r
         return t
 
     def _book(self, u: int, end: float) -> None:

@@ -161,6 +161,13 @@ class Policy:
     ``drain_reserve_nodes`` wide nodes would still drain, or one more than that for a
     job smaller than a wide node; both capped at the wide nodes less one (see
     docs/scheduler.md).
+    ``weight_attained``: least attained service. A user's attained service is the GPUs
+    their running jobs hold (``attained_2d``: GPU-seconds those jobs have run); it
+    falls into queue q, the number of ``attained_thresholds`` (GPUs, or GPU-seconds)
+    it reaches, and the term is ``weight_attained · (1 - q / len(thresholds))``.
+    ``weight_short``: short jobs first. A job's time limit falls into one of
+    ``short_levels`` log-spaced levels over ``short_range_s`` (level 0 at or under
+    the low end); the term is ``weight_short · (1 - level / short_levels)``.
     """
 
     weight_age: float = 1000.0
@@ -182,6 +189,14 @@ class Policy:
     overrun_assumed_s: float = 300.0
     preemption_grace_s: float = 60.0
     unknown_queue_tier: int = 100
+    # Least attained service (Tiresias-style, per user, discretised; see priority.py).
+    weight_attained: float = 3000.0
+    attained_thresholds: tuple[float, ...] = (4.0, 8.0, 16.0)
+    attained_2d: bool = False
+    # Short jobs first, by time limit on a log scale, in discrete levels.
+    weight_short: float = 5000.0
+    short_range_s: tuple[float, float] = (600.0, WEEK_S)
+    short_levels: int = 8
 
 
 @dataclass(frozen=True, slots=True)

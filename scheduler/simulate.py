@@ -53,7 +53,7 @@ from scheduler.model import (
     ShareNode,
 )
 from scheduler.predict import JobFeatures, RuntimePredictor
-from scheduler.priority import RankedJob, Ranker
+from scheduler.priority import RankedJob, Ranker, short_level
 
 DENSE_START_S = 9_900_000.0
 STANDARD_LIMITS_S = (
@@ -376,7 +376,7 @@ class _Backlog:
         # Grouping needs priority to fall with submit time inside a group.
         self.by_group = not self.static and policy.weight_age >= 0
         self.jobs: dict[int, PendingJob] = {}
-        self.groups: dict[tuple[str, str, str, int, bool], list[int]] = {}
+        self.groups: dict[tuple[str, str, str, int, bool, int], list[int]] = {}
         self.ordered: list[tuple[tuple[float, ...], int]] = []
         self.keys: dict[int, tuple[float, ...]] = {}
         self.shapes: Counter[Shape] = Counter()
@@ -388,8 +388,16 @@ class _Backlog:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def _group(self, job: PendingJob) -> tuple[str, str, str, int, bool]:
-        return (job.user, job.queue, job.category, job.gpus, job.shared_slot)
+    def _group(self, job: PendingJob) -> tuple[str, str, str, int, bool, int]:
+        # The short-job level is the one per-job priority term besides age.
+        return (
+            job.user,
+            job.queue,
+            job.category,
+            job.gpus,
+            job.shared_slot,
+            short_level(job, self.policy),
+        )
 
     def add(self, job: PendingJob) -> None:
         self.jobs[job.id] = job
