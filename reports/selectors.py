@@ -27,7 +27,6 @@ from django.db import connection, transaction
 from django.db.models import (
     Case,
     Count,
-    DateTimeField,
     F,
     FloatField,
     Func,
@@ -39,7 +38,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf, TruncWeek
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf
 from django.utils import timezone
 
 from accounts.models import LedgerEntry, User
@@ -252,12 +251,9 @@ class EpochSeconds(Func):
     output_field = FloatField()
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        # EXTRACT gives a numeric since PostgreSQL 14: sums of float8 are several times faster.
-        return self.as_sql(
-            compiler,
-            connection,
-            template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
-        )
+        # EXTRACT gives a numeric since PostgreSQL 14 (and a cast of it costs as much);
+        # date_part computes the same float8 directly, three times faster over a year's jobs.
+        return self.as_sql(compiler, connection, template="date_part('epoch', %(expressions)s)")
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return self.as_sql(
@@ -564,53 +560,45 @@ def _usage_weeks(
     capacity: int,
     windows: TelemetryWindows,
     raw_weeks: dict[dt.date, float],
+    jobs: np.ndarray,
 ) -> dict[dt.date, WeekLine]:
-    """Capacity, allocated and used GPU-hours per week; used from the rollups per TruncWeek.
+    """Capacity, allocated and used GPU-hours per week; used from the rollups per bucket.
 
-    Allocated: a run clipped to the period, [s, e), gives week [w0, w1) the GPU-hours
-    clamp(e) - clamp(s), where clamp(x) = min(max(x, w0), w1). Summed over runs, each side
-    needs only, per week of x (TruncWeek), the units and the units times x: runs whose x is
-    in an earlier week add units * w0, in the week units * x, in a later week units * w1.
-    So two GROUP BYs over the jobs give every week, exactly, however long the runs.
+    Allocated, from `jobs` (SWEEP_COLUMNS, one row per job of the period): a run clipped
+    to the period, [s, e), gives week [w0, w1) the GPU-hours clamp(e) - clamp(s), where
+    clamp(x) = min(max(x, w0), w1). Summed over runs, each side needs only, per week that
+    x falls in, the units and the units times x: runs whose x is in an earlier week add
+    units * w0, in the week units * x, in a later week units * w1. Exact however long
+    the runs, and one pass over the jobs the report reads anyway.
     """
     grid = WeekGrid(period.start, end)
     weeks = {monday: WeekLine(monday) for monday, _w0, _w1 in grid.weeks}
     for monday, w0, w1 in grid.weeks:
         weeks[monday].capacity_gpu_hours = capacity * (w1 - w0).total_seconds() / 3600
-    jobs = _period_jobs(period).filter(_runs_in(period.start, end))
-    began = Greatest("started_at", Value(period.start, output_field=DateTimeField()))
-    ended = Least(
-        Coalesce("ended_at", Value(end, output_field=DateTimeField())),
-        Value(end, output_field=DateTimeField()),
-    )
-    clamped: list[dict[dt.date, float]] = []
-    for edge in (began, ended):
-        per_week = (
-            jobs.annotate(edge=edge, week=TruncWeek(edge))
-            .values("week")
-            .annotate(u=Sum("units"), ux=Sum(F("units") * EpochSeconds("edge")))
-        )
-        buckets = sorted(
-            (_local_date(row["week"]), row["u"] or 0.0, row["ux"] or 0.0) for row in per_week
-        )
-        total_units = sum(u for _m, u, _ux in buckets)
-        sums: dict[dt.date, float] = {}
-        before, i = 0.0, 0
-        for monday, w0, w1 in grid.weeks:
-            while i < len(buckets) and buckets[i][0] < monday:
-                before += buckets[i][1]
-                i += 1
-            inside_u = inside_ux = 0.0
-            j = i
-            while j < len(buckets) and buckets[j][0] == monday:
-                inside_u += buckets[j][1]
-                inside_ux += buckets[j][2]
-                j += 1
-            after = total_units - before - inside_u
-            sums[monday] = before * w0.timestamp() + inside_ux + after * w1.timestamp()
-        clamped.append(sums)
-    for monday in weeks:
-        weeks[monday].gpu_hours = max(0.0, clamped[1][monday] - clamped[0][monday]) / 3600
+    if grid.weeks and len(jobs):
+        # Seconds from the period's start: small numbers keep the sums exact to the µs.
+        t0 = period.start.timestamp()
+        lo = np.array([w0.timestamp() - t0 for _m, w0, _w1 in grid.weeks])
+        hi = np.array([w1.timestamp() - t0 for _m, _w0, w1 in grid.weeks])
+        t_end = end.timestamp() - t0
+        units, started, ended = jobs[:, 0], jobs[:, 4] - t0, jobs[:, 5] - t0
+        runs = ~np.isnan(started) & (started < t_end) & (np.isnan(ended) | (ended > 0))
+        u = units[runs]
+        began = np.maximum(started[runs], 0.0)
+        stopped = np.minimum(np.where(np.isnan(ended[runs]), t_end, ended[runs]), t_end)
+        n = len(lo)
+
+        def clamped_sum(x: np.ndarray) -> np.ndarray:
+            k = np.searchsorted(hi, x, side="right")  # the week x falls in (n: after all)
+            per_week_u = np.bincount(k, weights=u, minlength=n + 1)
+            per_week_ux = np.bincount(k, weights=u * x, minlength=n + 1)
+            before = np.cumsum(per_week_u)[:n] - per_week_u[:n]  # x in an earlier week
+            after = u.sum() - np.cumsum(per_week_u)[:n]  # x in a later week
+            return before * lo + per_week_ux[:n] + after * hi
+
+        allocated = np.maximum(0.0, clamped_sum(stopped) - clamped_sum(began)) / 3600
+        for (monday, _w0, _w1), hours in zip(grid.weeks, allocated, strict=True):
+            weeks[monday].gpu_hours = float(hours)
     for monday, used in [*rollup_usage_by_week(windows).items(), *raw_weeks.items()]:
         if monday in weeks:
             weeks[monday].used_gpu_hours += used
@@ -658,12 +646,9 @@ def _raw_usage(
     return by_key, by_week
 
 
-def _waits_and_demand(
-    period: Period, end: dt.datetime, capacity: int, weeks: dict[dt.date, WeekLine]
-) -> list[WaitLine]:
-    """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
-    the period): both read one row of numbers per job, fetched without Django's per-value
-    converters (a year is 100,000 rows)."""
+def _job_table(period: Period) -> tuple[np.ndarray, np.ndarray]:
+    """Every job of the period as numbers: its queue id, and the SWEEP_COLUMNS. One row per
+    job, fetched without Django's per-value converters (a year is 100,000 rows)."""
     query = _period_jobs(period).values_list(
         "queue_id",
         "units",
@@ -678,11 +663,26 @@ def _waits_and_demand(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
-        return []
+        return np.zeros(0), np.zeros((0, len(SWEEP_COLUMNS)))
     table = np.array(rows, dtype=float)  # None becomes NaN
     queue_ids, jobs = table[:, 0], table[:, 1:]
     units = jobs[:, 0]
     jobs[:, 0] = np.where(np.isnan(units), jobs[:, 1], units)
+    return queue_ids, jobs
+
+
+def _waits_and_demand(
+    period: Period,
+    end: dt.datetime,
+    capacity: int,
+    weeks: dict[dt.date, WeekLine],
+    queue_ids: np.ndarray,
+    jobs: np.ndarray,
+) -> list[WaitLine]:
+    """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
+    the period), from the period's jobs (`_job_table`)."""
+    if not len(jobs):
+        return []
     unmet_demand(jobs, capacity, period.start, end, weeks)
     started, submitted = jobs[:, 4], jobs[:, 3]
     in_period = (started >= period.start.timestamp()) & (started < period.end.timestamp())
@@ -737,8 +737,9 @@ def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> U
         for value, amount in values.items():
             tables[dimension].setdefault(value, UsageLine(value)).credits += amount
     totals.credits = spent_total
-    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week)
-    waits = _waits_and_demand(period, end, capacity, weeks)
+    queue_ids, jobs = _job_table(period)
+    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week, jobs)
+    waits = _waits_and_demand(period, end, capacity, weeks, queue_ids, jobs)
 
     bookings = _bookings(period, end)
     bookings_total = BookingLine("lab")
