@@ -10,7 +10,10 @@ each job, one credit charge per job). `--keep` keeps that database for the next 
 with `--keep`, which then skips the fill. It then measures, in the same run:
 
 - the baseline: one aggregate over all jobs (`COUNT`, `SUM` of GPUs), the least a report must read;
-- the usage report of the whole year (every table, as the page builds it);
+- the usage report of the whole year (every table, as the page builds it): `year_report_s`
+  is the selector and the tables alone; `page_*` is the page as a browser gets it (the
+  view, its template, then the two charts it links), cold (caches emptied) and warm;
+- with `--baseline GIT_REF`, the same figures of an older commit on the same database;
 - a what-if replay of one quarter (about 25,000 jobs) with the lab's GPUs and with 8 more.
 """
 
@@ -21,9 +24,11 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
+from html import unescape
 from typing import Any
 
 from labportal.bench import bench_database_url, recreate_database
@@ -230,6 +235,39 @@ def _timed(call: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
+def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
+    """The year report's and page's figures of commit `ref`, measured by its own bench on
+    this (kept) database: a `git archive` of it in a temporary folder, run by this Python."""
+    import subprocess
+    import tempfile
+
+    keys = (
+        "year_report_s",
+        "page_html_cold_s",
+        "page_with_charts_cold_s",
+        "page_with_charts_cold_cpu_s",
+        "page_html_warm_s",
+        "page_with_charts_warm_s",
+    )
+    with tempfile.TemporaryDirectory(prefix="reports-baseline-") as tree:
+        archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        # Its DATABASE_URL names the kept database's base name: it appends "_bench" itself.
+        env = {**os.environ, "DATABASE_URL": bench_url.removesuffix("_bench")}
+        command = [sys.executable, "-m", "reports.bench", "--keep", "--no-replay", "--json"]
+        done = subprocess.run(
+            [*command, "--repeat", str(repeat)],
+            cwd=tree,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"baseline {ref}: {figures}", file=sys.stderr, flush=True)
+    return {"ref": ref, **{key: figures.get(key) for key in keys}}
+
+
 def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
     """The year's report page as a browser gets it: the HTML page (GET /reports/, the view
     with its template), then the two chart images it links (weekly, forecast), each through
@@ -241,26 +279,31 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
 
     client = Client()
     client.force_login(staff)
-    query = period.query()
-    urls = [
-        f"{reverse('report_page')}?{query}",
-        f"{reverse('report_chart', args=['weekly'])}?{query}",
-        f"{reverse('report_chart', args=['forecast'])}?{query}",
-    ]
+    page_url = f"{reverse('report_page')}?{period.query()}"
 
-    def load(url: str) -> tuple[float, float]:
+    def load(url: str) -> tuple[float, float, bytes]:
         wall, cpu = time.perf_counter(), time.process_time()
         response = client.get(url)
         if response.status_code != 200:
             raise RuntimeError(f"GET {url}: {response.status_code}")
-        return time.perf_counter() - wall, time.process_time() - cpu
+        return time.perf_counter() - wall, time.process_time() - cpu, response.content
+
+    def load_page() -> list[tuple[float, float]]:
+        """The page, then the charts its HTML links, as a browser loads them."""
+        wall, cpu, html = load(page_url)
+        charts = [
+            unescape(src) for src in re.findall(r'<img class="chart" src="([^"]+)"', html.decode())
+        ]
+        if len(charts) != 2:
+            raise RuntimeError(f"the page links {len(charts)} charts, not 2")
+        return [(wall, cpu), *((w, c) for w, c, _png in map(load, charts))]
 
     cold: list[list[tuple[float, float]]] = []
     warm: list[list[tuple[float, float]]] = []
     for _ in range(repeat):
         cache.clear()
-        cold.append([load(url) for url in urls])
-        warm.append([load(url) for url in urls])
+        cold.append(load_page())
+        warm.append(load_page())
 
     def median(runs: list[list[tuple[float, float]]], pick: Any) -> float:
         return round(statistics.median(pick(run) for run in runs), 3)
@@ -289,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the filled database afterwards, and reuse one kept by an earlier run",
     )
     parser.add_argument("--no-replay", action="store_true", help="measure only the year report")
+    parser.add_argument(
+        "--baseline",
+        metavar="GIT_REF",
+        help="also measure the year report and page of an older commit (its own "
+        "reports.bench, run from a `git archive` of it) on the same database, in this run",
+    )
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
@@ -349,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         page = _page_timings(staff, year, args.repeat)
         for key, value in page.items():
             print(f"{key} {value}", file=sys.stderr, flush=True)
+        baseline_figures = _baseline(args.baseline, bench_url, args.repeat) if args.baseline else {}
         quarter_jobs = Job.objects.filter(
             submitted_at__gte=quarter.start, submitted_at__lt=quarter.end
         ).count()
@@ -383,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_job_aggregate_s": round(baseline, 3),
             "year_report_s": round(report_s, 3),
             **page,
+            **{f"baseline_{key}": value for key, value in baseline_figures.items()},
             **result,
         }
     finally:
