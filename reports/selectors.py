@@ -599,7 +599,7 @@ def _usage_weeks(
         allocated = np.maximum(0.0, clamped_sum(stopped) - clamped_sum(began)) / 3600
         for (monday, _w0, _w1), hours in zip(grid.weeks, allocated, strict=True):
             weeks[monday].gpu_hours = float(hours)
-    for monday, used in [*rollup_usage_by_week(windows).items(), *raw_weeks.items()]:
+    for monday, used in [*rollup_usage_by_week(windows, grid).items(), *raw_weeks.items()]:
         if monday in weeks:
             weeks[monday].used_gpu_hours += used
     return weeks
@@ -659,16 +659,47 @@ def _job_table(period: Period) -> tuple[np.ndarray, np.ndarray]:
         EpochSeconds("ended_at"),
     )
     sql, params = query.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    if not rows:
+    if connection.vendor == "postgresql":
+        table = _copy_floats(sql, params, 1 + len(SWEEP_COLUMNS))
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        table = np.array(rows, dtype=float).reshape(len(rows), 1 + len(SWEEP_COLUMNS))
+    if not len(table):
         return np.zeros(0), np.zeros((0, len(SWEEP_COLUMNS)))
-    table = np.array(rows, dtype=float)  # None becomes NaN
     queue_ids, jobs = table[:, 0], table[:, 1:]
     units = jobs[:, 0]
     jobs[:, 0] = np.where(np.isnan(units), jobs[:, 1], units)
     return queue_ids, jobs
+
+
+def _copy_floats(sql: str, params: Any, columns: int) -> np.ndarray:
+    """The rows of `sql` (every column a number or NULL) as a float array, NULL as NaN, by
+    PostgreSQL's binary COPY: read as one buffer, where a fetch makes a Python tuple and
+    float per value (a third of a year's report went there)."""
+    import psycopg
+
+    names = ", ".join(f"c{i}" for i in range(columns))
+    floats = ", ".join(f"COALESCE(c{i}::float8, 'NaN')" for i in range(columns))
+    statement = f"COPY (SELECT {floats} FROM ({sql}) AS t ({names})) TO STDOUT (FORMAT BINARY)"
+    connection.ensure_connection()
+    # A client-side binding cursor: COPY takes no bound parameters.
+    with (
+        psycopg.ClientCursor(connection.connection) as cursor,
+        cursor.copy(statement, params) as copy,
+    ):
+        data = b"".join(bytes(chunk) for chunk in copy)
+    # Binary COPY: a 19-byte header, then per row a 16-bit field count and, per field, a
+    # 32-bit length and the big-endian float8; a 16-bit -1 ends it.
+    row = np.dtype(
+        [("n", ">i2"), *((f"v{i}", [("len", ">i4"), ("x", ">f8")]) for i in range(columns))]
+    )
+    body = data[19:-2]
+    if len(body) % row.itemsize:
+        raise RuntimeError("unexpected binary COPY layout")
+    records = np.frombuffer(body, dtype=row)
+    return np.stack([records[f"v{i}"]["x"].astype(float) for i in range(columns)], axis=1)
 
 
 def _waits_and_demand(

@@ -22,6 +22,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from django.db.models import (
     Avg,
     ExpressionWrapper,
@@ -32,7 +33,6 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.utils import timezone
 
 from telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, RollupCursor
 
@@ -132,16 +132,29 @@ def rollup_usage(windows: TelemetryWindows, **group: Any) -> dict[tuple[Any, ...
     return totals
 
 
-def rollup_usage_by_week(windows: TelemetryWindows) -> dict[dt.date, float]:
-    """Used GPU-hours from the rollups per week (Monday, local time): summed per bucket in
-    SQL (an hour or a minute), then into weeks here (cheaper than truncating every row)."""
-    weeks: dict[dt.date, float] = {}
-    for (bucket,), (used, _measured) in rollup_usage(windows, bucket="bucket").items():
-        local = timezone.localtime(bucket) if timezone.is_aware(bucket) else bucket
-        day = local.date()
-        monday = day - dt.timedelta(days=day.weekday())
-        weeks[monday] = weeks.get(monday, 0.0) + used
-    return weeks
+def rollup_usage_by_week(windows: TelemetryWindows, grid: Any) -> dict[dt.date, float]:
+    """Used GPU-hours from the rollups per week of `grid` (a `reports.selectors.WeekGrid`):
+    summed per bucket (an hour or a minute) in SQL, the buckets fetched as seconds since
+    1970 and put in their weeks here, cheaper than truncating every row to its week."""
+    from reports.selectors import EpochSeconds
+
+    usage = rollup_usage(windows, t=EpochSeconds("bucket"))
+    if not usage or not grid.weeks:
+        return {}
+    seconds = np.round(np.array([t for (t,) in usage]))  # buckets are whole minutes
+    used = np.array([u for u, _measured in usage.values()])
+    ends = np.array([w1.timestamp() for w1 in grid.ends])
+    starts = np.array([w0.timestamp() for _m, w0, _w1 in grid.weeks])
+    index = np.searchsorted(ends, seconds, side="right")  # the week that ends after it
+    inside = (index < len(ends)) & (seconds >= starts[np.minimum(index, len(ends) - 1)])
+    per_week = np.bincount(index[inside], weights=used[inside], minlength=len(ends))
+    return {
+        monday: float(value)
+        for (monday, _w0, _w1), value, hit in zip(
+            grid.weeks, per_week, np.bincount(index[inside], minlength=len(ends)) > 0, strict=True
+        )
+        if hit
+    }
 
 
 def raw_job_means(window: Window) -> dict[int, float]:
