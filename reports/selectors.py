@@ -5,9 +5,11 @@ Figures are GPU-hours of whole GPUs (a shared slot counts as its share of its GP
 minute rollups, then raw samples for what the rollups have not reached); GPU-hours
 without telemetry count as allocated but not in the used figure or the mean utilisation.
 
-Every sum is computed by the database (one GROUP BY over the five dimensions, one
-conditional sum per week); only waits (percentiles) and unmet demand (a sweep over
-time) read one lean row per job.
+The jobs are read once, as one row of numbers per job (`JobTable`: by binary COPY on
+PostgreSQL), and every figure of the jobs comes from that array: allocated GPU-hours and
+final states per (owner, queue, node, GPU), per week, waits (percentiles need every
+wait) and unmet demand (a sweep over time). Telemetry and credits are summed by the
+database per group (the rollups per dimension and per bucket, the ledger per dimension).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Cast, Coalesce, Greatest, Least, NullIf
+from django.db.models.functions import Cast, Coalesce, NullIf
 from django.utils import timezone
 
 from accounts.models import LedgerEntry, User
@@ -259,19 +261,6 @@ class EpochSeconds(Func):
         return self.as_sql(
             compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
         )
-
-
-def _seconds(moment: dt.datetime) -> Value:
-    return Value(moment.timestamp(), output_field=FloatField())
-
-
-def _overlap_s(lo: dt.datetime, hi: dt.datetime, run_end: dt.datetime) -> Any:
-    """Seconds of a job's run (start to end, or to `run_end` if still running) in [lo, hi)."""
-    began = EpochSeconds("started_at")
-    ended = Coalesce(EpochSeconds("ended_at"), _seconds(run_end))
-    return Greatest(
-        Value(0.0), Least(ended, _seconds(hi), _seconds(run_end)) - Greatest(began, _seconds(lo))
-    )
 
 
 def _runs_in(lo: dt.datetime, hi: dt.datetime) -> Q:
@@ -503,22 +492,11 @@ def _usage_tables(
     windows: TelemetryWindows,
     names: LabNames,
     raw_usage: dict[tuple[str, ...], list[float]],
+    table: JobTable,
 ) -> tuple[UsageLine, dict[str, dict[str, UsageLine]]]:
     """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
-    model, summed in SQL over one GROUP BY of all five; used GPU-hours from telemetry."""
-    run_s = F("units") * _overlap_s(period.start, end, end)
-    sums: dict[str, Any] = {
-        "alloc_s": Sum(run_s, filter=_runs_in(period.start, end)),
-        **{
-            f"n_{state}": Count(
-                "id",
-                filter=Q(state=state, ended_at__gte=period.start, ended_at__lt=period.end),
-            )
-            for state in FINAL_STATES
-        },
-    }
-    rows = _period_jobs(period, names).values(*DIMENSION_FIELDS).annotate(**sums)
-
+    model, summed per (owner, queue, node, first GPU) from the period's job table (one row
+    per job, read once for every figure of the jobs); used GPU-hours from telemetry."""
     totals = UsageLine("lab")
     tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
 
@@ -528,15 +506,14 @@ def _usage_tables(
             for d, key in zip(DIMENSIONS, keys, strict=True)
         ]
 
-    for row in rows:
-        model = names.model_of(row["node_id"], row["alloc_gpu"])
-        lines = lines_of(names.keys(row["owner_id"], row["queue_id"], row["node_id"], model))
-        hours = (row["alloc_s"] or 0.0) / 3600
+    for owner, queue, node, gpu, alloc_s, counts in _job_groups(period, end, table):
+        lines = lines_of(names.keys(owner, queue, node, names.model_of(node, gpu)))
+        hours = alloc_s / 3600
         for line in lines:
             line.gpu_hours += hours
-            for state in FINAL_STATES:
-                if row[f"n_{state}"]:
-                    line.jobs[state] += row[f"n_{state}"]
+            for state, n in zip(FINAL_STATES, counts, strict=True):
+                if n:
+                    line.jobs[state] += n
     telemetry: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for (user, queue, node, model), (used, measured) in rollup_usage(
         windows, **ROLLUP_DIMENSION_FIELDS
@@ -646,32 +623,96 @@ def _raw_usage(
     return by_key, by_week
 
 
-def _job_table(period: Period) -> tuple[np.ndarray, np.ndarray]:
-    """Every job of the period as numbers: its queue id, and the SWEEP_COLUMNS. One row per
-    job, fetched without Django's per-value converters (a year is 100,000 rows)."""
-    query = _period_jobs(period).values_list(
-        "queue_id",
-        "units",
-        "gpus",
-        Cast("shared_slot", IntegerField()),
-        EpochSeconds("submitted_at"),
-        EpochSeconds("started_at"),
-        EpochSeconds("ended_at"),
+@dataclass
+class JobTable:
+    """The period's jobs as numbers, one row per job: `jobs` has the SWEEP_COLUMNS; `ids`
+    the queue, owner, node, first GPU on a mixed node (`_period_jobs`) and the index of the
+    final state in FINAL_STATES (-1 for none); NaN where a value is NULL."""
+
+    ids: np.ndarray
+    jobs: np.ndarray
+
+    @property
+    def queue_ids(self) -> np.ndarray:
+        return self.ids[:, 0]
+
+
+ID_COLUMNS = ("queue_id", "owner_id", "node_id", "alloc_gpu", "final_state")
+
+
+def _job_table(period: Period, names: LabNames) -> JobTable:
+    """Every job of the period as numbers (`JobTable`), fetched without Django's per-value
+    converters (a year is 100,000 rows): by binary COPY on PostgreSQL."""
+    final_state = Case(
+        *(When(state=state, then=Value(i)) for i, state in enumerate(FINAL_STATES)),
+        default=Value(-1),
+        output_field=IntegerField(),
     )
+    query = (
+        _period_jobs(period, names)
+        .annotate(final_state=final_state)
+        .values_list(
+            *ID_COLUMNS,
+            "units",
+            "gpus",
+            Cast("shared_slot", IntegerField()),
+            EpochSeconds("submitted_at"),
+            EpochSeconds("started_at"),
+            EpochSeconds("ended_at"),
+        )
+    )
+    width = len(ID_COLUMNS) + len(SWEEP_COLUMNS)
     sql, params = query.query.sql_with_params()
     if connection.vendor == "postgresql":
-        table = _copy_floats(sql, params, 1 + len(SWEEP_COLUMNS))
+        table = _copy_floats(sql, params, width)
     else:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        table = np.array(rows, dtype=float).reshape(len(rows), 1 + len(SWEEP_COLUMNS))
-    if not len(table):
-        return np.zeros(0), np.zeros((0, len(SWEEP_COLUMNS)))
-    queue_ids, jobs = table[:, 0], table[:, 1:]
+        table = np.array(rows, dtype=float).reshape(len(rows), width)  # None becomes NaN
+    ids, jobs = table[:, : len(ID_COLUMNS)], table[:, len(ID_COLUMNS) :]
     units = jobs[:, 0]
     jobs[:, 0] = np.where(np.isnan(units), jobs[:, 1], units)
-    return queue_ids, jobs
+    return JobTable(ids, jobs)
+
+
+def _job_groups(
+    period: Period, end: dt.datetime, table: JobTable
+) -> Iterator[tuple[int | None, int | None, int | None, int | None, float, list[int]]]:
+    """Per (owner, queue, node, first GPU) of the period's jobs: the allocated GPU-seconds
+    of their runs clipped to [period start, end), and how many ended in the period in
+    each FINAL_STATE."""
+    if not len(table.jobs):
+        return
+    t0, t_end = period.start.timestamp(), end.timestamp()
+    units, started, ended = table.jobs[:, 0], table.jobs[:, 4], table.jobs[:, 5]
+    runs = ~np.isnan(started) & (started < t_end) & (np.isnan(ended) | (ended > t0))
+    run_end = np.minimum(np.where(np.isnan(ended), t_end, ended), t_end)
+    overlap = np.maximum(0.0, run_end - np.maximum(started, t0))
+    alloc_s = np.where(runs, units * np.nan_to_num(overlap), 0.0)
+    ended_in = ~np.isnan(ended) & (ended >= t0) & (ended < period.end.timestamp())
+    state = np.where(ended_in, table.ids[:, 4], -1).astype(np.int64)
+    keys = np.nan_to_num(table.ids[:, 1:4], nan=-1).astype(np.int64)
+    groups, group_of = np.unique(
+        np.column_stack([table.ids[:, :1].astype(np.int64), keys]), axis=0, return_inverse=True
+    )
+    group_of = group_of.reshape(-1)
+    n = len(groups)
+    alloc = np.bincount(group_of, weights=alloc_s, minlength=n)
+    counts = [np.bincount(group_of[state == i], minlength=n) for i in range(len(FINAL_STATES))]
+
+    def key(value: int) -> int | None:
+        return None if value < 0 else int(value)
+
+    for g, (queue, owner, node, gpu) in enumerate(groups.tolist()):
+        yield (
+            key(owner),
+            key(queue),
+            key(node),
+            key(gpu),
+            float(alloc[g]),
+            [int(c[g]) for c in counts],
+        )
 
 
 def _copy_floats(sql: str, params: Any, columns: int) -> np.ndarray:
@@ -707,11 +748,11 @@ def _waits_and_demand(
     end: dt.datetime,
     capacity: int,
     weeks: dict[dt.date, WeekLine],
-    queue_ids: np.ndarray,
-    jobs: np.ndarray,
+    table: JobTable,
 ) -> list[WaitLine]:
     """Waits per queue (percentiles need every wait) and unmet demand per week (a sweep over
     the period), from the period's jobs (`_job_table`)."""
+    queue_ids, jobs = table.queue_ids, table.jobs
     if not len(jobs):
         return []
     unmet_demand(jobs, capacity, period.start, end, weeks)
@@ -762,15 +803,15 @@ def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> U
     windows = telemetry_windows(start=period.start, end=end)
     names = _lab_names()
     raw_by_key, raw_by_week = _raw_usage(period, end, windows, names)
-    totals, tables = _usage_tables(period, end, windows, names, raw_by_key)
+    table = _job_table(period, names)
+    totals, tables = _usage_tables(period, end, windows, names, raw_by_key, table)
     spent, spent_total = _credits(period, names)
     for dimension, values in spent.items():
         for value, amount in values.items():
             tables[dimension].setdefault(value, UsageLine(value)).credits += amount
     totals.credits = spent_total
-    queue_ids, jobs = _job_table(period)
-    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week, jobs)
-    waits = _waits_and_demand(period, end, capacity, weeks, queue_ids, jobs)
+    weeks = _usage_weeks(period, end, capacity, windows, raw_by_week, table.jobs)
+    waits = _waits_and_demand(period, end, capacity, weeks, table)
 
     bookings = _bookings(period, end)
     bookings_total = BookingLine("lab")
