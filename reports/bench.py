@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from html import unescape
+from pathlib import Path
 from typing import Any
 
 from labportal.bench import bench_database_url, recreate_database
@@ -236,8 +237,9 @@ def _timed(call: Any, repeat: int) -> float:
 
 
 def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
-    """The year report's and page's figures of commit `ref`, measured by its own bench on
-    this (kept) database: a `git archive` of it in a temporary folder, run by this Python."""
+    """The year report's and page's figures of commit `ref`, measured by this bench on
+    this (kept) database: a `git archive` of it in a temporary folder with this file as its
+    reports/bench.py, run by this Python."""
     import subprocess
     import tempfile
 
@@ -246,12 +248,16 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
         "page_html_cold_s",
         "page_with_charts_cold_s",
         "page_with_charts_cold_cpu_s",
+        "page_html_cold_forecast_fitted_s",
+        "page_with_charts_cold_forecast_fitted_s",
         "page_html_warm_s",
         "page_with_charts_warm_s",
     )
     with tempfile.TemporaryDirectory(prefix="reports-baseline-") as tree:
         archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        # The same measurements of both: this bench, run on the older commit's code.
+        Path(tree, "reports", "bench.py").write_text(Path(__file__).read_text())
         # Its DATABASE_URL names the kept database's base name: it appends "_bench" itself.
         env = {**os.environ, "DATABASE_URL": bench_url.removesuffix("_bench")}
         command = [sys.executable, "-m", "reports.bench", "--keep", "--no-replay", "--json"]
@@ -277,6 +283,8 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
     from django.test import Client
     from django.urls import reverse
 
+    from reports.forecast import lab_demand_forecast
+
     client = Client()
     client.force_login(staff)
     page_url = f"{reverse('report_page')}?{period.query()}"
@@ -299,11 +307,17 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
         return [(wall, cpu), *((w, c) for w, c, _png in map(load, charts))]
 
     cold: list[list[tuple[float, float]]] = []
+    fitted: list[list[tuple[float, float]]] = []
     warm: list[list[tuple[float, float]]] = []
     for _ in range(repeat):
         cache.clear()
         cold.append(load_page())
         warm.append(load_page())
+        # Caches emptied but the demand forecast (lab-wide, not of the period, fitted
+        # once per week and history change) already fitted, as on a lab's second page.
+        cache.clear()
+        lab_demand_forecast()
+        fitted.append(load_page())
 
     def median(runs: list[list[tuple[float, float]]], pick: Any) -> float:
         return round(statistics.median(pick(run) for run in runs), 3)
@@ -312,6 +326,10 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
         "page_html_cold_s": median(cold, lambda run: run[0][0]),
         "page_with_charts_cold_s": median(cold, lambda run: sum(w for w, _c in run)),
         "page_with_charts_cold_cpu_s": median(cold, lambda run: sum(c for _w, c in run)),
+        "page_html_cold_forecast_fitted_s": median(fitted, lambda run: run[0][0]),
+        "page_with_charts_cold_forecast_fitted_s": median(
+            fitted, lambda run: sum(w for w, _c in run)
+        ),
         "page_html_warm_s": median(warm, lambda run: run[0][0]),
         "page_with_charts_warm_s": median(warm, lambda run: sum(w for w, _c in run)),
     }
@@ -335,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline",
         metavar="GIT_REF",
-        help="also measure the year report and page of an older commit (its own "
-        "reports.bench, run from a `git archive` of it) on the same database, in this run",
+        help="also measure the year report and page of an older commit (this bench run on "
+        "a `git archive` of it) on the same database, in this run",
     )
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL", "")
