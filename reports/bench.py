@@ -227,6 +227,40 @@ def _filled(admin_url: str, name: str) -> bool:
     return bool(row and row[0])
 
 
+def _cpu_timed(call: Any, repeat: int) -> dict[str, float | None]:
+    """CPU seconds of `call` (median): this process's, and its PostgreSQL backend's (read
+    from /proc where the database runs on this machine; None elsewhere). Their sum is what
+    the call costs however loaded the machine is; wall time on an idle one is about that."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = Path(f"/proc/{cursor.fetchone()[0]}/stat")
+
+    def backend_s() -> float | None:
+        try:
+            fields = backend.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    app, db = [], []
+    for _ in range(repeat):
+        cpu, db_before = time.process_time(), backend_s()
+        call()
+        app.append(time.process_time() - cpu)
+        db_after = backend_s()
+        if db_before is not None and db_after is not None:
+            db.append(db_after - db_before)
+    app_s = round(statistics.median(app), 3)
+    db_s = round(statistics.median(db), 3) if db else None
+    return {
+        "year_report_app_cpu_s": app_s,
+        "year_report_db_cpu_s": db_s,
+        "year_report_cpu_s": None if db_s is None else round(app_s + db_s, 3),
+    }
+
+
 def _timed(call: Any, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -245,6 +279,9 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
 
     keys = (
         "year_report_s",
+        "year_report_app_cpu_s",
+        "year_report_db_cpu_s",
+        "year_report_cpu_s",
         "page_html_cold_s",
         "page_with_charts_cold_s",
         "page_with_charts_cold_cpu_s",
@@ -368,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
     # A private cache, emptied before each cold page load (locmem: this process only).
     os.environ["CACHE_URL"] = "locmem://"
+    # No parallel query (the lab's database has none to give): one backend does all the
+    # work, so its CPU time is the query's cost.
+    os.environ["PGOPTIONS"] = "-c max_parallel_workers_per_gather=0"
     import django
 
     django.setup()
@@ -413,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
             lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
         )
         print(f"year_report_s {report_s:.3f}", file=sys.stderr, flush=True)
+        report_cpu_s = _cpu_timed(
+            lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
+        )
+        print(f"year_report_cpu_s {report_cpu_s}", file=sys.stderr, flush=True)
         page = _page_timings(staff, year, args.repeat)
         for key, value in page.items():
             print(f"{key} {value}", file=sys.stderr, flush=True)
@@ -450,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             "fill_s": round(fill_s, 1),
             "baseline_job_aggregate_s": round(baseline, 3),
             "year_report_s": round(report_s, 3),
+            **report_cpu_s,
             **page,
             **{f"baseline_{key}": value for key, value in baseline_figures.items()},
             **result,
