@@ -582,12 +582,6 @@ def _usage_weeks(
     return weeks
 
 
-def _local_date(moment: dt.datetime | dt.date) -> dt.date:
-    if isinstance(moment, dt.datetime):
-        return timezone.localtime(moment).date() if timezone.is_aware(moment) else moment.date()
-    return moment
-
-
 def _raw_usage(
     period: Period, end: dt.datetime, windows: TelemetryWindows, names: LabNames
 ) -> tuple[dict[tuple[str, ...], list[float]], dict[dt.date, float]]:
