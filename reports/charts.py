@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -88,6 +89,9 @@ def remember_weekly_points(points: WeeklyPoints) -> str:
 
 
 def remembered_weekly_points(version: str) -> WeeklyPoints | None:
+    """The weekly figures a page left under `version`; None for a name it never gave."""
+    if not re.fullmatch(r"[0-9a-f]{24}", version):
+        return None
     points = cache.get(f"reports:chart:weekly-points:{version}")
     return None if points is None or version_of(points) != version else points
 
