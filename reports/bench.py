@@ -10,7 +10,10 @@ each job, one credit charge per job). `--keep` keeps that database for the next 
 with `--keep`, which then skips the fill. It then measures, in the same run:
 
 - the baseline: one aggregate over all jobs (`COUNT`, `SUM` of GPUs), the least a report must read;
-- the usage report of the whole year (every table, as the page builds it);
+- the usage report of the whole year (every table, as the page builds it): `year_report_s`
+  is the selector and the tables alone; `page_*` is the page as a browser gets it (the
+  view, its template, then the two charts it links), cold (caches emptied) and warm;
+- with `--baseline GIT_REF`, the same figures of an older commit on the same database;
 - a what-if replay of one quarter (about 25,000 jobs) with the lab's GPUs and with 8 more.
 """
 
@@ -21,9 +24,12 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
+from html import unescape
+from pathlib import Path
 from typing import Any
 
 from labportal.bench import bench_database_url, recreate_database
@@ -92,11 +98,16 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
                 ended_at=started + dt.timedelta(hours=hours),
             )
         )
-    Job.objects.bulk_create(rows, batch_size=2000)
-    allocations: list[Allocation] = []
-    samples: list[GpuSample] = []
-    charges: list[LedgerEntry] = []
-    rollups: list[GpuHourRollup] = []
+    first_pk = _next_pk(Job)
+    for pk, job in enumerate(rows, start=first_pk):
+        job.pk = job.id = pk
+    _copy(Job, rows)
+    allocations: list[tuple[Any, ...]] = []
+    samples: list[tuple[Any, ...]] = []
+    charges: list[tuple[Any, ...]] = []
+    rollups: list[tuple[Any, ...]] = []
+    sampled: set[tuple[int, dt.datetime]] = set()
+    rolled: set[tuple[int, dt.datetime]] = set()
     node_ids = [g.node_id for g in gpus[::PER_NODE]]
     for job in rows:
         assert job.started_at is not None and job.ended_at is not None
@@ -105,60 +116,102 @@ def _fill(jobs: int, seed: int) -> dt.datetime:
         util = rng.uniform(20, 95)
         for k in range(job.gpus):
             gpu = gpus[node_index * PER_NODE + first + k]
-            allocations.append(
-                Allocation(
-                    job=job,
-                    gpu=gpu,
-                    active=False,
-                    allocated_at=job.started_at,
-                    released_at=job.ended_at,
-                )
-            )
+            allocations.append((job.pk, gpu.pk, False, job.started_at, job.ended_at))
             ts = job.started_at + dt.timedelta(seconds=job.pk % 3600)
             while ts < job.ended_at:
-                samples.append(GpuSample(gpu=gpu, ts=ts, util_pct=util, job_id=job.pk))
+                # The fill is not a schedule: two jobs may share a GPU's instant or
+                # GPU-hour; the first one keeps it (as the unique constraints want).
+                if (gpu.pk, ts) not in sampled:
+                    sampled.add((gpu.pk, ts))
+                    samples.append((gpu.pk, ts, util, job.pk))
                 ts += dt.timedelta(hours=1)
             bucket = job.started_at.replace(minute=0, second=0, microsecond=0)
             while bucket < job.ended_at:
                 held = (
                     min(job.ended_at, bucket + HOUR) - max(job.started_at, bucket)
                 ).total_seconds() // 60
-                if held > 0:
+                if held > 0 and (gpu.pk, bucket) not in rolled:
+                    rolled.add((gpu.pk, bucket))
+                    minutes = int(held)
                     rollups.append(
-                        GpuHourRollup(
-                            gpu=gpu,
-                            bucket=bucket,
-                            samples=int(held) * 12,
-                            util_mean=util,
-                            util_max=util,
-                            job=job,
-                            user_id=job.owner_id,
-                            minutes=int(held),
-                            busy_minutes=int(held),
-                            held_minutes=int(held),
-                        )
+                        (gpu.pk, bucket, minutes * 12, util, util, job.pk, job.owner_id)
+                        + (minutes, minutes, minutes)
                     )
                 bucket += HOUR
         hours = (job.ended_at - job.started_at).total_seconds() / 3600
         charges.append(
-            LedgerEntry(
-                account=account_of[job.owner_id],
-                kind="charge",
-                amount=-Decimal(f"{hours * job.gpus:.3f}"),
-                balance_after=Decimal(0),
-                idempotency_key=f"bench-{job.pk}",
-                job=job,
-                created_at=job.ended_at,
+            (
+                account_of[job.owner_id].pk,
+                "charge",
+                -Decimal(f"{hours * job.gpus:.3f}"),
+                Decimal(0),
+                f"bench-{job.pk}",
+                job.pk,
+                job.ended_at,
             )
         )
-    Allocation.objects.bulk_create(allocations, batch_size=5000)
-    GpuSample.objects.bulk_create(samples, batch_size=5000, ignore_conflicts=True)
-    # The fill is not a schedule: two jobs may share a GPU-hour; the first one keeps it.
-    GpuHourRollup.objects.bulk_create(rollups, batch_size=5000, ignore_conflicts=True)
+    _copy(Allocation, allocations, ("job", "gpu", "active", "allocated_at", "released_at"))
+    _copy(GpuSample, samples, ("gpu", "ts", "util_pct", "job_id"))
+    rollup_fields = ("gpu", "bucket", "samples", "util_mean", "util_max", "job", "user")
+    _copy(GpuHourRollup, rollups, (*rollup_fields, "minutes", "busy_minutes", "held_minutes"))
     RollupCursor.objects.update_or_create(level="hour", defaults={"done_until": end})
     RollupCursor.objects.update_or_create(level="minute", defaults={"done_until": end})
-    LedgerEntry.objects.bulk_create(charges, batch_size=5000)
+    ledger_fields = ("account", "kind", "amount", "balance_after", "idempotency_key", "job")
+    _copy(LedgerEntry, charges, (*ledger_fields, "created_at"))
     return end
+
+
+def _next_pk(model: Any) -> int:
+    from django.db.models import Max
+
+    return int(model.objects.aggregate(m=Max("pk"))["m"] or 0) + 1
+
+
+def _copy(model: Any, rows: list[Any], names: tuple[str, ...] | None = None) -> None:
+    """Write `rows` into `model`'s table with PostgreSQL's COPY, the way `bulk_create`
+    would (every field left out gets its default), at a fraction of its cost.
+
+    `rows` are either model instances (every concrete field is read off them, the
+    primary key included) or tuples of the fields in `names` (primary keys from the
+    table's sequence). Afterwards the sequence moves past the largest key.
+    """
+    from django.db import connection, models
+
+    fields = [f for f in model._meta.concrete_fields if not (names and f.primary_key)]
+    if names is None:
+        getters = [
+            (lambda obj, f=f: f.get_db_prep_save(f.pre_save(obj, True), connection))
+            if isinstance(f, models.JSONField) or getattr(f, "auto_now_add", False)
+            else (lambda obj, a=f.attname: getattr(obj, a))
+            for f in fields
+        ]
+        values = ([get(obj) for get in getters] for obj in rows)
+    else:
+        position = {model._meta.get_field(n).attname: i for i, n in enumerate(names)}
+        missing = [f.attname for f in fields if f.attname not in position]
+        defaults = {
+            f.attname: f.get_db_prep_save(
+                dt.datetime.now(dt.UTC) if getattr(f, "auto_now_add", False) else f.get_default(),
+                connection,
+            )
+            for f in fields
+            if f.attname in missing
+        }
+        order = [(position.get(f.attname), defaults.get(f.attname)) for f in fields]
+        values = ([row[i] if i is not None else d for i, d in order] for row in rows)
+    table = connection.ops.quote_name(model._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    with connection.cursor() as wrapper:
+        cursor = wrapper.cursor  # psycopg's own: COPY is not in the DB-API
+        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in values:
+                copy.write_row(row)
+        pk = model._meta.pk.column
+        cursor.execute(
+            f"SELECT setval(pg_get_serial_sequence(%s, %s), "
+            f"(SELECT COALESCE(MAX({connection.ops.quote_name(pk)}), 1) FROM {table}))",
+            [model._meta.db_table, pk],
+        )
 
 
 def _filled(admin_url: str, name: str) -> bool:
@@ -174,6 +227,40 @@ def _filled(admin_url: str, name: str) -> bool:
     return bool(row and row[0])
 
 
+def _cpu_timed(call: Any, repeat: int) -> dict[str, float | None]:
+    """CPU seconds of `call` (median): this process's, and its PostgreSQL backend's (read
+    from /proc where the database runs on this machine; None elsewhere). Their sum is what
+    the call costs however loaded the machine is; wall time on an idle one is about that."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = Path(f"/proc/{cursor.fetchone()[0]}/stat")
+
+    def backend_s() -> float | None:
+        try:
+            fields = backend.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    app, db = [], []
+    for _ in range(repeat):
+        cpu, db_before = time.process_time(), backend_s()
+        call()
+        app.append(time.process_time() - cpu)
+        db_after = backend_s()
+        if db_before is not None and db_after is not None:
+            db.append(db_after - db_before)
+    app_s = round(statistics.median(app), 3)
+    db_s = round(statistics.median(db), 3) if db else None
+    return {
+        "year_report_app_cpu_s": app_s,
+        "year_report_db_cpu_s": db_s,
+        "year_report_cpu_s": None if db_s is None else round(app_s + db_s, 3),
+    }
+
+
 def _timed(call: Any, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -181,6 +268,108 @@ def _timed(call: Any, repeat: int) -> float:
         call()
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
+    """The year report's and page's figures of commit `ref`, measured by this bench on
+    this (kept) database: a `git archive` of it in a temporary folder with this file as its
+    reports/bench.py, run by this Python."""
+    import subprocess
+    import tempfile
+
+    keys = (
+        "year_report_s",
+        "year_report_app_cpu_s",
+        "year_report_db_cpu_s",
+        "year_report_cpu_s",
+        "page_html_cold_s",
+        "page_with_charts_cold_s",
+        "page_with_charts_cold_cpu_s",
+        "page_html_cold_forecast_fitted_s",
+        "page_with_charts_cold_forecast_fitted_s",
+        "page_html_warm_s",
+        "page_with_charts_warm_s",
+    )
+    with tempfile.TemporaryDirectory(prefix="reports-baseline-") as tree:
+        archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        # The same measurements of both: this bench, run on the older commit's code.
+        Path(tree, "reports", "bench.py").write_text(Path(__file__).read_text())
+        # Its DATABASE_URL names the kept database's base name: it appends "_bench" itself.
+        env = {**os.environ, "DATABASE_URL": bench_url.removesuffix("_bench")}
+        command = [sys.executable, "-m", "reports.bench", "--keep", "--no-replay", "--json"]
+        done = subprocess.run(
+            [*command, "--repeat", str(repeat)],
+            cwd=tree,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"baseline {ref}: {figures}", file=sys.stderr, flush=True)
+    return {"ref": ref, **{key: figures.get(key) for key in keys}}
+
+
+def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
+    """The year's report page as a browser gets it: the HTML page (GET /reports/, the view
+    with its template), then the two chart images it links (weekly, forecast), each through
+    the test client (middleware, login, the view, the template; no network). Cold: caches
+    emptied before each load; warm: the same page loaded again right after."""
+    from django.core.cache import cache
+    from django.test import Client
+    from django.urls import reverse
+
+    from reports.forecast import lab_demand_forecast
+
+    client = Client()
+    client.force_login(staff)
+    page_url = f"{reverse('report_page')}?{period.query()}"
+
+    def load(url: str) -> tuple[float, float, bytes]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        response = client.get(url)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET {url}: {response.status_code}")
+        return time.perf_counter() - wall, time.process_time() - cpu, response.content
+
+    def load_page() -> list[tuple[float, float]]:
+        """The page, then the charts its HTML links, as a browser loads them."""
+        wall, cpu, html = load(page_url)
+        charts = [
+            unescape(src) for src in re.findall(r'<img class="chart" src="([^"]+)"', html.decode())
+        ]
+        if len(charts) != 2:
+            raise RuntimeError(f"the page links {len(charts)} charts, not 2")
+        return [(wall, cpu), *((w, c) for w, c, _png in map(load, charts))]
+
+    cold: list[list[tuple[float, float]]] = []
+    fitted: list[list[tuple[float, float]]] = []
+    warm: list[list[tuple[float, float]]] = []
+    for _ in range(repeat):
+        cache.clear()
+        cold.append(load_page())
+        warm.append(load_page())
+        # Caches emptied but the demand forecast (lab-wide, not of the period, fitted
+        # once per week and history change) already fitted, as on a lab's second page.
+        cache.clear()
+        lab_demand_forecast()
+        fitted.append(load_page())
+
+    def median(runs: list[list[tuple[float, float]]], pick: Any) -> float:
+        return round(statistics.median(pick(run) for run in runs), 3)
+
+    return {
+        "page_html_cold_s": median(cold, lambda run: run[0][0]),
+        "page_with_charts_cold_s": median(cold, lambda run: sum(w for w, _c in run)),
+        "page_with_charts_cold_cpu_s": median(cold, lambda run: sum(c for _w, c in run)),
+        "page_html_cold_forecast_fitted_s": median(fitted, lambda run: run[0][0]),
+        "page_with_charts_cold_forecast_fitted_s": median(
+            fitted, lambda run: sum(w for w, _c in run)
+        ),
+        "page_html_warm_s": median(warm, lambda run: run[0][0]),
+        "page_with_charts_warm_s": median(warm, lambda run: sum(w for w, _c in run)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the filled database afterwards, and reuse one kept by an earlier run",
     )
     parser.add_argument("--no-replay", action="store_true", help="measure only the year report")
+    parser.add_argument(
+        "--baseline",
+        metavar="GIT_REF",
+        help="also measure the year report and page of an older commit (this bench run on "
+        "a `git archive` of it) on the same database, in this run",
+    )
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
@@ -208,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         recreate_database(admin_url, bench_name)
     os.environ["DATABASE_URL"] = bench_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+    # A private cache, emptied before each cold page load (locmem: this process only).
+    os.environ["CACHE_URL"] = "locmem://"
+    # No parallel query (the lab's database has none to give): one backend does all the
+    # work, so its CPU time is the query's cost.
+    os.environ["PGOPTIONS"] = "-c max_parallel_workers_per_gather=0"
     import django
 
     django.setup()
@@ -253,6 +453,14 @@ def main(argv: list[str] | None = None) -> int:
             lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
         )
         print(f"year_report_s {report_s:.3f}", file=sys.stderr, flush=True)
+        report_cpu_s = _cpu_timed(
+            lambda: report_tables(usage_report(period=year, viewer=staff, now=end)), args.repeat
+        )
+        print(f"year_report_cpu_s {report_cpu_s}", file=sys.stderr, flush=True)
+        page = _page_timings(staff, year, args.repeat)
+        for key, value in page.items():
+            print(f"{key} {value}", file=sys.stderr, flush=True)
+        baseline_figures = _baseline(args.baseline, bench_url, args.repeat) if args.baseline else {}
         quarter_jobs = Job.objects.filter(
             submitted_at__gte=quarter.start, submitted_at__lt=quarter.end
         ).count()
@@ -286,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
             "fill_s": round(fill_s, 1),
             "baseline_job_aggregate_s": round(baseline, 3),
             "year_report_s": round(report_s, 3),
+            **report_cpu_s,
+            **page,
+            **{f"baseline_{key}": value for key, value in baseline_figures.items()},
             **result,
         }
     finally:

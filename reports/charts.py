@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display on a server
 
+from django.core.cache import cache  # noqa: E402
+from django.utils import translation  # noqa: E402
 from django.utils.translation import gettext as _  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -23,6 +28,8 @@ if TYPE_CHECKING:
 # Fonts that carry Chinese; the first one installed wins (fonts-wqy-microhei in CI).
 CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Source Han Sans SC")
 _lock = threading.Lock()
+# Drawn charts and the figures a page left for its chart's request (see cached_png).
+CHART_CACHE_S = 24 * 3600
 # Week labels are strings that look like dates; matplotlib's note about that is noise here.
 logging.getLogger("matplotlib.category").setLevel(
     logging.WARNING
@@ -45,24 +52,63 @@ def _render(fig: Figure, fmt: str) -> bytes:
     return out.getvalue()
 
 
+WeeklyPoints = list[tuple[str, float, float]]
+
+
+def weekly_points(report: UsageReport) -> WeeklyPoints:
+    """What the weekly chart plots: (Monday, allocation %, utilisation %) of each week."""
+    return [
+        (w.week.isoformat(), w.allocation_pct or 0, w.utilisation_pct or 0) for w in report.weeks
+    ]
+
+
+def version_of(points: object) -> str:
+    """A name for a chart's data: the same data, the same name (so the same image)."""
+    text = json.dumps(points, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cached_png(kind: str, points: object, draw: Callable[[], bytes]) -> bytes:
+    """The chart drawn from `points`, from the cache when the same data was drawn in this
+    language before: an image depends only on its data and its language, so a cached one is
+    never stale, whatever changed since (changed data has another name)."""
+    key = f"reports:chart:{kind}:{version_of(points)}:{translation.get_language() or ''}"
+    png = cache.get(key)
+    if png is None:
+        png = draw()
+        cache.set(key, png, CHART_CACHE_S)
+    return bytes(png)
+
+
+def remember_weekly_points(points: WeeklyPoints) -> str:
+    """Keep a page's weekly figures for its chart's request, which then draws them instead
+    of building the report again; returns the name the chart's URL carries."""
+    version = version_of(points)
+    cache.set(f"reports:chart:weekly-points:{version}", points, CHART_CACHE_S)
+    return version
+
+
+def remembered_weekly_points(version: str) -> WeeklyPoints | None:
+    """The weekly figures a page left under `version`; None for a name it never gave."""
+    if not re.fullmatch(r"[0-9a-f]{24}", version):
+        return None
+    points = cache.get(f"reports:chart:weekly-points:{version}")
+    return None if points is None or version_of(points) != version else points
+
+
 def weekly_chart(report: UsageReport, *, fmt: str = "png") -> bytes:
     """Share of GPUs allocated and real utilisation per week, in %."""
+    return weekly_chart_of(weekly_points(report), fmt=fmt)
+
+
+def weekly_chart_of(points: WeeklyPoints, *, fmt: str = "png") -> bytes:
+    """The weekly chart of `weekly_points`."""
     with _lock, matplotlib.rc_context({"font.family": _font_family()}):
         fig = _figure()
         ax = fig.add_subplot()
-        weeks = [w.week.isoformat() for w in report.weeks]
-        ax.plot(
-            weeks,
-            [w.allocation_pct or 0 for w in report.weeks],
-            marker="o",
-            label=_("Allocation %"),
-        )
-        ax.plot(
-            weeks,
-            [w.utilisation_pct or 0 for w in report.weeks],
-            marker="s",
-            label=_("Utilisation %"),
-        )
+        weeks = [week for week, _a, _u in points]
+        ax.plot(weeks, [a for _w, a, _u in points], marker="o", label=_("Allocation %"))
+        ax.plot(weeks, [u for _w, _a, u in points], marker="s", label=_("Utilisation %"))
         ax.set_ylim(0, 100)
         ax.set_ylabel("%")
         ax.set_title(_("Share of GPUs allocated and really used, per week"))

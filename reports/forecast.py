@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db.models import Case, FloatField, Sum, Value, When
+from django.db.models import Case, Count, FloatField, Sum, Value, When
 from django.db.models.functions import Cast, Coalesce, Greatest, TruncWeek
 from django.utils import timezone
 
@@ -162,11 +162,17 @@ def mape_pct(actual: list[float], predicted: list[float]) -> float | None:
 
 
 def lab_demand_forecast() -> Forecast | None:
-    """The forecast from the lab's whole history, cached until more jobs start or a week ends."""
+    """The forecast from the lab's whole history, cached for an hour at most, and until a job
+    of the history (submitted before this week) starts or ends, or the week ends. Jobs
+    submitted this week are not in the history: their starts do not refit the models."""
     from django.core.cache import cache
 
-    started = Job.objects.filter(started_at__isnull=False).count()
-    key = f"reports:forecast:{week_start(timezone.localdate())}:{started}"
+    this_week = week_start(timezone.localdate())
+    this_monday = timezone.make_aware(dt.datetime.combine(this_week, dt.time.min))
+    counts = Job.objects.filter(submitted_at__lt=this_monday, started_at__isnull=False).aggregate(
+        started=Count("id"), ended=Count("ended_at")
+    )
+    key = f"reports:forecast:{this_week}:{counts['started']}:{counts['ended']}"
     cached = cache.get(key)
     if cached is None:
         weeks, history = weekly_demand()

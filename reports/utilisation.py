@@ -22,16 +22,17 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from django.db.models import (
     Avg,
-    Count,
+    ExpressionWrapper,
     F,
     FloatField,
+    IntegerField,
     QuerySet,
     Sum,
     Value,
 )
-from django.db.models.functions import Cast, TruncWeek
 
 from telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, RollupCursor
 
@@ -67,32 +68,44 @@ def telemetry_windows(*, start: dt.datetime, end: dt.datetime) -> TelemetryWindo
     )
 
 
-def _rollup_rows(windows: TelemetryWindows) -> list[QuerySet[Any]]:
-    """Rollup rows held by a job with a reading, annotated with `used_h` and `measured_h`."""
-    rows: list[QuerySet[Any]] = []
+def _rollup_rows(windows: TelemetryWindows) -> list[tuple[QuerySet[Any], float, float]]:
+    """Rollup rows held by a job with a reading, annotated with `used_x` and `measured_x`,
+    each with the factor that turns its sum into GPU-hours. The database sums plain float
+    and integer columns (utilisation % × held minutes, held minutes) and the factors apply
+    once per group: a division per row in SQL costs more than the rest of the sum."""
+    rows: list[tuple[QuerySet[Any], float, float]] = []
     if windows.hours is not None:
         a, b = windows.hours
-        held_h = F("held_minutes") / 60.0
         rows.append(
-            GpuHourRollup.objects.filter(
-                bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
-            )
-            .order_by()
-            .annotate(
-                used_h=Cast(F("util_mean") * held_h / 100.0, FloatField()),
-                measured_h=Cast(held_h, FloatField()),
+            (
+                GpuHourRollup.objects.filter(
+                    bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
+                )
+                .order_by()
+                .annotate(
+                    used_x=ExpressionWrapper(
+                        F("util_mean") * F("held_minutes"), output_field=FloatField()
+                    ),
+                    measured_x=F("held_minutes"),
+                ),
+                1 / 6000.0,  # % × minutes → GPU-hours
+                1 / 60.0,  # minutes → hours
             )
         )
     if windows.minutes is not None:
         a, b = windows.minutes
         rows.append(
-            GpuMinuteRollup.objects.filter(
-                bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
-            )
-            .order_by()
-            .annotate(
-                used_h=Cast(F("util_mean") / 6000.0, FloatField()),
-                measured_h=Value(1 / 60.0, output_field=FloatField()),
+            (
+                GpuMinuteRollup.objects.filter(
+                    bucket__gte=a, bucket__lt=b, job__isnull=False, util_mean__isnull=False
+                )
+                .order_by()
+                .annotate(
+                    used_x=F("util_mean"),
+                    measured_x=Value(1, output_field=IntegerField()),
+                ),
+                1 / 6000.0,  # one minute at x % is x / 6000 GPU-hours
+                1 / 60.0,
             )
         )
     return rows
@@ -103,29 +116,45 @@ def rollup_usage(windows: TelemetryWindows, **group: Any) -> dict[tuple[Any, ...
     (name → field path or expression, e.g. `user="job__owner__username"`)."""
     names = list(group)
     totals: dict[tuple[Any, ...], list[float]] = {}
-    for rows in _rollup_rows(windows):
+    for rows, used_factor, measured_factor in _rollup_rows(windows):
         grouped = (
             rows.annotate(
                 **{f"g_{n}": e if not isinstance(e, str) else F(e) for n, e in group.items()}
             )
             .values(*(f"g_{n}" for n in names))
-            .annotate(used=Sum("used_h"), measured=Sum("measured_h"), n=Count("id"))
+            .annotate(used=Sum("used_x"), measured=Sum("measured_x"))
         )
         for row in grouped:
             key = tuple(row[f"g_{n}"] for n in names)
             line = totals.setdefault(key, [0.0, 0.0])
-            line[0] += row["used"] or 0.0
-            line[1] += row["measured"] or 0.0
+            line[0] += (row["used"] or 0.0) * used_factor
+            line[1] += (row["measured"] or 0) * measured_factor
     return totals
 
 
-def rollup_usage_by_week(windows: TelemetryWindows) -> dict[dt.date, float]:
-    """Used GPU-hours from the rollups per week (Monday, local time)."""
-    weeks: dict[dt.date, float] = {}
-    for (monday,), (used, _measured) in rollup_usage(windows, week=TruncWeek("bucket")).items():
-        day = monday.date() if isinstance(monday, dt.datetime) else monday
-        weeks[day] = weeks.get(day, 0.0) + used
-    return weeks
+def rollup_usage_by_week(windows: TelemetryWindows, grid: Any) -> dict[dt.date, float]:
+    """Used GPU-hours from the rollups per week of `grid` (a `reports.selectors.WeekGrid`):
+    summed per bucket (an hour or a minute) in SQL, the buckets fetched as seconds since
+    1970 and put in their weeks here, cheaper than truncating every row to its week."""
+    from reports.selectors import EpochSeconds
+
+    usage = rollup_usage(windows, t=EpochSeconds("bucket"))
+    if not usage or not grid.weeks:
+        return {}
+    seconds = np.round(np.array([t for (t,) in usage]))  # buckets are whole minutes
+    used = np.array([u for u, _measured in usage.values()])
+    ends = np.array([w1.timestamp() for w1 in grid.ends])
+    starts = np.array([w0.timestamp() for _m, w0, _w1 in grid.weeks])
+    index = np.searchsorted(ends, seconds, side="right")  # the week that ends after it
+    inside = (index < len(ends)) & (seconds >= starts[np.minimum(index, len(ends) - 1)])
+    per_week = np.bincount(index[inside], weights=used[inside], minlength=len(ends))
+    return {
+        monday: float(value)
+        for (monday, _w0, _w1), value, hit in zip(
+            grid.weeks, per_week, np.bincount(index[inside], minlength=len(ends)) > 0, strict=True
+        )
+        if hit
+    }
 
 
 def raw_job_means(window: Window) -> dict[int, float]:

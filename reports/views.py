@@ -41,6 +41,7 @@ def report_page(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
     context: dict[str, Any] = report_context(period=period, viewer=user)
     context.update(
+        weekly_chart_version=charts.remember_weekly_points(charts.weekly_points(context["report"])),
         params={
             "from": period.first_day.isoformat(),
             "to": period.last_day.isoformat(),
@@ -83,12 +84,25 @@ def report_chart(request: HttpRequest, name: str) -> HttpResponse:
         return HttpResponse(str(exc.message), status=400, content_type="text/plain; charset=utf-8")
     user = request_user(request)
     if name == "weekly":
-        png = charts.weekly_chart(usage_report(period=period, viewer=user))
+        # The page left its weekly figures under the name its image URL carries (`v`);
+        # without them (another link, an emptied cache) the report is built again.
+        points = charts.remembered_weekly_points(request.GET.get("v", ""))
+        if points is None:
+            points = charts.weekly_points(usage_report(period=period, viewer=user))
+        png = charts.cached_png("weekly", points, lambda: charts.weekly_chart_of(points))
     elif name == "forecast":
         forecast = lab_demand_forecast()
         if forecast is None:
             raise Http404(_("Not enough history for a forecast yet."))
-        png = charts.forecast_chart(forecast)
+        plotted = [
+            forecast.history_weeks,
+            forecast.history,
+            forecast.weeks,
+            forecast.mean,
+            forecast.lower,
+            forecast.upper,
+        ]
+        png = charts.cached_png("forecast", plotted, lambda: charts.forecast_chart(forecast))
     else:
         raise Http404(_("There is no chart named “%(name)s”.") % {"name": name})
     response = HttpResponse(png, content_type="image/png")

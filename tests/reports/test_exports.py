@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 import pytest
 import time_machine
 from django.test import Client
+from django.utils import translation
 
+from reports import charts
 from tests.conftest import PASSWORD, api_as
 from tests.reports.conftest import NOW
 
@@ -102,6 +105,43 @@ def test_reports_need_a_login(week: Any) -> None:
 def test_the_weekly_chart_is_a_png(week: Any, admin_user: Any) -> None:
     response = login(admin_user).get(f"/reports/charts/weekly.png?{QUERY}")
     assert response.status_code == 200 and response.content[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@time_machine.travel(NOW, tick=False)
+def test_the_weekly_chart_draws_the_figures_its_page_left_without_a_second_report(
+    week: Any, admin_user: Any, monkeypatch: Any
+) -> None:
+    client = login(admin_user)
+    html = client.get(f"/reports/?{QUERY}").content.decode()
+    version = re.search(r"weekly\.png\?[^\"]*v=([0-9a-f]+)", html)
+    assert version is not None
+
+    def no_second_report(**kwargs: Any) -> None:
+        raise AssertionError("the chart built the report again")
+
+    monkeypatch.setattr("reports.views.usage_report", no_second_report)
+    chart = client.get(f"/reports/charts/weekly.png?{QUERY}&v={version[1]}")
+    assert chart.status_code == 200 and chart.content[:8] == b"\x89PNG\r\n\x1a\n"
+    # A name the cache does not know (another link, an emptied cache): the report again.
+    with pytest.raises(AssertionError, match="built the report again"):
+        client.get(f"/reports/charts/weekly.png?{QUERY}&v=0123abcd")
+
+
+def test_a_cached_chart_is_named_by_its_data_and_language(db: Any) -> None:
+    drawn: list[str] = []
+
+    def draw(label: str) -> bytes:
+        drawn.append(label)
+        return label.encode()
+
+    points = [("2026-03-02", 50.0, 25.0)]
+    assert charts.cached_png("weekly", points, lambda: draw("a")) == b"a"
+    assert charts.cached_png("weekly", list(points), lambda: draw("b")) == b"a"
+    changed = [("2026-03-02", 50.0, 25.5)]
+    assert charts.cached_png("weekly", changed, lambda: draw("c")) == b"c"
+    with translation.override("zh-hans"):
+        assert charts.cached_png("weekly", points, lambda: draw("d")) == b"d"
+    assert drawn == ["a", "c", "d"]
 
 
 def test_the_schema_documents_the_usage_report(db: Any, admin_user: Any) -> None:

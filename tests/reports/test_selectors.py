@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 
+from reports.periods import period_of
 from reports.selectors import usage_report
-from tests.reports.conftest import NOW
+from tests.factories import GpuFactory, NodeFactory
+from tests.reports.conftest import MONDAY, NOW, at, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +116,23 @@ def test_a_running_job_counts_up_to_now_and_a_job_outside_counts_nothing(
     report = usage_report(period=week["period"], viewer=admin_user, now=mid)
     assert line(report, "user", "charlie").gpu_hours == pytest.approx(2)
     assert line(report, "user", "bob").gpu_hours == pytest.approx(4)  # not the earlier job
+
+
+def test_on_a_node_of_two_models_a_job_counts_for_its_first_gpus_model_and_weeks_split_runs(
+    queues: Any, alice: Any, admin_user: Any
+) -> None:
+    node = NodeFactory.create(name="mixed01")
+    a100 = GpuFactory.create(node=node, index=0, uuid="GPU-m0", model="A100")
+    l40s = GpuFactory.create(node=node, index=1, uuid="GPU-m1", model="L40S")
+    make_job(alice, "normal", [l40s], at(0, 0), at(0, 0), at(0, 3), "completed")
+    make_job(alice, "normal", [a100, l40s], at(0, 1), at(0, 4), at(0, 6), "failed")
+    # Sunday 22:00 to Monday 02:00: two hours in each week.
+    make_job(alice, "normal", [a100], at(6, 22), at(6, 22), at(7, 2), "completed")
+    period = period_of("custom", MONDAY.date(), MONDAY.date() + dt.timedelta(days=13))
+    report = usage_report(period=period, viewer=admin_user, now=at(14, 0))
+    a100_line, l40s_line = line(report, "model", "A100"), line(report, "model", "L40S")
+    assert a100_line.gpu_hours == pytest.approx(8)
+    assert dict(a100_line.jobs) == {"completed": 1, "failed": 1}
+    assert l40s_line.gpu_hours == pytest.approx(3) and dict(l40s_line.jobs) == {"completed": 1}
+    assert line(report, "node", "mixed01").gpu_hours == pytest.approx(11)
+    assert [w.gpu_hours for w in report.weeks] == pytest.approx([9, 2])
