@@ -138,7 +138,8 @@ def test_nothing_starts_on_a_monitor_only_node(
     Node.objects.filter(name="gpu02").update(runtime="docker")
     run_pass(django_capture_on_commit_callbacks)
     job.refresh_from_db()
-    assert job.state == Job.State.DISPATCHED and job.node.name == "gpu02"
+    assert job.state == Job.State.DISPATCHED
+    assert job.node is not None and job.node.name == "gpu02"
 
 
 def test_a_held_job_does_not_start(
