@@ -9,7 +9,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -552,6 +553,41 @@ class EmergencyRequest(StaffDecision):
         )
 
 
+MAX_ATTAINED_THRESHOLDS = 6
+
+
+def parse_attained_thresholds(text: str) -> tuple[float, ...]:
+    """GPUs held, as "4, 8, 16": positive, rising, at most MAX_ATTAINED_THRESHOLDS values.
+    Raises ValidationError with a message that says how to write them."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        raise ValidationError(
+            _("Write the thresholds as GPU counts separated by commas, such as “4, 8, 16”."),
+            code="invalid",
+        ) from None
+    if not 1 <= len(values) <= MAX_ATTAINED_THRESHOLDS:
+        raise ValidationError(
+            _("Give between 1 and %(n)s thresholds."),
+            code="count",
+            params={"n": MAX_ATTAINED_THRESHOLDS},
+        )
+    if any(not (0 < v <= 100_000) for v in values):
+        raise ValidationError(
+            _("Each threshold is a number of GPUs above 0 (and at most 100000)."), code="range"
+        )
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise ValidationError(
+            _("The thresholds must rise from left to right, such as “4, 8, 16”."), code="order"
+        )
+    return values
+
+
+def validate_attained_thresholds(text: str) -> None:
+    parse_attained_thresholds(text)
+
+
 class SchedulingPolicy(models.Model):
     """The lab's scheduler settings (one row): multifactor weights and the time-limit policy."""
 
@@ -577,6 +613,36 @@ class SchedulingPolicy(models.Model):
         help_text=_("Empty means warn only: jobs past their time limit are never stopped."),
     )
     stop_grace_s = models.PositiveIntegerField(_("seconds between SIGTERM and SIGKILL"), default=30)
+    # Issue 15's terms; the defaults are the engine's (scheduler.model.Policy).
+    weight_attained = models.FloatField(
+        _("weight: least attained service"),
+        default=3000.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1e6)],
+        help_text=_(
+            "Favours users whose running jobs hold few GPUs: the full weight below the first "
+            "threshold, less at each threshold reached; 0 turns it off."
+        ),
+    )
+    attained_thresholds = models.CharField(
+        _("least attained service: thresholds (GPUs held)"),
+        max_length=80,
+        default="4, 8, 16",
+        validators=[validate_attained_thresholds],
+        help_text=_(
+            "GPUs a user's running jobs hold, separated by commas and rising, such as "
+            "“4, 8, 16”; at each one reached, the user's waiting jobs lose an equal part "
+            "of the weight."
+        ),
+    )
+    weight_short = models.FloatField(
+        _("weight: short jobs first"),
+        default=5000.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1e6)],
+        help_text=_(
+            "Favours jobs with a short time limit: the full weight at 10 minutes or less, "
+            "nothing at 7 days or more, in 8 steps between; 0 turns it off."
+        ),
+    )
 
     class Meta:
         verbose_name = _("scheduling policy")
@@ -589,3 +655,11 @@ class SchedulingPolicy(models.Model):
     def current(cls) -> SchedulingPolicy:
         policy, _created = cls.objects.get_or_create(pk=1)
         return policy
+
+    def attained_thresholds_gpus(self) -> tuple[float, ...]:
+        """The attained-service thresholds as numbers; the engine's default if the row's
+        text is somehow invalid (the admin form refuses such text)."""
+        try:
+            return parse_attained_thresholds(self.attained_thresholds)
+        except ValidationError:
+            return (4.0, 8.0, 16.0)

@@ -335,6 +335,9 @@ def engine_policy(
         max_age_s=settings_row.max_age_days * 86400,
         half_life_s=half_life_s,
         drain_reserve_nodes=settings_row.drain_reserve_nodes,
+        weight_attained=settings_row.weight_attained,
+        attained_thresholds=settings_row.attained_thresholds_gpus(),
+        weight_short=settings_row.weight_short,
         queues={
             q.name: sm.QueuePolicy(
                 name=q.name,

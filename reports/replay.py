@@ -3,8 +3,8 @@
 The jobs (submit time, size, queue, owner, time limit and the run time they really
 had) come from the database in one query; the cluster is the lab's GPUs, plus or minus
 N GPUs of one model, optionally with more or fewer GPUs split into shared slots for
-debug work; the policy is the admin's, optionally changed (fair-share weights, queue
-limits, drain reserve). `scheduler.simulate` replays each option with the same pure
+debug work; the policy is the admin's, optionally changed (priority weights, the
+attained-service thresholds, queue limits, drain reserve). `scheduler.simulate` replays each option with the same pure
 engine the portal schedules with.
 
 The simulator knows neither bookings nor emergencies, so this layer brings them in
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
+from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
@@ -39,7 +40,14 @@ from django.utils.translation import gettext_lazy
 
 from accounts.models import Category, User
 from cluster.models import Gpu
-from jobqueue.models import EmergencyRequest, Job, Queue, SchedulingPolicy, command_text
+from jobqueue.models import (
+    EmergencyRequest,
+    Job,
+    Queue,
+    SchedulingPolicy,
+    command_text,
+    parse_attained_thresholds,
+)
 from jobqueue.scheduling import engine_policy, engine_units, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
@@ -51,14 +59,20 @@ from scheduler.simulate import SimJob, Simulation, Workload
 
 MAX_GPU_DELTA = 256
 PER_ADDED_NODE = 8
-# Fair-share weights: the admin's scheduling policy, changed as they are.
+# Priority weights: the admin's scheduling policy, changed as they are.
 WEIGHT_FIELDS: dict[str, Promise] = {
     "weight_age": gettext_lazy("weight: age"),
     "weight_fairshare": gettext_lazy("weight: fair share"),
     "weight_queue": gettext_lazy("weight: queue"),
     "weight_category": gettext_lazy("weight: category"),
     "weight_size": gettext_lazy("weight: job size"),
+    "weight_attained": gettext_lazy("weight: least attained service"),
+    "weight_short": gettext_lazy("weight: short jobs first"),
 }
+# The first least-attained-service threshold (GPUs held); the others scale with it, so
+# a number (what the form and the API carry) changes the whole list, keeping its ratios.
+ATTAINED_FIRST = "attained_first_threshold"
+ATTAINED_FIRST_RANGE = (1.0, 10_000.0)
 # Nodes the scheduler keeps draining for wide jobs (the scheduling policy's drain reserve).
 DRAIN_RESERVE = "drain_reserve_nodes"
 # Whole GPUs split into shared slots for debug work.
@@ -85,6 +99,8 @@ def policy_knob_range(name: str) -> tuple[float, float]:
     """The values a replay accepts for the setting `name`; BadReplay for an unknown one."""
     if name in WEIGHT_FIELDS:
         return (0, 1e6)
+    if name == ATTAINED_FIRST:
+        return ATTAINED_FIRST_RANGE
     if name == DRAIN_RESERVE:
         return (0, 64)
     if name == DEBUG_GPUS:
@@ -96,13 +112,14 @@ def policy_knob_range(name: str) -> tuple[float, float]:
         return (low, high)
     raise BadReplay(
         _(
-            "“%(name)s” is not a setting a replay can change; use a fair-share weight "
-            "(%(weights)s), %(drain)s, %(debug)s or queue:<queue>:<limit> with a limit of "
-            "%(limits)s."
+            "“%(name)s” is not a setting a replay can change; use a priority weight "
+            "(%(weights)s), %(attained)s, %(drain)s, %(debug)s or queue:<queue>:<limit> with "
+            "a limit of %(limits)s."
         )
         % {
             "name": name[:60],
             "weights": ", ".join(WEIGHT_FIELDS),
+            "attained": ATTAINED_FIRST,
             "drain": DRAIN_RESERVE,
             "debug": DEBUG_GPUS,
             "limits": ", ".join(QUEUE_LIMITS),
@@ -121,12 +138,34 @@ def policy_knob_check(name: str, value: float) -> None:
         raise BadReplay(_("“%(name)s” must be a whole number.") % {"name": name})
 
 
+def attained_thresholds_scaled(thresholds: tuple[float, ...], first: float) -> tuple[float, ...]:
+    """`thresholds` scaled so that the first one is `first` (their ratios kept); BadReplay
+    if a scaled threshold falls outside what the scheduling policy accepts."""
+    scaled = tuple(round(t * first / thresholds[0], 3) for t in thresholds)
+    try:
+        return parse_attained_thresholds(attained_thresholds_text(scaled))
+    except ValidationError as exc:
+        raise BadReplay(" ".join(exc.messages)) from None
+
+
+def attained_thresholds_text(thresholds: tuple[float, ...]) -> str:
+    """The thresholds as the scheduling policy keeps them: "4, 8, 16"."""
+    return ", ".join(f"{t:g}" for t in thresholds)
+
+
 def policy_knobs() -> list[tuple[str, str, float | None]]:
     """(name, label, today's value) of every setting a replay can change, for the form."""
     current = SchedulingPolicy.current()
     knobs: list[tuple[str, str, float | None]] = [
         (name, str(label), getattr(current, name)) for name, label in WEIGHT_FIELDS.items()
     ]
+    knobs.append(
+        (
+            ATTAINED_FIRST,
+            _("Least attained service: first threshold (GPUs held; the others scale with it)"),
+            current.attained_thresholds_gpus()[0],
+        )
+    )
     knobs.append(
         (DRAIN_RESERVE, _("Drain reserve (nodes kept for wide jobs)"), current.drain_reserve_nodes)
     )
@@ -418,17 +457,21 @@ def lab_cluster(
 
 
 def lab_policy(changes: dict[str, float] | None = None) -> sm.Policy:
-    """The admin's policy as the engine sees it, with `changes` applied (fair-share weights,
-    the drain reserve and queue limits; the debug GPUs change the cluster, not the policy)."""
-    policy = engine_policy(
-        SchedulingPolicy.current(), list(Queue.objects.all()), list(Category.objects.all())
-    )
+    """The admin's policy as the engine sees it, with `changes` applied (priority weights,
+    the attained-service thresholds, the drain reserve and queue limits; the debug GPUs
+    change the cluster, not the policy)."""
+    settings_row = SchedulingPolicy.current()
+    policy = engine_policy(settings_row, list(Queue.objects.all()), list(Category.objects.all()))
     weights: dict[str, Any] = {}
     queues = dict(policy.queues)
     for name, value in (changes or {}).items():
         policy_knob_check(name, value)
         if name in WEIGHT_FIELDS:
             weights[name] = float(value)
+        elif name == ATTAINED_FIRST:
+            weights["attained_thresholds"] = attained_thresholds_scaled(
+                settings_row.attained_thresholds_gpus(), float(value)
+            )
         elif name == DRAIN_RESERVE:
             weights[name] = int(value)
         elif name.startswith("queue:"):

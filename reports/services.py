@@ -19,12 +19,15 @@ from reports.errors import BadReplay
 from reports.models import PolicyChange, ReportTask
 from reports.periods import Period
 from reports.replay import (
+    ATTAINED_FIRST,
     DEBUG_GPUS,
     DRAIN_RESERVE,
     MAX_GPU_DELTA,
     NULLABLE_QUEUE_LIMITS,
     WEIGHT_FIELDS,
     ReplayOption,
+    attained_thresholds_scaled,
+    attained_thresholds_text,
     debug_gpu_plan,
     policy_knob_check,
     replay_options,
@@ -147,12 +150,15 @@ def _debug_gpus_now() -> int:
 
 
 def _live_settings(changes: dict[str, Any]) -> dict[str, Any]:
-    """Today's value of each setting in `changes`, as the audit log keeps it."""
+    """Today's value of each setting in `changes`, as the audit log keeps it (the first
+    attained-service threshold as the whole list it changes, under "attained_thresholds")."""
     policy = SchedulingPolicy.current()
     values: dict[str, Any] = {}
     for name in changes:
         if name in WEIGHT_FIELDS or name == DRAIN_RESERVE:
             values[name] = getattr(policy, name)
+        elif name == ATTAINED_FIRST:
+            values["attained_thresholds"] = policy.attained_thresholds
         elif name == DEBUG_GPUS:
             values[name] = _debug_gpus_now()
         else:
@@ -180,6 +186,12 @@ def policy_apply_from_replay(*, task: ReportTask, option_index: int, actor: User
     policy_fields = [n for n in changes if n in WEIGHT_FIELDS or n == DRAIN_RESERVE]
     for name in policy_fields:
         setattr(policy, name, int(changes[name]) if name == DRAIN_RESERVE else float(changes[name]))
+    if ATTAINED_FIRST in changes:
+        scaled = attained_thresholds_scaled(
+            policy.attained_thresholds_gpus(), float(changes[ATTAINED_FIRST])
+        )
+        policy.attained_thresholds = attained_thresholds_text(scaled)
+        policy_fields.append("attained_thresholds")
     if policy_fields:
         policy.save(update_fields=policy_fields)
     for name, value in changes.items():

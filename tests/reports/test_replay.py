@@ -362,3 +362,92 @@ def test_a_refused_part_of_a_policy_change_leaves_everything_as_it_was(
         policy_apply_from_replay(task=task, option_index=0, actor=admin_user)
     assert SchedulingPolicy.current().weight_age == before
     assert not PolicyChange.objects.exists()
+
+
+def test_least_attained_service_and_short_jobs_weights_map_onto_the_engine_policy(
+    week: Any,
+) -> None:
+    today = lab_policy()
+    assert (today.weight_attained, today.weight_short) == (3000.0, 5000.0)
+    assert today.attained_thresholds == (4.0, 8.0, 16.0)
+    policy = lab_policy({"weight_attained": 0, "weight_short": 9000, "attained_first_threshold": 2})
+    assert (policy.weight_attained, policy.weight_short) == (0.0, 9000.0)
+    assert policy.attained_thresholds == (2.0, 4.0, 8.0)  # the ratios kept
+    SchedulingPolicy.objects.filter(pk=SchedulingPolicy.current().pk).update(
+        attained_thresholds="4, 8, 1000"
+    )
+    bad: list[tuple[dict[str, float], str]] = [
+        ({"weight_short": -1}, "between 0 and 1e"),
+        ({"weight_attained": 2e6}, "between 0 and 1e"),
+        ({"attained_first_threshold": 0}, "between 1 and 10000"),
+        ({"attained_first_threshold": 500}, "at most 100000"),  # 1000 scales to 125000
+    ]
+    for changes, words in bad:
+        with pytest.raises(BadReplay, match=words):
+            lab_policy(changes)
+
+
+def test_a_higher_short_jobs_weight_makes_the_replayed_short_jobs_wait_less(
+    busy_week: Any,
+) -> None:
+    ids = list(
+        Job.objects.filter(submitted_at__gte=busy_week.start)
+        .order_by("submitted_at", "id")
+        .values_list("id", flat=True)
+    )
+    Job.objects.filter(pk__in=ids[::2]).update(time_limit_s=12 * 3600)
+
+    def short_waits(**changes: float) -> dict[tuple[str, float], float]:
+        jobs = _replayed_jobs(busy_week, **changes)
+        return {
+            (j.user, j.submit): j.start - j.submit
+            for j in jobs
+            if j.time_limit < 86400 and j.start is not None
+        }
+
+    first, last = short_waits(weight_short=1e6), short_waits(weight_short=0)
+    both = first.keys() & last.keys()
+    assert len(both) > 20
+    assert sum(first[k] for k in both) < sum(last[k] for k in both)
+
+
+def test_replayed_attained_service_and_short_jobs_settings_are_applied_and_audited(
+    week: Any, admin_user: Any
+) -> None:
+    changes = {"weight_short": 0, "weight_attained": 6000, "attained_first_threshold": 2}
+    task = report_task_create(
+        kind="replay",
+        requester=admin_user,
+        period=week["period"],
+        options=[{"label": "by GPUs held", "policy_changes": changes}],
+    )
+    report_task_run(task_id=task.pk)
+    task.refresh_from_db()
+    assert task.state == ReportTask.State.DONE, task.error
+    change = policy_apply_from_replay(task=task, option_index=0, actor=admin_user)
+    policy = SchedulingPolicy.current()
+    assert (policy.weight_short, policy.weight_attained) == (0.0, 6000.0)
+    assert policy.attained_thresholds == "2, 4, 8"
+    assert change.before == {
+        "weight_short": 5000.0,
+        "weight_attained": 3000.0,
+        "attained_thresholds": "4, 8, 16",
+    }
+    assert change.after == {
+        "weight_short": 0.0,
+        "weight_attained": 6000.0,
+        "attained_thresholds": "2, 4, 8",
+    }
+    assert change.predicted["label"] == "by GPUs held"
+    for bad, words in (
+        ({"weight_short": -5}, "between 0 and"),
+        ({"attained_first_threshold": 0.5}, "between 1 and 10000"),
+        ({"attained_thresholds": 4}, "not a setting"),
+    ):
+        with pytest.raises(BadReplay, match=words):
+            report_task_create(
+                kind="replay",
+                requester=admin_user,
+                period=week["period"],
+                options=[{"policy_changes": bad}],
+            )

@@ -1,0 +1,81 @@
+"""The admin's scheduling policy: the least-attained-service and short-jobs settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from jobqueue.models import SchedulingPolicy, parse_attained_thresholds
+from jobqueue.scheduling import build_engine_input
+from scheduler import model as sm
+
+pytestmark = pytest.mark.django_db
+
+URL = "/admin/jobqueue/schedulingpolicy/{pk}/change/"
+
+
+def _form(policy: SchedulingPolicy, **changes: Any) -> dict[str, Any]:
+    fields = [f.name for f in SchedulingPolicy._meta.fields if f.name != "id"]
+    data = {name: getattr(policy, name) for name in fields}
+    data["hard_limit_grace_s"] = data["hard_limit_grace_s"] or ""
+    return {**data, **changes}
+
+
+def test_a_new_policy_gives_the_engine_the_terms_it_had_before_the_settings_existed() -> None:
+    _state, policy, _gpus = build_engine_input(timezone.now())
+    engine = sm.Policy()
+    assert policy.weight_attained == engine.weight_attained
+    assert policy.weight_short == engine.weight_short
+    assert policy.attained_thresholds == engine.attained_thresholds
+
+
+def test_the_pass_uses_the_admins_attained_service_and_short_jobs_settings() -> None:
+    SchedulingPolicy.current()
+    SchedulingPolicy.objects.update(
+        weight_attained=0.0, weight_short=8000.0, attained_thresholds="2, 6"
+    )
+    _state, policy, _gpus = build_engine_input(timezone.now())
+    assert (policy.weight_attained, policy.weight_short) == (0.0, 8000.0)
+    assert policy.attained_thresholds == (2.0, 6.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("4; 8", "separated by commas"),
+        ("", "separated by commas"),
+        ("8, 4", "must rise"),
+        ("4, 4", "must rise"),
+        ("0, 4", "above 0"),
+        ("1, 2, 3, 4, 5, 6, 7", "between 1 and 6"),
+    ],
+)
+def test_bad_thresholds_are_refused_with_a_reason(text: str, words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        parse_attained_thresholds(text)
+
+
+def test_the_admin_form_shows_the_settings_and_refuses_bad_values_without_a_500(
+    admin_client: Any,
+) -> None:
+    policy = SchedulingPolicy.current()
+    url = URL.format(pk=policy.pk)
+    page = admin_client.get(url).content.decode()
+    assert "least attained service" in page and "short jobs first" in page
+    for changes, words in (
+        ({"attained_thresholds": "16, 8"}, "must rise"),
+        ({"attained_thresholds": "four"}, "separated by commas"),
+        ({"weight_short": "-1"}, "greater than or equal to 0"),
+    ):
+        response = admin_client.post(url, _form(policy, **changes))
+        assert response.status_code == 200 and words in response.content.decode()
+    assert SchedulingPolicy.current().attained_thresholds == "4, 8, 16"
+    response = admin_client.post(
+        url, _form(policy, attained_thresholds=" 2,4 , 8", weight_short="2500")
+    )
+    assert response.status_code == 302
+    saved = SchedulingPolicy.current()
+    assert saved.attained_thresholds_gpus() == (2.0, 4.0, 8.0) and saved.weight_short == 2500.0
