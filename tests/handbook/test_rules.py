@@ -103,6 +103,39 @@ def test_the_rules_page_shows_a_setting_an_admin_changed_and_when(
     assert "Last change:" in after
 
 
+def test_the_rules_page_shows_the_priority_weights_the_pass_uses(
+    client: Client, admin_user: Any, alice: Any, queues: Any
+) -> None:
+    from jobqueue.models import SchedulingPolicy
+
+    policy = SchedulingPolicy.current()
+    client.force_login(admin_user)
+    admin_change(
+        client,
+        f"/admin/jobqueue/schedulingpolicy/{policy.pk}/change/",
+        weight_attained="2500",
+        attained_thresholds="2, 4, 8",
+        weight_short="0",
+    )
+    member = Client()
+    member.force_login(alice)
+    html = member.get("/rules/").content.decode()
+    part = html.split('id="priority"')[1].split("</section>")[0]
+    rows = {
+        cells[0]: cells[1]
+        for cells in (
+            [c.split(">", 1)[1].strip() for c in row.split("</td>")[:2]]
+            for row in part.split("<tr>")[2:]
+        )
+    }
+    assert rows["GPUs held now"] == "2500"
+    assert rows["Short time limit"] == "0"
+    assert rows["Fair share"] == "10000"
+    assert "it steps down at 2, 4, 8 GPUs" in part
+    zh = member.get("/rules/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "谁先运行" in zh and "当前占用的 GPU" in zh and "回填" in zh
+
+
 def test_the_rules_page_is_in_chinese_for_chinese_readers(
     client: Client, alice: Any, queues: Any
 ) -> None:
