@@ -211,9 +211,7 @@ def _requests_take() -> None:
     """Clear the request flag, committed before the pass reads anything (see above).
 
     One statement, committed on its own (autocommit): no BEGIN/COMMIT round trips."""
-    SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).update(
-        pass_requested=False
-    )
+    SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).update(pass_requested=False)
 
 
 def _stored_since(now: datetime, seconds: float) -> bool:
