@@ -138,9 +138,8 @@ def passes_inline() -> Iterator[None]:
     """Within this block, a requested pass runs in this process as soon as the request's
     transaction commits (a job's end starts the next job on its GPUs at once).
 
-    The request is claimed exactly as for a queued pass, so it coalesces the same way:
-    if a pass is already requested and has not loaded yet, that one sees the change and
-    nothing runs here.
+    Requests still coalesce: if a pass is already requested and has not loaded yet, that
+    one sees the change and nothing runs here (see ``_pass_inline``).
     """
     token = _passes_inline.set(True)
     try:
