@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,6 +52,8 @@ STORE_ROW = "main:store"  # serialises the storing of places and estimates (see 
 # show minutes), and its priority when it moves by more than PRIORITY_TOLERANCE of itself:
 # otherwise every pass would rewrite every waiting row as time goes by.
 ESTIMATE_TOLERANCE_S = 30.0
+# A pass run at a job's end stores waiting jobs' figures at most this often (see scheduling_pass).
+INLINE_STORE_INTERVAL_S = 2.0
 PRIORITY_TOLERANCE = 0.005
 UNCATEGORISED = "uncategorised"
 RESERVATION_HORIZON = timedelta(days=14)
@@ -123,16 +128,56 @@ def _pass_already_asked_in_this_transaction() -> bool:
     return any(entry[1] is _enqueue_pass for entry in connection.run_on_commit)
 
 
-def _enqueue_pass() -> None:
-    claimed = _request_claim()
-    if claimed:
-        from jobqueue.tasks import scheduling_pass_task
+# Set while a control worker applies an agent's event: a pass it asks for runs right there,
+# after the event's commit, instead of going round the broker to a worker that may be busy.
+_passes_inline: ContextVar[bool] = ContextVar("passes_inline", default=False)
 
-        try:
-            scheduling_pass_task.apply_async()
-        except Exception:  # broker away: beat runs a pass every few seconds anyway
-            logger.exception("could not enqueue a scheduling pass")
-            SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
+
+@contextmanager
+def passes_inline() -> Iterator[None]:
+    """Within this block, a requested pass runs in this process as soon as the request's
+    transaction commits (a job's end starts the next job on its GPUs at once).
+
+    Requests still coalesce: if a pass is already requested and has not loaded yet, that
+    one sees the change and nothing runs here (see ``_pass_inline``).
+    """
+    token = _passes_inline.set(True)
+    try:
+        yield
+    finally:
+        _passes_inline.reset(token)
+
+
+def _enqueue_pass() -> None:
+    if _passes_inline.get():
+        _pass_inline()
+        return
+    if _request_claim():
+        _send_pass()
+
+
+def _pass_inline() -> None:
+    """Run the pass asked for here, unless one is requested already and has not loaded yet
+    (that one sees this transaction's change). The flag is left as it is: a request set
+    after this look has enqueued its own pass, which clears it."""
+    if _pass_requested():
+        return
+    try:
+        scheduling_pass(inline=True)
+    except Exception:  # never lose the request: hand it to a worker as usual
+        logger.exception("the scheduling pass after an agent's event failed; queueing one")
+        if _request_claim():
+            _send_pass()
+
+
+def _send_pass() -> None:
+    from jobqueue.tasks import scheduling_pass_task
+
+    try:
+        scheduling_pass_task.apply_async()
+    except Exception:  # broker away: beat runs a pass every few seconds anyway
+        logger.exception("could not enqueue a scheduling pass")
+        SchedulerLock.objects.filter(name=REQUEST_ROW).update(pass_requested=False)
 
 
 def _request_claim() -> bool:
@@ -162,11 +207,22 @@ def _request_claim() -> bool:
 
 
 def _requests_take() -> None:
-    """Clear the request flag, committed before the pass reads anything (see above)."""
-    with transaction.atomic():
-        SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).update(
-            pass_requested=False
-        )
+    """Clear the request flag, committed before the pass reads anything (see above).
+
+    One statement, committed on its own (autocommit): no BEGIN/COMMIT round trips."""
+    SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).update(pass_requested=False)
+
+
+def _stored_since(now: datetime, seconds: float) -> bool:
+    """Whether a pass stored waiting jobs' figures less than `seconds` before `now`."""
+    return SchedulerLock.objects.filter(
+        name=STORE_ROW, last_pass_at__gt=now - timedelta(seconds=seconds)
+    ).exists()
+
+
+def _pass_requested() -> bool:
+    """Whether a pass has been asked for since this one took the requests."""
+    return SchedulerLock.objects.filter(name=REQUEST_ROW, pass_requested=True).exists()
 
 
 # --- Loading the state -----------------------------------------------------------
@@ -508,14 +564,20 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
 # --- The pass ------------------------------------------------------------------------
 
 
-def scheduling_pass(*, now: datetime | None = None) -> PassResult:
+def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> PassResult:
     """Run one pass: decide starts and preemptions and commit them (the starts go out to the
-    agents then), then store each waiting job's place and estimate in a transaction of its own."""
+    agents then), then store each waiting job's place and estimate in a transaction of its own.
+
+    An ``inline`` pass (run where a job's end asked for it, see ``_pass_inline``) leaves the
+    request flag alone, since it claimed none, and stores the waiting jobs' figures only if
+    none were stored in the last INLINE_STORE_INTERVAL_S: while jobs end several times a
+    second, every waiting row would otherwise be rewritten at each end. A skipped store is
+    made up by the next pass that stores (at the latest beat's, every few seconds)."""
     began = time.perf_counter()
-    _requests_take()
+    if not inline:
+        _requests_take()
     with transaction.atomic():
-        lock, _created = SchedulerLock.objects.get_or_create(name=LOCK_NAME)
-        lock = SchedulerLock.objects.select_for_update().get(pk=lock.pk)
+        lock = _locked_row(LOCK_NAME)
         now = now or timezone.now()
         _move_jobs_whose_grant_lapsed(now)
         state, policy, gpu_by_uuid = build_engine_input(now)
@@ -525,8 +587,11 @@ def scheduling_pass(*, now: datetime | None = None) -> PassResult:
         plan_ms = (time.perf_counter() - began) * 1000
         SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=plan_ms)
     # An agent never waits for thousands of waiting rows to be written, and the next pass
-    # (whose plan needs none of them) may plan while they are.
-    _store_pending_info_unless_newer(result, now)
+    # (whose plan needs none of them) may plan while they are. When a further pass is
+    # already requested (jobs ending one after another), it will store its own, newer
+    # figures: writing these too would only rewrite every waiting row twice.
+    if not _pass_requested() and not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S)):
+        _store_pending_info_unless_newer(result, now)
     duration_ms = (time.perf_counter() - began) * 1000
     return PassResult(
         started=started, preempted=preempted, pending=len(result.pending), duration_ms=duration_ms
@@ -541,12 +606,20 @@ def _store_pending_info_unless_newer(result: sm.Plan, now: datetime) -> None:
     whose figures are in the table, so an older pass never overwrites a newer one's.
     (The pass lock's `last_pass_ms` is the time to the plan's commit.)
     """
-    row, _created = SchedulerLock.objects.get_or_create(name=STORE_ROW)
-    row = SchedulerLock.objects.select_for_update().get(pk=row.pk)
+    row = _locked_row(STORE_ROW)
     if row.last_pass_at is not None and row.last_pass_at > now:
         return
     _store_pending_info(result, now)
     SchedulerLock.objects.filter(pk=row.pk).update(last_pass_at=now)
+
+
+def _locked_row(name: str) -> SchedulerLock:
+    """The SchedulerLock row `name`, locked for this transaction (made on first use)."""
+    row = SchedulerLock.objects.select_for_update().filter(name=name).first()
+    if row is None:
+        SchedulerLock.objects.get_or_create(name=name)
+        row = SchedulerLock.objects.select_for_update().get(name=name)
+    return row
 
 
 def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:

@@ -382,7 +382,7 @@ def _load_rows(lp: dict[str, Any], args: argparse.Namespace) -> list[Any]:
         (
             f"scheduling pass, {p['waiting']} waiting",
             f"{p['pass_median_ms']} ms (max {p['pass_max_ms']})",
-            "",
+            f"cpu {p.get('pass_cpu_median_ms')} ms, load {p.get('load_average')}",
             "< 300 ms",
         )
     )

@@ -104,6 +104,10 @@ class LocalProcessRuntime(ContainerRuntime):
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.RLock()
         self._exit_callbacks: list[Callable[[int], None]] = []
+        # An ended job's status never changes while its directory stays the same one
+        # (same meta.json): the watch loop lists every job the node kept, every few
+        # seconds, so ended ones are not read again each time.
+        self._ended: dict[int, tuple[tuple[int, int], JobStatus]] = {}
 
     def on_exit(self, callback: Callable[[int], None]) -> None:
         self._exit_callbacks.append(callback)
@@ -136,7 +140,28 @@ class LocalProcessRuntime(ContainerRuntime):
         # time matches, since the pid may since belong to something else.
         return _proc_start_ticks(meta["pid"]) == meta["start_ticks"]
 
+    def _meta_identity(self, job_id: int) -> tuple[int, int] | None:
+        try:
+            st = os.stat(f"{self._root}/{job_id}/meta.json")
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
     def _status(self, job_id: int) -> JobStatus | None:
+        with self._lock:
+            known = self._ended.get(job_id)
+            if known is not None:
+                if known[0] == self._meta_identity(job_id):
+                    return known[1]
+                del self._ended[job_id]
+            status = self._status_read(job_id)
+            if status is not None and status.state == "exited":
+                identity = self._meta_identity(job_id)
+                if identity is not None:
+                    self._ended[job_id] = (identity, status)
+            return status
+
+    def _status_read(self, job_id: int) -> JobStatus | None:
         with self._lock:
             meta = self._meta(job_id)
             if meta is None:
@@ -213,6 +238,7 @@ class LocalProcessRuntime(ContainerRuntime):
                 if status is not None and not self._is_earlier_attempt(job_dir, status, spec):
                     return StartOutcome(status.container_id, False, status)
                 shutil.rmtree(job_dir)  # a claim left by a crash mid-start
+                self._ended.pop(spec.job_id, None)
                 job_dir.mkdir()
             try:
                 proc = self._spawn(spec, job_dir)
@@ -323,9 +349,11 @@ class LocalProcessRuntime(ContainerRuntime):
 
     def list_jobs(self) -> list[JobStatus]:
         statuses = []
-        for entry in sorted(self._root.iterdir()):
-            if entry.name.isdigit():
-                status = self._status(int(entry.name))
+        with os.scandir(self._root) as entries:
+            names = sorted(e.name for e in entries)
+        for name in names:
+            if name.isdigit():
+                status = self._status(int(name))
                 if status is not None:
                     statuses.append(status)
         return statuses
@@ -336,6 +364,7 @@ class LocalProcessRuntime(ContainerRuntime):
             self.stop(job_id, 0)
         with self._lock:
             self._procs.pop(job_id, None)
+            self._ended.pop(job_id, None)
             shutil.rmtree(self._dir(job_id), ignore_errors=True)
 
     def kill_leftovers(self, job_id: int) -> list[int]:

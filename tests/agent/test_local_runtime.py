@@ -225,3 +225,20 @@ def test_a_shell_form_command_runs_as_typed(runtime: LocalProcessRuntime) -> Non
     status = wait_until(lambda: exited(runtime, 41))
     assert status.exit_code == 0
     assert "done" in logs_of(runtime, 41, 10)
+
+
+def test_an_ended_job_read_once_is_read_again_when_its_directory_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """Ended jobs are not re-read at every listing, yet a new run in their place is seen."""
+    runtime = LocalProcessRuntime(tmp_path, enabled=True)
+    runtime.start(spec(8, "exit 3"))
+    assert wait_until(lambda: exited(runtime, 8)).exit_code == 3
+    # Another agent process on the same state directory (a restart) runs the next attempt.
+    other = LocalProcessRuntime(tmp_path, enabled=True)
+    other.start(spec(8, "sleep 30", attempt=2))
+    try:
+        status = next(s for s in runtime.list_jobs() if s.job_id == 8)
+        assert status.state == "running"
+    finally:
+        other.stop(8, 0)

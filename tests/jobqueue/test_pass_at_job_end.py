@@ -1,0 +1,136 @@
+"""A job's end, applied by a control worker, starts the next job there and then (no queued pass)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from jobqueue import scheduling
+from jobqueue.models import Allocation, Job, SchedulerLock
+from jobqueue.scheduling import passes_inline, scheduling_pass
+from jobqueue.services import job_event_apply
+from tests.jobqueue.test_submit import submit
+
+# Real commits: what runs after a commit is what is tested.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def exited(job: Job) -> dict[str, Any]:
+    return {
+        "event_id": f"{job.pk}:exited:c1",
+        "job_id": job.pk,
+        "kind": "exited",
+        "container_id": "c1",
+        "ts": timezone.now().timestamp(),
+        "exit_code": 0,
+    }
+
+
+def fill_cluster(owner: Any, waiting: int) -> tuple[list[Job], list[Job]]:
+    """Eight 1-GPU jobs on the 8 GPUs, and `waiting` more behind them."""
+    jobs = [submit(owner) for _ in range(8 + waiting)]
+    scheduling_pass()
+    running = [j for j in jobs if Job.objects.get(pk=j.pk).state == Job.State.DISPATCHED]
+    assert len(running) == 8
+    return running, [j for j in jobs if j not in running]
+
+
+def gpus_of(job: Job) -> set[int]:
+    return set(Allocation.objects.filter(job=job, active=True).values_list("gpu_id", flat=True))
+
+
+def end_inline(job: Job) -> None:
+    """The end as the control worker applies it (cluster.tasks.job_event)."""
+    job.refresh_from_db()
+    assert job.node is not None
+    with passes_inline():
+        job_event_apply(node_name=job.node.name, event=exited(job))
+
+
+def test_the_end_of_a_job_starts_the_next_one_on_its_gpu_without_a_queued_pass(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=2)
+    passes_before = len(sent_tasks.named("control.scheduling_pass"))
+    ended = running[0]
+    freed = gpus_of(ended)
+
+    end_inline(ended)
+
+    first = Job.objects.get(pk=waiting[0].pk)
+    assert first.state == Job.State.DISPATCHED  # the oldest waiting job, on the freed GPU
+    assert gpus_of(first) == freed
+    assert Job.objects.get(pk=waiting[1].pk).state == Job.State.PENDING
+    starts = [a for name, a, _q in sent_tasks if name == "agent.start_job"]
+    assert starts[-1][0]["job_id"] == first.pk
+    assert len(sent_tasks.named("control.scheduling_pass")) == passes_before  # none queued
+
+
+def test_an_end_while_a_pass_is_already_requested_leaves_the_start_to_that_pass(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=1)
+    # A pass is requested and queued (a submit's, say) but has not loaded the state yet.
+    SchedulerLock.objects.update_or_create(
+        name=scheduling.REQUEST_ROW, defaults={"pass_requested": True}
+    )
+
+    end_inline(running[0])
+
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.PENDING
+    scheduling_pass()  # the requested pass: it sees the freed GPU
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+
+
+def test_passes_at_job_ends_store_places_at_most_every_few_seconds_and_others_always(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=3)
+    assert [Job.objects.get(pk=j.pk).queue_position for j in waiting] == [1, 2, 3]
+
+    end_inline(running[0])  # the pass just stored: no store
+
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+    assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [2, 3]  # as stored
+    scheduling_pass()  # any other pass (a submit's, beat's) stores
+    assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [1, 2]
+
+
+def test_a_failing_pass_at_a_job_end_is_queued_instead_and_the_end_stands(
+    alice: Any,
+    cluster: Any,
+    image: Any,
+    sent_tasks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=1)
+    passes_before = len(sent_tasks.named("control.scheduling_pass"))
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(scheduling, "build_engine_input", broken)
+    end_inline(running[0])
+
+    assert Job.objects.get(pk=running[0].pk).state == Job.State.COMPLETED
+    assert len(sent_tasks.named("control.scheduling_pass")) == passes_before + 1
+
+
+def test_the_control_worker_runs_the_pass_where_it_applies_an_agents_end(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    from cluster.models import NodeToken
+    from cluster.tasks import job_event
+
+    running, waiting = fill_cluster(alice, waiting=1)
+    passes_before = len(sent_tasks.named("control.scheduling_pass"))
+    ended = Job.objects.select_related("node").get(pk=running[0].pk)
+    assert ended.node is not None
+    _token, secret = NodeToken.issue(node_name=ended.node.name)
+
+    assert job_event(ended.node.name, secret, exited(ended)) == "ok"
+
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+    assert len(sent_tasks.named("control.scheduling_pass")) == passes_before
