@@ -353,9 +353,7 @@ ClassKey = tuple[Owner, Shape, float, bool]
 
 
 def _class(job: PendingJob) -> ClassKey:
-    special = (
-        job.emergency or job.reservation_id is not None or job.held or job.min_memory_mb > 0
-    )
+    special = job.emergency or job.reservation_id is not None or job.held or job.min_memory_mb > 0
     return (_owner(job), _shape(job), job.time_limit_s, special)
 
 
@@ -480,10 +478,7 @@ class _Backlog:
                 heapq.heappush(heap, (ranker.rank(jobs[ids[pos + 1]]).sort_key, g, pos + 1))
         return out
 
-
-    def behind(
-        self, ranker: Ranker, live: dict[ClassKey, int], count: int
-    ) -> list[PendingJob]:
+    def behind(self, ranker: Ranker, live: dict[ClassKey, int], count: int) -> list[PendingJob]:
         """The next ``count`` jobs in scheduling order among the classes in ``live``,
         each class from its position there (advanced past the jobs returned). The jobs
         of these classes that come before the last one returned are all returned."""
