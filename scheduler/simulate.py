@@ -394,6 +394,10 @@ class _Backlog:
         # The same jobs by class (owner, shape, limit, special), each list in the
         # engine's order: what lets a pass pick the jobs behind the head that could start.
         self.classes: dict[ClassKey, list[tuple[tuple[float, ...], int]]] = {}
+        # The classes by shape and limit (the special ones apart), so that a pass finds
+        # those that could start without visiting the others.
+        self.by_shape: dict[Shape, dict[float, dict[ClassKey, None]]] = {}
+        self.special: set[ClassKey] = set()
         self.policy = policy
 
     def __len__(self) -> int:
@@ -413,7 +417,14 @@ class _Backlog:
         self.jobs[job.id] = job
         self.shapes[_shape(job)] += 1
         self.limits[(_owner(job), _shape(job), job.time_limit_s)] += 1
-        members = self.classes.setdefault(_class(job), [])
+        key = _class(job)
+        members = self.classes.get(key)
+        if members is None:
+            members = self.classes[key] = []
+            if key[3]:
+                self.special.add(key)
+            else:
+                self.by_shape.setdefault(key[1], {}).setdefault(key[2], {})[key] = None
         item = (self._within(job), job.id)
         if not members or members[-1] < item:
             members.append(item)
@@ -423,9 +434,9 @@ class _Backlog:
             # Arrivals come in (submit, id) order, so appending keeps each group sorted.
             self.groups.setdefault(self._group(job), []).append(job.id)
         elif self.static:
-            key = Ranker.static_key(job, self.policy)
-            self.keys[job.id] = key
-            bisect.insort(self.ordered, (key, job.id))
+            order = Ranker.static_key(job, self.policy)
+            self.keys[job.id] = order
+            bisect.insort(self.ordered, (order, job.id))
 
     def remove(self, job_id: int) -> None:
         job = self.jobs.pop(job_id)
@@ -436,6 +447,16 @@ class _Backlog:
         del members[bisect.bisect_left(members, (self._within(job), job.id))]
         if not members:
             del self.classes[key]
+            if key[3]:
+                self.special.discard(key)
+            else:
+                by_limit = self.by_shape[key[1]]
+                same = by_limit[key[2]]
+                del same[key]
+                if not same:
+                    del by_limit[key[2]]
+                    if not by_limit:
+                        del self.by_shape[key[1]]
         if self.by_group:
             group = self.groups[self._group(job)]
             group.remove(job_id)
@@ -1042,21 +1063,22 @@ class Simulation:
             for gpu_ids in started:
                 free.release(gpu_ids)
         live: dict[ClassKey, int] = {}
-        for key, members in backlog.classes.items():
+        classes = backlog.classes
+        for key in backlog.special:
             pos = taken.get(key, 0)
-            if pos >= len(members):
-                continue
-            owner, shape, limit, special = key
-            if not special:
-                if limit >= failed.get(shape, math.inf):
-                    continue
-                if limit >= limited.get((owner, shape), math.inf):
-                    continue
-                slot, k, _model = shape
-                room = slot_room if slot else (whole_room[k - 1] if k <= len(whole_room) else 0)
-                if room < limit:
-                    continue
-            live[key] = pos
+            if pos < len(classes[key]):
+                live[key] = pos
+        for shape, by_limit in backlog.by_shape.items():
+            slot, k, _model = shape
+            room = slot_room if slot else (whole_room[k - 1] if k <= len(whole_room) else 0.0)
+            shortest_failed = failed.get(shape, math.inf)
+            for limit in sorted(by_limit):
+                if limit >= shortest_failed or limit > room:
+                    break  # so are the longer limits of this shape
+                for key in by_limit[limit]:
+                    pos = taken.get(key, 0)
+                    if pos < len(classes[key]) and limit < limited.get((key[0], shape), math.inf):
+                        live[key] = pos
         return live
 
     def _rest_cannot_start(
