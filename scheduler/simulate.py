@@ -345,6 +345,9 @@ STRICT_BLOCKING = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATI
 PLACEMENT_FAILED = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
 # Reasons a pass gives a job refused by a running limit or a per-job limit.
 LIMIT_FAILED = frozenset({Reason.USER_LIMIT, Reason.QUEUE_LIMIT, Reason.CATEGORY_LIMIT})
+# Reasons a pass gives a job that no node (or no node up) could ever hold: they depend
+# on the shape alone (jobs with a memory need are kept apart), whatever the limit.
+NEVER_FITS = frozenset({Reason.CONSTRAINTS, Reason.NODE_UNAVAILABLE})
 Shape = tuple[bool, int, str | None]
 Owner = tuple[str, str, str]
 # Owner, shape, time limit, and whether the job is special (emergency, reservation, held,
@@ -530,7 +533,8 @@ def _witnesses(
 
     Within a pass, a placement that failed fails again for the same shape with a limit
     as long or longer (free units only disappear, blocks only appear, and a longer job
-    meets more blocks and the drain reserve): such jobs cannot start. Likewise a limit
+    meets more blocks and the drain reserve): such jobs cannot start. A shape no node
+    could ever hold fails at every limit. Likewise a limit
     (user, queue, category) that refused a job refuses the same owner's later jobs of
     that shape with limits as long: counters only grow."""
     failed: dict[Shape, float] = {}
@@ -540,7 +544,9 @@ def _witnesses(
         if info is None or job.emergency or job.min_memory_mb > 0:
             continue
         shape = _shape(job)
-        if info.reason in PLACEMENT_FAILED:
+        if info.reason in NEVER_FITS and job.reservation_id is None:
+            failed[shape] = -math.inf
+        elif info.reason in PLACEMENT_FAILED:
             failed[shape] = min(failed.get(shape, math.inf), job.time_limit_s)
         elif info.reason in LIMIT_FAILED:
             key = (_owner(job), shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from scheduler.simulate import (
     _Backlog,
     _EtaBudget,
     _FreeUnits,
+    _witnesses,
     build_cluster,
     labportal_policy,
     load_workload,
@@ -330,3 +332,41 @@ def test_the_jobs_behind_come_in_the_engines_order_class_by_class() -> None:
     ]
     picked = backlog.behind(ranker, {key: 2 for key in chosen}, 1000)
     assert [j.id for j in picked] == wanted
+
+
+def test_jobs_that_no_node_can_hold_prove_it_for_their_whole_shape() -> None:
+    rng = random.Random(21)
+    # A third of the backlog asks for a GPU model the cluster lacks (a what-if replay
+    # that removed it): those jobs never start, and need not be shown to every pass.
+    jobs = [
+        replace(job, gpu_model="H100") if not job.shared_slot and i % 3 == 0 else job
+        for i, job in enumerate(_random_jobs(rng, 300))
+    ]
+    now = jobs[-1].submit_time + 3600.0
+    nodes, units, running = _busy_cluster(rng, now)
+    users = sorted({j.user for j in jobs})
+    tree = ShareNode("lab", 1.0, tuple(ShareNode(u, 1.0) for u in users))
+    base = ClusterState(nodes, units, running=running, share_tree=tree, usage={})
+    policy = labportal_policy()
+    whole = plan(replace(base, pending=tuple(jobs)), policy, now, estimates=False)
+    sim = Simulation(
+        Workload([], users, {}, tree),
+        "labportal",
+        gpus=32,
+        per_node=8,
+        slot_gpus=1,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        cluster=(nodes, units),
+    )
+    backlog = _Backlog(policy)
+    for job in jobs:
+        backlog.add(job)
+    free = _FreeUnits(nodes, units)
+    for r in running:
+        free.take(r.gpu_ids)
+    _head, part = sim._decide(backlog, Ranker(base, policy, now, {}, 8), base, free, now, (), False)
+    assert part.starts == whole.starts
+    # One of them failing proves it for the others of its shape, whatever their limit.
+    failed, _limited = _witnesses(jobs, whole)
+    assert failed[(False, 2, "H100")] == -math.inf
