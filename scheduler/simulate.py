@@ -338,15 +338,26 @@ class _Usage:
 
 
 # The first pass of an event looks at this many jobs, doubling while more could start.
-PREFIX_MIN = 64
+PREFIX_MIN = 16
 # Reasons that stop a strict (no backfill) pass for every job behind.
 STRICT_BLOCKING = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
 # Reasons a pass gives a job whose placement failed (not a limit, not a hold).
 PLACEMENT_FAILED = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
 # Reasons a pass gives a job refused by a running limit or a per-job limit.
 LIMIT_FAILED = frozenset({Reason.USER_LIMIT, Reason.QUEUE_LIMIT, Reason.CATEGORY_LIMIT})
+# Reasons a pass gives a job that no node (or no node up) could ever hold: they depend
+# on the shape alone (jobs with a memory need are kept apart), whatever the limit.
+NEVER_FITS = frozenset({Reason.CONSTRAINTS, Reason.NODE_UNAVAILABLE})
 Shape = tuple[bool, int, str | None]
 Owner = tuple[str, str, str]
+# Owner, shape, time limit, and whether the job is special (emergency, reservation, held,
+# a memory need): jobs of one class that is not special succeed or fail alike in a pass.
+ClassKey = tuple[Owner, Shape, float, bool]
+
+
+def _class(job: PendingJob) -> ClassKey:
+    special = job.emergency or job.reservation_id is not None or job.held or job.min_memory_mb > 0
+    return (_owner(job), _shape(job), job.time_limit_s, special)
 
 
 def _owner(job: PendingJob) -> Owner:
@@ -383,6 +394,13 @@ class _Backlog:
         # Pending count per (shape, time limit): the shortest limit of a shape bounds
         # what could still squeeze in before a guarantee.
         self.limits: Counter[tuple[Owner, Shape, float]] = Counter()
+        # The same jobs by class (owner, shape, limit, special), each list in the
+        # engine's order: what lets a pass pick the jobs behind the head that could start.
+        self.classes: dict[ClassKey, list[tuple[tuple[float, ...], int]]] = {}
+        # The classes by shape and limit (the special ones apart), so that a pass finds
+        # those that could start without visiting the others.
+        self.by_shape: dict[Shape, dict[float, dict[ClassKey, None]]] = {}
+        self.special: set[ClassKey] = set()
         self.policy = policy
 
     def __len__(self) -> int:
@@ -399,22 +417,57 @@ class _Backlog:
             short_level(job, self.policy),
         )
 
+    def _within(self, job: PendingJob) -> tuple[float, ...]:
+        """The order inside a class: submit order, or the fixed key of FIFO and
+        shortest-first (a class shares user, queue, category, width and limit)."""
+        if self.static:
+            return Ranker.static_key(job, self.policy)
+        return (job.submit_time, job.id)
+
     def add(self, job: PendingJob) -> None:
         self.jobs[job.id] = job
         self.shapes[_shape(job)] += 1
         self.limits[(_owner(job), _shape(job), job.time_limit_s)] += 1
+        key = _class(job)
+        members = self.classes.get(key)
+        if members is None:
+            members = self.classes[key] = []
+            if key[3]:
+                self.special.add(key)
+            else:
+                self.by_shape.setdefault(key[1], {}).setdefault(key[2], {})[key] = None
+        item = (self._within(job), job.id)
+        if not members or members[-1] < item:
+            members.append(item)
+        else:
+            bisect.insort(members, item)
         if self.by_group:
             # Arrivals come in (submit, id) order, so appending keeps each group sorted.
             self.groups.setdefault(self._group(job), []).append(job.id)
         elif self.static:
-            key = Ranker.static_key(job, self.policy)
-            self.keys[job.id] = key
-            bisect.insort(self.ordered, (key, job.id))
+            order = Ranker.static_key(job, self.policy)
+            self.keys[job.id] = order
+            bisect.insort(self.ordered, (order, job.id))
 
     def remove(self, job_id: int) -> None:
         job = self.jobs.pop(job_id)
         self.shapes[_shape(job)] -= 1
         self.limits[(_owner(job), _shape(job), job.time_limit_s)] -= 1
+        key = _class(job)
+        members = self.classes[key]
+        del members[bisect.bisect_left(members, (self._within(job), job.id))]
+        if not members:
+            del self.classes[key]
+            if key[3]:
+                self.special.discard(key)
+            else:
+                by_limit = self.by_shape[key[1]]
+                same = by_limit[key[2]]
+                del same[key]
+                if not same:
+                    del by_limit[key[2]]
+                    if not by_limit:
+                        del self.by_shape[key[1]]
         if self.by_group:
             group = self.groups[self._group(job)]
             group.remove(job_id)
@@ -456,6 +509,57 @@ class _Backlog:
             if pos + 1 < len(ids):
                 heapq.heappush(heap, (ranker.rank(jobs[ids[pos + 1]]).sort_key, g, pos + 1))
         return out
+
+    def behind(self, ranker: Ranker, live: dict[ClassKey, int], count: int) -> list[PendingJob]:
+        """The next ``count`` jobs in scheduling order among the classes in ``live``,
+        each class from its position there (advanced past the jobs returned). The jobs
+        of these classes that come before the last one returned are all returned."""
+        jobs = self.jobs
+        heap: list[tuple[tuple[float, ...], int, ClassKey]] = []
+        for n, (key, pos) in enumerate(live.items()):
+            members = self.classes[key]
+            if pos < len(members):
+                heap.append((ranker.rank(jobs[members[pos][1]]).sort_key, n, key))
+        heapq.heapify(heap)
+        out: list[PendingJob] = []
+        while heap and len(out) < count:
+            _key, n, key = heapq.heappop(heap)
+            members = self.classes[key]
+            pos = live[key]
+            out.append(jobs[members[pos][1]])
+            live[key] = pos + 1
+            if pos + 1 < len(members):
+                heapq.heappush(heap, (ranker.rank(jobs[members[pos + 1][1]]).sort_key, n, key))
+        return out
+
+
+def _witnesses(
+    shown: Iterable[PendingJob], result: Plan
+) -> tuple[dict[Shape, float], dict[tuple[Owner, Shape], float]]:
+    """What the pass's failures prove about the jobs behind them: (shortest failed limit
+    per shape, shortest limit refused by a limit per owner and shape).
+
+    Within a pass, a placement that failed fails again for the same shape with a limit
+    as long or longer (free units only disappear, blocks only appear, and a longer job
+    meets more blocks and the drain reserve): such jobs cannot start. A shape no node
+    could ever hold fails at every limit. Likewise a limit
+    (user, queue, category) that refused a job refuses the same owner's later jobs of
+    that shape with limits as long: counters only grow."""
+    failed: dict[Shape, float] = {}
+    limited: dict[tuple[Owner, Shape], float] = {}
+    for job in shown:
+        info = result.pending.get(job.id)
+        if info is None or job.emergency or job.min_memory_mb > 0:
+            continue
+        shape = _shape(job)
+        if info.reason in NEVER_FITS and job.reservation_id is None:
+            failed[shape] = -math.inf
+        elif info.reason in PLACEMENT_FAILED:
+            failed[shape] = min(failed.get(shape, math.inf), job.time_limit_s)
+        elif info.reason in LIMIT_FAILED:
+            key = (_owner(job), shape)
+            limited[key] = min(limited.get(key, math.inf), job.time_limit_s)
+    return failed, limited
 
 
 def _sort_key(item: RankedJob) -> tuple[float, ...]:
@@ -544,6 +648,29 @@ class _FreeUnits:
             elif any(sum(1 for w in ws if w >= limit) >= k for ws in per_node.values()):
                 return True
         return False
+
+    def room(self, windows: dict[int, float]) -> tuple[float, list[float]]:
+        """The longest time limit that could start now: on a shared slot, and on k whole
+        units of one node (index k - 1), given each unit's window (see ``windows``)."""
+        per_node: dict[str, list[float]] = {}
+        slot_best = -math.inf
+        for u, holds in enumerate(self.holds):
+            if holds or not self.usable[u]:
+                continue
+            window = windows.get(u, math.inf)
+            if self.slot[u]:
+                slot_best = max(slot_best, window)
+            else:
+                per_node.setdefault(self.node[u], []).append(window)
+        best: list[float] = []
+        for ws in per_node.values():
+            ws.sort(reverse=True)
+            for k, w in enumerate(ws):
+                if k == len(best):
+                    best.append(w)
+                elif w > best[k]:
+                    best[k] = w
+        return slot_best, best
 
     def windows(
         self, blocks: Iterable[tuple[float, Iterable[str]]], now: float
@@ -649,6 +776,8 @@ class Simulation:
         # Jobs whose start estimate the deep-backlog sampling skipped (see _EtaBudget).
         self.eta_skipped: set[int] = set()
         self.passes = 0
+        # Jobs a pass picked from behind the head (classes that could still start).
+        self.picked = 0
         # Called as (jobs arrived so far, pending now) after each arrival (the speed bench).
         self.on_arrival: Callable[[int, int], None] | None = None
 
@@ -847,18 +976,9 @@ class Simulation:
                 usage=current,
             )
             ranker = Ranker(base, self.policy, t, {}, largest)
-            size = PREFIX_MIN
-            while True:
-                prefix = backlog.prefix(ranker, size, owed if want_eta else ())
-                result = plan(
-                    replace(base, pending=tuple(prefix)), self.policy, t, estimates=want_eta
-                )
-                self.passes += 1
-                if len(prefix) == len(backlog) or self._rest_cannot_start(
-                    backlog, prefix, result, free, t
-                ):
-                    break
-                size = 2 * len(prefix)
+            prefix, result = self._decide(
+                backlog, ranker, base, free, t, owed if want_eta else (), want_eta
+            )
             if want_eta:
                 budget.spend(len(prefix))
             for start in result.starts:
@@ -873,12 +993,107 @@ class Simulation:
                 busy += _unit_gpus(job, self.slots_per_gpu)
                 heapq.heappush(finishes, (job.end, job.index))
             if want_eta:
+                # Only the head's estimates are exact: the jobs picked from behind it
+                # were played forward without the jobs skipped between them.
+                head = {job.id for job in prefix}
                 for job_id, info in result.pending.items():
                     job = jobs[job_id]
-                    if job.eta is None and job_id not in self.eta_skipped:
+                    if job.eta is None and job_id not in self.eta_skipped and job_id in head:
                         job.eta = info.estimated_start
                         if job.eta is not None:
                             owed.discard(job_id)
+
+    def _decide(
+        self,
+        backlog: _Backlog,
+        ranker: Ranker,
+        base: ClusterState,
+        free: _FreeUnits,
+        now: float,
+        must: Iterable[int],
+        estimates: bool,
+    ) -> tuple[list[PendingJob], Plan]:
+        """One event's pass, over as few jobs as the decisions allow: (the head of the
+        backlog shown to the engine, its plan). The plan's starts are the starts a pass
+        over the whole backlog would make.
+
+        The head is the first M jobs in order (M doubling from ``PREFIX_MIN``) until every
+        backfill guarantee went to a job in it. Past that point a job that does not start
+        changes nothing for the jobs behind it, so only the jobs of classes that could
+        still start are added (``_live_classes``), every such job up to a point in the
+        order, and the pass is run again until no class behind could start."""
+        policy = self.policy
+        # Picking from behind needs each class's order to be the engine's (not so for a
+        # negative age weight, where the backlog sorts) and guarantees that run out.
+        pick = policy.backfill and (backlog.by_group or backlog.static)
+        size = PREFIX_MIN
+        while True:
+            prefix = backlog.prefix(ranker, size, must)
+            shown = prefix
+            taken: Counter[ClassKey] | None = None
+            count = 0
+            while True:
+                result = plan(replace(base, pending=tuple(shown)), policy, now, estimates=estimates)
+                self.passes += 1
+                if len(shown) == len(backlog):
+                    return prefix, result
+                if not pick or len(result.guarantees) < policy.backfill_depth:
+                    break  # a job behind could still take a guarantee: a longer head
+                if taken is None:
+                    taken = Counter(_class(job) for job in prefix)
+                live = self._live_classes(backlog, shown, result, free, now, taken)
+                if not live:
+                    return prefix, result
+                count = max(2 * count, len(live), 16)
+                more = backlog.behind(ranker, live, count)
+                taken.update({key: pos - taken[key] for key, pos in live.items()})
+                shown = shown + more
+                self.picked += len(more)
+            if self._rest_cannot_start(backlog, prefix, result, free, now):
+                return prefix, result
+            size = 2 * len(prefix)
+
+    def _live_classes(
+        self,
+        backlog: _Backlog,
+        shown: list[PendingJob],
+        result: Plan,
+        free: _FreeUnits,
+        now: float,
+        taken: Counter[ClassKey],
+    ) -> dict[ClassKey, int]:
+        """Classes with jobs not yet shown that could start in this pass, each with the
+        number of its jobs already shown. Every job not shown comes after every job
+        shown, so what failed among the shown fails for them (see ``_rest_cannot_start``),
+        and so does a shape with no free room for its limit once the shown jobs started."""
+        failed, limited = _witnesses(shown, result)
+        started = [start.gpu_ids for start in result.starts]
+        for gpu_ids in started:
+            free.take(gpu_ids)
+        try:
+            windows = free.windows(((g.start, g.gpu_ids) for g in result.guarantees.values()), now)
+            slot_room, whole_room = free.room(windows)
+        finally:
+            for gpu_ids in started:
+                free.release(gpu_ids)
+        live: dict[ClassKey, int] = {}
+        classes = backlog.classes
+        for key in backlog.special:
+            pos = taken.get(key, 0)
+            if pos < len(classes[key]):
+                live[key] = pos
+        for shape, by_limit in backlog.by_shape.items():
+            slot, k, _model = shape
+            room = slot_room if slot else (whole_room[k - 1] if k <= len(whole_room) else 0.0)
+            shortest_failed = failed.get(shape, math.inf)
+            for limit in sorted(by_limit):
+                if limit >= shortest_failed or limit > room:
+                    break  # so are the longer limits of this shape
+                for key in by_limit[limit]:
+                    pos = taken.get(key, 0)
+                    if pos < len(classes[key]) and limit < limited.get((key[0], shape), math.inf):
+                        live[key] = pos
+        return live
 
     def _rest_cannot_start(
         self,
@@ -895,23 +1110,7 @@ class Simulation:
             return True  # strict order: everything behind a blocked job waits
         rest = Counter(backlog.limits)
         rest.subtract((_owner(job), _shape(job), job.time_limit_s) for job in prefix)
-        # Within a pass, a placement that failed fails again for the same shape with a
-        # limit as long or longer (free units only disappear, blocks only appear, and a
-        # longer job meets more blocks and the drain reserve): such jobs cannot start.
-        # Likewise a limit (user, queue, category) that refused a job refuses the same
-        # owner's later jobs of that shape with limits as long: counters only grow.
-        failed: dict[Shape, float] = {}
-        limited: dict[tuple[Owner, Shape], float] = {}
-        for job in prefix:
-            info = result.pending.get(job.id)
-            if info is None or job.emergency:
-                continue
-            shape = _shape(job)
-            if info.reason in PLACEMENT_FAILED:
-                failed[shape] = min(failed.get(shape, math.inf), job.time_limit_s)
-            elif info.reason in LIMIT_FAILED:
-                key = (_owner(job), shape)
-                limited[key] = min(limited.get(key, math.inf), job.time_limit_s)
+        failed, limited = _witnesses(prefix, result)
         shortest: dict[Shape, float] = {}
         for (owner, shape, limit), n in rest.items():
             if (

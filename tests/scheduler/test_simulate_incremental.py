@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from scheduler.engine import plan
-from scheduler.model import ClusterState, Gpu, Guarantee, Node, PendingJob, Plan, ShareNode
+from scheduler.model import (
+    ClusterState,
+    Gpu,
+    Guarantee,
+    Node,
+    PendingJob,
+    Plan,
+    RunningJob,
+    ShareNode,
+)
 from scheduler.priority import Ranker, rank_pending
 from scheduler.simulate import (
     Simulation,
+    Workload,
     _Backlog,
     _EtaBudget,
     _FreeUnits,
+    _witnesses,
+    build_cluster,
     labportal_policy,
     load_workload,
 )
@@ -55,6 +69,9 @@ def test_the_incremental_replay_starts_the_same_jobs_at_the_same_times_on_the_sa
     fast = _replay(path, policy, 16, incremental=True)
     assert max(j.start or 0 for j in full.jobs) > 0
     assert [(j.start, j.gpu_ids) for j in fast.jobs] == [(j.start, j.gpu_ids) for j in full.jobs]
+    if policy != "fifo":
+        # Passes picked jobs from behind the head of the backlog (FIFO never backfills).
+        assert fast.picked > 0
     # An estimate depends only on the jobs ahead: the sampled arrivals get the full
     # replay's estimates exactly.
     sampled = [j.index for j in fast.jobs if j.index not in fast.eta_skipped]
@@ -204,3 +221,152 @@ def test_a_plan_over_a_prefix_decides_its_jobs_as_a_plan_over_all() -> None:
         k: v for k, v in whole.guarantees.items() if k in head
     }
     assert all(isinstance(g, Guarantee) for g in part.guarantees.values())
+
+
+@pytest.mark.parametrize("policy", ["labportal", "sjf-oracle"])
+def test_the_incremental_replay_of_short_bursty_jobs_matches_the_full_replay(
+    tmp_path: Path, policy: str
+) -> None:
+    # Many one-GPU and shared-slot jobs with short limits, per-user debug limits, and a
+    # backlog on 8 GPUs: the jobs picked from behind the head are the ones that start.
+    path = _workload(tmp_path, "bursty", 1.5, seed=5)
+    full = _replay(path, policy, 8, incremental=False)
+    fast = _replay(path, policy, 8, incremental=True)
+    if policy == "labportal":
+        assert fast.picked > 0  # shortest-first already ranks these jobs at the head
+    assert [(j.start, j.gpu_ids) for j in fast.jobs] == [(j.start, j.gpu_ids) for j in full.jobs]
+
+
+def _busy_cluster(
+    rng: random.Random, now: float
+) -> tuple[tuple[Node, ...], tuple[Gpu, ...], tuple[RunningJob, ...]]:
+    """Four nodes of 8 GPUs (one split in 4 shared slots), about half of them running
+    jobs that end at scattered times, so that guarantees leave windows to backfill."""
+    nodes, units = build_cluster(32, 8, 1, 4)
+    running = []
+    for n, unit in enumerate(u for u in units if u.parent is None):
+        if rng.random() < 0.55:
+            running.append(
+                RunningJob(
+                    10_000 + n,
+                    f"u{rng.randrange(6)}",
+                    "normal",
+                    (unit.id,),
+                    now - rng.uniform(0, 3600),
+                    rng.choice([1800.0, 3600.0, 4 * 3600.0, 86_400.0]),
+                    category="phd",
+                )
+            )
+    return nodes, units, tuple(running)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_pass_over_the_head_and_the_classes_that_could_start_starts_what_a_full_pass_starts(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    jobs = [
+        replace(job, time_limit_s=rng.choice([600.0, 1800.0, job.time_limit_s, 3 * 86_400.0]))
+        if not job.shared_slot
+        else job
+        for job in _random_jobs(rng, 400)
+    ]
+    now = jobs[-1].submit_time + rng.uniform(0, 86_400)
+    nodes, units, running = _busy_cluster(rng, now)
+    users = sorted({j.user for j in jobs})
+    tree = ShareNode("lab", 1.0, tuple(ShareNode(u, 1.0) for u in users))
+    usage = {u: rng.uniform(0, 1e6) for u in users}
+    base = ClusterState(nodes, units, running=running, share_tree=tree, usage=usage)
+    policy = labportal_policy()
+    whole = plan(replace(base, pending=tuple(jobs)), policy, now, estimates=False)
+
+    sim = Simulation(
+        Workload([], users, {}, tree),
+        "labportal",
+        gpus=32,
+        per_node=8,
+        slot_gpus=1,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        cluster=(nodes, units),
+    )
+    backlog = _Backlog(policy)
+    for job in jobs:
+        backlog.add(job)
+    free = _FreeUnits(nodes, units)
+    for r in running:
+        free.take(r.gpu_ids)
+    ranker = Ranker(base, policy, now, {}, 8)
+    _head, part = sim._decide(backlog, ranker, base, free, now, (), False)
+    assert part.starts == whole.starts
+    # Jobs were picked from behind the head, far fewer than the backlog.
+    assert 0 < sim.picked < len(jobs) // 2
+
+
+def test_the_jobs_behind_come_in_the_engines_order_class_by_class() -> None:
+    rng = random.Random(4)
+    jobs = _random_jobs(rng, 200)
+    policy = labportal_policy()
+    users = sorted({j.user for j in jobs})
+    state = ClusterState(
+        nodes=(Node("n0"),),
+        gpus=tuple(Gpu(f"g{i}", "n0", "A10", 24_000) for i in range(8)),
+        pending=tuple(jobs),
+        share_tree=ShareNode("lab", 1.0, tuple(ShareNode(u, 1.0) for u in users)),
+        usage={u: rng.uniform(0, 1e6) for u in users},
+    )
+    now = jobs[-1].submit_time + 3600.0
+    backlog = _Backlog(policy)
+    for job in jobs:
+        backlog.add(job)
+    order = [r.job.id for r in rank_pending(state, policy, now, {}, 8)]
+    ranker = Ranker(state, policy, now, {}, 8)
+    every = {key: 0 for key in backlog.classes}
+    assert [j.id for j in backlog.behind(ranker, every, 50)] == order[:50]
+    # Two classes only, from their third job on: those jobs, in the engine's order.
+    chosen = dict(list(every.items())[:2])
+    wanted = [
+        i
+        for i in order
+        if any(backlog.jobs[i].id in {m[1] for m in backlog.classes[k][2:]} for k in chosen)
+    ]
+    picked = backlog.behind(ranker, {key: 2 for key in chosen}, 1000)
+    assert [j.id for j in picked] == wanted
+
+
+def test_jobs_that_no_node_can_hold_prove_it_for_their_whole_shape() -> None:
+    rng = random.Random(21)
+    # A third of the backlog asks for a GPU model the cluster lacks (a what-if replay
+    # that removed it): those jobs never start, and need not be shown to every pass.
+    jobs = [
+        replace(job, gpu_model="H100") if not job.shared_slot and i % 3 == 0 else job
+        for i, job in enumerate(_random_jobs(rng, 300))
+    ]
+    now = jobs[-1].submit_time + 3600.0
+    nodes, units, running = _busy_cluster(rng, now)
+    users = sorted({j.user for j in jobs})
+    tree = ShareNode("lab", 1.0, tuple(ShareNode(u, 1.0) for u in users))
+    base = ClusterState(nodes, units, running=running, share_tree=tree, usage={})
+    policy = labportal_policy()
+    whole = plan(replace(base, pending=tuple(jobs)), policy, now, estimates=False)
+    sim = Simulation(
+        Workload([], users, {}, tree),
+        "labportal",
+        gpus=32,
+        per_node=8,
+        slot_gpus=1,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        cluster=(nodes, units),
+    )
+    backlog = _Backlog(policy)
+    for job in jobs:
+        backlog.add(job)
+    free = _FreeUnits(nodes, units)
+    for r in running:
+        free.take(r.gpu_ids)
+    _head, part = sim._decide(backlog, Ranker(base, policy, now, {}, 8), base, free, now, (), False)
+    assert part.starts == whole.starts
+    # One of them failing proves it for the others of its shape, whatever their limit.
+    failed, _limited = _witnesses(jobs, whole)
+    assert failed[(False, 2, "H100")] == -math.inf
