@@ -485,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
                 "quarter_replay_layer_s": round(replay_s - timings["simulate_s"], 2),
                 "quarter_replay_export_s": round(timings["export_s"], 2),
                 "quarter_replay_simulate_s": round(timings["simulate_s"], 1),
+                # The options run side by side in worker processes: their CPU summed.
+                "quarter_replay_simulate_cpu_sum_s": round(timings["simulate_cpu_s"], 1),
+                "quarter_replay_processes": int(timings["processes"]),
                 "replay_outcomes": [o.as_dict() for o in outcomes],
             }
         result = {

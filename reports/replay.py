@@ -24,10 +24,13 @@ as the engine ranks them (see `scheduler.priority`):
 from __future__ import annotations
 
 import datetime as dt
+import multiprocessing
+import os
 import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -543,6 +546,42 @@ def _measure(
     )
 
 
+# Options of one replay run side by side in worker processes when the period is big
+# enough to pay for them (a quarter is ~40 s of simulator CPU per option; forking and
+# sending the workload costs well under a second). LABPORTAL_REPLAY_PROCESSES=1 turns it off.
+PARALLEL_MIN_JOBS = 2000
+
+
+def _replay_processes(options: int, jobs: int) -> int:
+    if options < 2 or jobs < PARALLEL_MIN_JOBS:
+        return 1
+    configured = os.environ.get("LABPORTAL_REPLAY_PROCESSES", "").strip()
+    limit = int(configured) if configured.isdigit() and int(configured) > 0 else os.cpu_count() or 1
+    return max(1, min(options, limit))
+
+
+def _simulate(
+    workload: Workload,
+    cluster: tuple[tuple[sm.Node, ...], tuple[sm.Gpu, ...]],
+    policy: sm.Policy,
+) -> tuple[list[SimJob], dict[str, Any], int, float]:
+    """One option's replay: pure computation, no database (it may run in a child process)."""
+    sim = Simulation(
+        workload,
+        "labportal",
+        gpus=_whole_units(cluster[1]),
+        per_node=PER_ADDED_NODE,
+        slot_gpus=0,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        cluster=cluster,
+        policy=policy,
+    )
+    clock = time.perf_counter()
+    metrics = sim.run()
+    return sim.jobs, metrics, sim.slots_per_gpu, time.perf_counter() - clock
+
+
 def replay_options(
     *,
     period: Period,
@@ -551,7 +590,8 @@ def replay_options(
     timings: dict[str, float] | None = None,
 ) -> list[ReplayOutcome]:
     """Replay the period's jobs under each option; `progress(done, total)` after each.
-    `timings` (if given) receives the seconds spent exporting the history and simulating."""
+    `timings` (if given) receives the seconds spent exporting the history and simulating
+    (`simulate_s`: the wall time of all options; `simulate_cpu_s`: their sum)."""
     clock = time.perf_counter()
     workload, recorded = workload_from_history(period)
     spent: dict[str, float] = defaultdict(float)
@@ -564,41 +604,56 @@ def replay_options(
             period=period,
         )
     ]
-    for done, option in enumerate(options):
+    # What each option replays, read from the database here (never in a child process).
+    plans = []
+    for option in options:
         debug = option.policy_changes.get(DEBUG_GPUS)
         cluster = lab_cluster(
             gpu_delta=option.gpu_delta,
             gpu_model=option.gpu_model,
             debug_gpus=None if debug is None else int(debug),
         )
-        sim = Simulation(
-            workload,
-            "labportal",
-            gpus=_whole_units(cluster[1]),
-            per_node=PER_ADDED_NODE,
-            slot_gpus=0,
-            slots_per_gpu=4,
-            timeslot_s=4 * 3600.0,
-            cluster=cluster,
-            policy=with_replay_queues(
-                lab_policy({k: v for k, v in option.policy_changes.items() if k != DEBUG_GPUS})
-            ),
+        policy = with_replay_queues(
+            lab_policy({k: v for k, v in option.policy_changes.items() if k != DEBUG_GPUS})
         )
-        clock = time.perf_counter()
-        metrics = sim.run()
-        spent["simulate_s"] += time.perf_counter() - clock
+        plans.append((cluster, policy))
+    results: list[tuple[list[SimJob], dict[str, Any], int, float] | None] = [None] * len(plans)
+    processes = _replay_processes(len(plans), len(workload.jobs))
+    clock = time.perf_counter()
+    if processes > 1:
+        # fork: the children start at once with the workload already in memory, and only
+        # compute (they never touch the database connection they inherit).
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
+            futures = {
+                pool.submit(_simulate, workload, cluster, policy): index
+                for index, (cluster, policy) in enumerate(plans)
+            }
+            for done, future in enumerate(as_completed(futures)):
+                results[futures[future]] = future.result()
+                if progress is not None:
+                    progress(done + 1, len(plans))
+    else:
+        for index, (cluster, policy) in enumerate(plans):
+            results[index] = _simulate(workload, cluster, policy)
+            if progress is not None:
+                progress(index + 1, len(plans))
+    spent["simulate_s"] = time.perf_counter() - clock
+    spent["processes"] = processes
+    for option, (cluster, _policy), result in zip(options, plans, results, strict=True):
+        assert result is not None
+        jobs, metrics, slots_per_gpu, seconds = result
+        spent["simulate_cpu_s"] += seconds
         outcomes.append(
             _measure(
                 option.label,
-                sim.jobs,
+                jobs,
                 capacity=_whole_units(cluster[1]),
                 period=period,
                 jain=metrics.get("jain"),
-                slots_per_gpu=sim.slots_per_gpu,
+                slots_per_gpu=slots_per_gpu,
             )
         )
-        if progress is not None:
-            progress(done + 1, len(options))
     if timings is not None:
         timings.update(spent)
     return outcomes

@@ -126,6 +126,31 @@ def test_more_gpus_never_raise_the_mean_wait_and_fewer_never_lower_it(busy_week:
     assert outcomes[-1].unmet_gpu_hours <= outcomes[2].unmet_gpu_hours
 
 
+def test_options_replayed_side_by_side_in_processes_give_the_same_outcomes(
+    busy_week: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reports import replay
+
+    options = [ReplayOption(f"{d:+d}", gpu_delta=d, gpu_model="L40S") for d in (0, 2, 4)]
+    monkeypatch.setenv("LABPORTAL_REPLAY_PROCESSES", "1")
+    serial_timings: dict[str, float] = {}
+    serial = replay_options(period=busy_week, options=options, timings=serial_timings)
+    monkeypatch.setattr(replay, "PARALLEL_MIN_JOBS", 1)  # the busy week is small
+    monkeypatch.setenv("LABPORTAL_REPLAY_PROCESSES", "2")
+    progress: list[tuple[int, int]] = []
+    timings: dict[str, float] = {}
+    parallel = replay_options(
+        period=busy_week,
+        options=options,
+        progress=lambda d, t: progress.append((d, t)),
+        timings=timings,
+    )
+    assert serial_timings["processes"] == 1 and timings["processes"] == 2
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    assert [o.as_dict() for o in parallel] == [o.as_dict() for o in serial]
+    assert [o.label for o in parallel[1:]] == ["+0", "+2", "+4"]
+
+
 def test_impossible_options_are_refused_with_a_reason(week: Any) -> None:
     period = week["period"]
     with pytest.raises(BadReplay, match="no GPU of model"):
