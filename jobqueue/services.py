@@ -361,6 +361,11 @@ def job_submit(
         "allocations": Allocation.objects.none(),
         **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
     }
+    # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
+    # it on the job); in agents mode there is none.
+    slurm_row = Job.slurm.related  # type: ignore[attr-defined]
+    if not slurm_row.is_cached(job):
+        slurm_row.set_cached_value(job, None)
     return job
 
 
