@@ -130,6 +130,7 @@ def calendar_bars(row: Any) -> SafeString:
     for bar in row.bars:
         reservation = bar.reservation
         note = escape(reservation.note) if reservation is not None and reservation.note else ""
+        text: str  # escaped here; `title` is escaped once, when written
         if bar.kind == "job":
             title = gettext("job %(job)s runs at most until here") % {"job": bar.title}
             text = escape(bar.title)
