@@ -7,13 +7,14 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from jobqueue.models import Job, JobEvent, Queue, VolumeMount
+from labportal.api_serializers import CachedFieldsModelSerializer
 from slurm.serializers import SlurmJobSummarySerializer
 
 MAX_INT32 = 2**31 - 1
 MAX_BIGINT = 2**63 - 1
 
 
-class QueueSerializer(serializers.ModelSerializer[Queue]):
+class QueueSerializer(CachedFieldsModelSerializer):
     class Meta:
         model = Queue
         fields = [
@@ -32,13 +33,13 @@ class QueueSerializer(serializers.ModelSerializer[Queue]):
         ]
 
 
-class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+class JobEventSerializer(CachedFieldsModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["kind", "message", "data", "created_at"]
 
 
-class JobSerializer(serializers.ModelSerializer[Job]):
+class JobSerializer(CachedFieldsModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     queue = serializers.CharField(source="queue.name", read_only=True)
     image = serializers.CharField(source="image.reference", read_only=True)

@@ -361,6 +361,11 @@ def job_submit(
         "allocations": Allocation.objects.none(),
         **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
     }
+    # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
+    # it on the job); in agents mode there is none.
+    slurm_row = Job.slurm.related  # type: ignore[attr-defined]
+    if not slurm_row.is_cached(job):
+        slurm_row.set_cached_value(job, None)
     return job
 
 
@@ -381,9 +386,12 @@ def jobs_submit_batch(*, owner: User, specs: list[dict[str, Any]]) -> list[Job]:
             % {"max": MAX_BATCH}
         )
     jobs = []
+    # One transaction holds the whole batch and any refusal rolls it all back, so
+    # each job needs no savepoint of its own (two statements fewer per job).
+    submit_one = job_submit.__wrapped__  # type: ignore[attr-defined]
     for place, spec in enumerate(specs, start=1):
         try:
-            jobs.append(job_submit(owner=owner, **spec))
+            jobs.append(submit_one(owner=owner, **spec))
         except DomainError as exc:
             refusal = type(exc)(
                 _("Job %(place)d of %(count)d: %(reason)s")

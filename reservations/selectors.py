@@ -103,6 +103,8 @@ def hour_of_week(moment: datetime) -> int:
 
 
 BUSY_HOURS_REUSE = timedelta(minutes=10)
+BUSY_HOURS_COMPUTE_S = 60  # a request that died while computing holds the others no longer
+BUSY_HOURS_LATEST_S = 24 * 3600  # the last profile, shown while the next one is computed
 
 
 def busy_fraction_by_hour_of_week(*, now: datetime, weeks: int = 4) -> dict[int, float]:
@@ -133,6 +135,14 @@ def busy_fraction_by_hour_of_week(*, now: datetime, weeks: int = 4) -> dict[int,
     cached = cache.get(key)
     if cached is not None:
         return dict(cached)
+    # Summing a busy lab's allocations takes about half a second. While one request
+    # does it, the others show the last profile computed (it moves slowly) instead of
+    # all summing at once; with none yet, each computes as before.
+    latest_key = f"busy-hours:{weeks}:latest:{capacity_gpus}:{timezone.get_current_timezone_name()}"
+    if not cache.add(f"{key}:computing", True, BUSY_HOURS_COMPUTE_S):
+        latest = cache.get(latest_key)
+        if latest is not None:
+            return dict(latest)
     since = now - timedelta(weeks=weeks)
     intervals = (
         Allocation.objects.filter(allocated_at__lt=now)
@@ -153,6 +163,7 @@ def busy_fraction_by_hour_of_week(*, now: datetime, weeks: int = 4) -> dict[int,
     per_hour_capacity = capacity_gpus * weeks * 3600.0
     busy = {h: min(1.0, totals.get(h, 0.0) / per_hour_capacity) for h in range(168)}
     cache.set(key, busy, BUSY_HOURS_REUSE.total_seconds())
+    cache.set(latest_key, busy, BUSY_HOURS_LATEST_S)
     return busy
 
 

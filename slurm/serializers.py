@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from rest_framework import serializers
-
+from labportal.api_serializers import CachedFieldsModelSerializer
 from slurm.models import SlurmJob
 
 
-class SlurmJobSummarySerializer(serializers.ModelSerializer[SlurmJob]):
+class SlurmJobSummarySerializer(CachedFieldsModelSerializer):
     """What Slurm reports about a portal job (Slurm mode only)."""
 
     class Meta:

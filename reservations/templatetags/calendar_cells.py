@@ -102,3 +102,57 @@ def calendar_cells(
         else:
             parts.append(f'<span class="cal-cell past {t.classes.split(" ")[0]}"{span}></span>')
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped or ours
+
+
+@register.simple_tag
+def calendar_head(columns: list[Any], week: bool) -> SafeString:
+    """The header's columns (168 in a week): the hour or day, and the usual busy share."""
+    usually = gettext("usually %(pct)s%% busy")
+    parts = []
+    for c in columns:
+        start = timezone.localtime(c.start)
+        if week:
+            text = date_format(start, "D j") if c.starts_day else ("12" if start.hour == 12 else "")
+        else:
+            text = date_format(start, "H") if c.starts_hour else ""
+        day = " day-start" if c.starts_day else ""
+        title = escape(usually % {"pct": c.busy_pct})
+        parts.append(
+            f'<div class="cal-col busy-{c.busy_level}{day}" title="{title}">{escape(text)}</div>'
+        )
+    return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped or ours
+
+
+@register.simple_tag
+def calendar_bars(row: Any) -> SafeString:
+    """A GPU row's bookings and running jobs, as bars placed in percent of the row."""
+    parts = []
+    for bar in row.bars:
+        reservation = bar.reservation
+        note = escape(reservation.note) if reservation is not None and reservation.note else ""
+        text: str  # escaped here; `title` is escaped once, when written
+        if bar.kind == "job":
+            title = gettext("job %(job)s runs at most until here") % {"job": bar.title}
+            text = escape(bar.title)
+        elif bar.kind == "maintenance":
+            title = gettext("maintenance") + (f": {reservation.note}" if note else "")
+            text = escape(gettext("maintenance"))
+        elif bar.kind == "mine":
+            title = gettext("your booking") + (f": {reservation.note}" if note else "")
+            text = escape(gettext("yours"))
+        else:
+            title = gettext("booked by %(who)s") % {"who": bar.title}
+            title += f": {reservation.note}" if note else ""
+            text = escape(bar.title) + (f" · {note}" if note else "")
+        if reservation is not None:
+            start = date_format(timezone.localtime(reservation.start), "H:i")
+            end = date_format(timezone.localtime(reservation.end), "H:i")
+            title += f" · {start}–{end}"
+            data = f' data-reservation="{reservation.pk}"'
+        else:
+            data = ""
+        parts.append(
+            f'<div class="cal-bar bar-{escape(bar.kind)}" style="left:{bar.left_pct}%;'
+            f'width:{bar.width_pct}%"{data} title="{escape(title)}">{text}</div>'
+        )
+    return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped or ours

@@ -37,6 +37,35 @@ def test_a_member_submits_through_the_api_and_reads_it_back(
     assert [j["id"] for j in body(api.get("/api/jobs/?state=pending"))["results"]] == [job_id]
 
 
+def test_a_submits_answer_reads_nothing_back_and_each_answer_is_its_own(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    """The answer is built from the job just saved: no query for its GPUs, mounts or Slurm
+    row (agents mode has none), and serializers that share their built fields per class
+    still give each answer its own values."""
+    api = api_as(alice)
+    answers = []
+    for name in ("first", "second"):
+        with CaptureQueriesContext(connection) as queries:
+            response = api.post(
+                "/api/jobs/",
+                {"image": "labportal/busybox:test", "command": ["true"], "name": name},
+                format="json",
+            )
+        assert response.status_code == 201, response.content
+        answers.append(body(response))
+        read_back = [
+            q["sql"]
+            for q in queries.captured_queries
+            if any(t in q["sql"] for t in ("slurm_slurmjob", "jobqueue_allocation", "mounts"))
+        ]
+        assert read_back == []
+    assert [a["name"] for a in answers] == ["first", "second"]
+    assert answers[0]["id"] != answers[1]["id"]
+    assert answers[0]["slurm"] is None and answers[0]["gpu_uuids"] == []
+    assert answers[0]["mounts"] == [] and answers[0]["owner"] == alice.username
+
+
 def test_a_refusal_is_a_clear_4xx_with_a_code(alice: Any, cluster: Any, image: Any) -> None:
     response = api_as(alice).post("/api/jobs/", {"image": "evil:1", "command": "x"}, format="json")
     assert response.status_code == 400

@@ -135,6 +135,19 @@ class TestBusyHoursSweep:
         for h, seconds in expected.items():
             assert swept[h] == pytest.approx(seconds, abs=1e-3)
 
+    def test_while_one_request_computes_the_profile_others_show_the_last_one(
+        self, alice: Any, gpus: list[Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from django.core.cache import cache
+
+        before = busy_fraction_by_hour_of_week(now=T0, weeks=4)
+        finished_job(owner=alice, gpus=gpus[:2], started_at=T0 - timedelta(days=2), hours=1)
+        with monkeypatch.context() as m:  # another request is computing the new profile
+            m.setattr(cache, "add", lambda *args, **kwargs: False)
+            assert busy_fraction_by_hour_of_week(now=T0, weeks=4) == before
+        after = busy_fraction_by_hour_of_week(now=T0, weeks=4)
+        assert sum(after.values()) > sum(before.values()) == 0
+
     def test_a_job_that_ends_shows_in_the_profile_at_once(
         self, alice: Any, gpus: list[Any]
     ) -> None:

@@ -59,6 +59,23 @@ def test_the_calendar_shows_own_and_other_bookings_and_running_jobs(
     assert "booked by alice" in page_bob
 
 
+def test_the_calendar_escapes_a_bookings_note_in_its_bar_and_title(
+    alice: Any, bob: Any, gpus: list[Any]
+) -> None:
+    reservation_create(
+        user=alice, gpu_ids=[gpus[1].pk], start=at(1), end=at(3), note='<b>"x"</b> & co'
+    )
+    for viewer in (alice, bob):
+        for view in ({}, {"view": "week"}):
+            page = (
+                client_for(viewer)
+                .get("/reservations/", {"date": "2027-03-01", **view})
+                .content.decode()
+            )
+            assert "<b>" not in page
+            assert "&lt;b&gt;&quot;x&quot;&lt;/b&gt; &amp; co" in page
+
+
 def test_the_week_view_has_168_hour_columns(alice: Any, gpus: list[Any]) -> None:
     page = (
         client_for(alice)
