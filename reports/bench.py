@@ -296,6 +296,7 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
         "page_cold_forecast",
         "page_html_never_fitted_s",
         "page_with_chart_never_fitted_s",
+        "page_with_chart_never_fitted_cpu_s",
         "forecast_fit_task_cpu_s",
     )
     with tempfile.TemporaryDirectory(prefix="reports-baseline-") as tree:
@@ -436,6 +437,7 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, Any]:
         "page_with_charts_warm_s": median(warm, lambda run: sum(w for w, _c in run)),
         "page_html_never_fitted_s": median(never, lambda run: run[0][0]),
         "page_with_chart_never_fitted_s": median(never, lambda run: sum(w for w, _c in run)),
+        "page_with_chart_never_fitted_cpu_s": median(never, lambda run: sum(c for _w, c in run)),
         "forecast_fit_task_cpu_s": round(statistics.median(fits), 3) if fits else None,
         "forecast_fits_queued_by_pages": delay.call_count if delay is not None else None,
     }
