@@ -221,13 +221,6 @@ def latest_forecast() -> ForecastState:
     )
 
 
-def lab_demand_forecast() -> Forecast | None:
-    """The forecast from the lab's whole history, fitted now (seconds of statsmodels): for
-    the control worker and the command line, never for a web request."""
-    weeks, history = weekly_demand()
-    return demand_forecast(weeks=weeks, history=history)
-
-
 def demand_forecast(
     *,
     weeks: list[dt.date],
