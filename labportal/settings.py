@@ -302,6 +302,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 # Each app keeps its periodic work next to its tasks; these modules import only Celery.
 from accounts.beat import CREDITS_BEAT_SCHEDULE  # noqa: E402
 from alerts.beat import ALERTS_BEAT_SCHEDULE  # noqa: E402
+from reports.beat import REPORTS_BEAT_SCHEDULE  # noqa: E402
 from reservations.beat import RESERVATIONS_BEAT_SCHEDULE  # noqa: E402
 from telemetry.beat import TELEMETRY_BEAT_SCHEDULE  # noqa: E402
 
@@ -309,6 +310,7 @@ CELERY_BEAT_SCHEDULE.update(CREDITS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)
 CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
+CELERY_BEAT_SCHEDULE.update(REPORTS_BEAT_SCHEDULE)
 
 # --- Cache ------------------------------------------------------------------
 # Login lockout counters live here, so every web worker must share it: Redis in

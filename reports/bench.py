@@ -13,6 +13,9 @@ with `--keep`, which then skips the fill. It then measures, in the same run:
 - the usage report of the whole year (every table, as the page builds it): `year_report_s`
   is the selector and the tables alone; `page_*` is the page as a browser gets it (the
   view, its template, then the two charts it links), cold (caches emptied) and warm;
+  the demand forecast is fitted by the control worker, so "cold" serves the last fit (of
+  an older data version) and `never_fitted` a page with no forecast yet; the fit's own
+  cost is `forecast_fit_task_cpu_s` (see `_page_timings`);
 - with `--baseline GIT_REF`, the same figures of an older commit on the same database;
 - a what-if replay of one quarter (about 25,000 jobs) with the lab's GPUs and with 8 more.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import os
 import random
@@ -287,8 +291,14 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
         "page_with_charts_cold_cpu_s",
         "page_html_cold_forecast_fitted_s",
         "page_with_charts_cold_forecast_fitted_s",
+        "page_with_charts_cold_forecast_fitted_cpu_s",
         "page_html_warm_s",
         "page_with_charts_warm_s",
+        "page_cold_forecast",
+        "page_html_never_fitted_s",
+        "page_with_chart_never_fitted_s",
+        "page_with_chart_never_fitted_cpu_s",
+        "forecast_fit_task_cpu_s",
     )
     with tempfile.TemporaryDirectory(prefix="reports-baseline-") as tree:
         archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True)
@@ -311,16 +321,35 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
     return {"ref": ref, **{key: figures.get(key) for key in keys}}
 
 
-def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
+def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, Any]:
     """The year's report page as a browser gets it: the HTML page (GET /reports/, the view
-    with its template), then the two chart images it links (weekly, forecast), each through
+    with its template), then the chart images it links (weekly, forecast), each through
     the test client (middleware, login, the view, the template; no network). Cold: caches
-    emptied before each load; warm: the same page loaded again right after."""
+    emptied before each load; warm: the same page loaded again right after.
+
+    Where the control worker fits the demand forecast (`reports.services.forecast_refresh`)
+    "cold" also means the stored forecast is of an older data version: the page serves it
+    and queues a fit (counted here, not sent). `never_fitted`: no forecast stored at all,
+    the page says it is being computed and links the weekly chart only. The fit itself is
+    timed apart (`forecast_fit_task_cpu_s`): the worker's cost, off the request path.
+    Older code fits inside the page request when its cache is empty: its "cold" includes
+    that fit, as before."""
+    from unittest import mock
+
     from django.core.cache import cache
     from django.test import Client
     from django.urls import reverse
 
-    from reports.forecast import lab_demand_forecast
+    try:
+        from reports.models import DemandForecast
+        from reports.services import forecast_refresh
+    except ImportError:  # older code: the page fits the forecast itself (and caches it)
+        from reports import forecast as older
+
+        lab_demand_forecast = older.lab_demand_forecast  # type: ignore[attr-defined]
+        worker_fits = False
+    else:
+        worker_fits = True
 
     client = Client()
     client.force_login(staff)
@@ -333,33 +362,67 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
             raise RuntimeError(f"GET {url}: {response.status_code}")
         return time.perf_counter() - wall, time.process_time() - cpu, response.content
 
-    def load_page() -> list[tuple[float, float]]:
+    def load_page(charts_linked: int = 2) -> list[tuple[float, float]]:
         """The page, then the charts its HTML links, as a browser loads them."""
         wall, cpu, html = load(page_url)
         charts = [
             unescape(src) for src in re.findall(r'<img class="chart" src="([^"]+)"', html.decode())
         ]
-        if len(charts) != 2:
-            raise RuntimeError(f"the page links {len(charts)} charts, not 2")
+        if len(charts) != charts_linked:
+            raise RuntimeError(f"the page links {len(charts)} charts, not {charts_linked}")
         return [(wall, cpu), *((w, c) for w, c, _png in map(load, charts))]
+
+    def fit() -> float:
+        cpu = time.process_time()
+        if worker_fits:
+            DemandForecast.objects.all().delete()
+            forecast_refresh()
+        else:
+            lab_demand_forecast()
+        spent = time.process_time() - cpu
+        gc.collect()  # the fit's garbage is the worker's, not the next page's
+        return spent
 
     cold: list[list[tuple[float, float]]] = []
     fitted: list[list[tuple[float, float]]] = []
     warm: list[list[tuple[float, float]]] = []
-    for _ in range(repeat):
-        cache.clear()
-        cold.append(load_page())
-        warm.append(load_page())
-        # Caches emptied but the demand forecast (lab-wide, not of the period, fitted
-        # once per week and history change) already fitted, as on a lab's second page.
-        cache.clear()
-        lab_demand_forecast()
-        fitted.append(load_page())
+    never: list[list[tuple[float, float]]] = []
+    fits: list[float] = []
+    queued = mock.patch("reports.tasks.forecast_refresh.delay") if worker_fits else None
+    delay = queued.start() if queued is not None else None
+    try:
+        for _ in range(repeat):
+            cache.clear()
+            if worker_fits:
+                fits.append(fit())
+                # The last fit is of an older data version: the page serves it, queues a fit.
+                DemandForecast.objects.update(version="older")
+            cold.append(load_page())
+            warm.append(load_page())
+            # Caches emptied but the demand forecast (lab-wide, not of the period, fitted
+            # once per week and history change) fitted on the current data.
+            cache.clear()
+            fits.append(fit())
+            fitted.append(load_page())
+            if worker_fits:
+                cache.clear()
+                DemandForecast.objects.all().delete()
+                never.append(load_page(charts_linked=1))
+    finally:
+        if queued is not None:
+            queued.stop()
+        if worker_fits:
+            forecast_refresh()  # leave a current forecast for the next run
 
-    def median(runs: list[list[tuple[float, float]]], pick: Any) -> float:
+    def median(runs: list[list[tuple[float, float]]], pick: Any) -> float | None:
+        if not runs:
+            return None
         return round(statistics.median(pick(run) for run in runs), 3)
 
     return {
+        "page_cold_forecast": "last fit, older data version (a fit queued)"
+        if worker_fits
+        else "fitted in the page request",
         "page_html_cold_s": median(cold, lambda run: run[0][0]),
         "page_with_charts_cold_s": median(cold, lambda run: sum(w for w, _c in run)),
         "page_with_charts_cold_cpu_s": median(cold, lambda run: sum(c for _w, c in run)),
@@ -367,8 +430,16 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, float]:
         "page_with_charts_cold_forecast_fitted_s": median(
             fitted, lambda run: sum(w for w, _c in run)
         ),
+        "page_with_charts_cold_forecast_fitted_cpu_s": median(
+            fitted, lambda run: sum(c for _w, c in run)
+        ),
         "page_html_warm_s": median(warm, lambda run: run[0][0]),
         "page_with_charts_warm_s": median(warm, lambda run: sum(w for w, _c in run)),
+        "page_html_never_fitted_s": median(never, lambda run: run[0][0]),
+        "page_with_chart_never_fitted_s": median(never, lambda run: sum(w for w, _c in run)),
+        "page_with_chart_never_fitted_cpu_s": median(never, lambda run: sum(c for _w, c in run)),
+        "forecast_fit_task_cpu_s": round(statistics.median(fits), 3) if fits else None,
+        "forecast_fits_queued_by_pages": delay.call_count if delay is not None else None,
     }
 
 

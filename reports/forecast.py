@@ -7,6 +7,7 @@ back-tested by hiding the last weeks of history and forecasting them.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import warnings
 from collections import defaultdict
@@ -44,6 +45,21 @@ class Forecast:
     # The hidden weeks' demand and what the model fitted on the weeks before forecast.
     backtest_actual: list[float] = field(default_factory=list)
     backtest_predicted: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, for storing (dates as ISO strings); `from_json` reads it back."""
+        data = dataclasses.asdict(self)
+        for name in ("history_weeks", "weeks"):
+            data[name] = [w.isoformat() for w in data[name]]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Forecast:
+        dates = {
+            name: [dt.date.fromisoformat(w) for w in data[name]]
+            for name in ("history_weeks", "weeks")
+        }
+        return cls(**{**data, **dates})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,24 +177,48 @@ def mape_pct(actual: list[float], predicted: list[float]) -> float | None:
     return 100 * sum(abs(a - p) / a for a, p in pairs) / len(pairs)
 
 
-def lab_demand_forecast() -> Forecast | None:
-    """The forecast from the lab's whole history, cached for an hour at most, and until a job
-    of the history (submitted before this week) starts or ends, or the week ends. Jobs
-    submitted this week are not in the history: their starts do not refit the models."""
-    from django.core.cache import cache
-
-    this_week = week_start(timezone.localdate())
+def forecast_version(*, now: dt.datetime | None = None) -> str:
+    """The version of the data a forecast is fitted on: this week, and how many jobs of the
+    history (submitted before this Monday) have started and ended. Jobs submitted this week
+    are not in the history: their starts do not call for a refit."""
+    this_week = week_start(timezone.localtime(now or timezone.now()).date())
     this_monday = timezone.make_aware(dt.datetime.combine(this_week, dt.time.min))
     counts = Job.objects.filter(submitted_at__lt=this_monday, started_at__isnull=False).aggregate(
         started=Count("id"), ended=Count("ended_at")
     )
-    key = f"reports:forecast:{this_week}:{counts['started']}:{counts['ended']}"
-    cached = cache.get(key)
-    if cached is None:
-        weeks, history = weekly_demand()
-        cached = {"forecast": demand_forecast(weeks=weeks, history=history)}
-        cache.set(key, cached, 3600)
-    return cached["forecast"]
+    return f"{this_week}:{counts['started']}:{counts['ended']}"
+
+
+@dataclass(frozen=True)
+class ForecastState:
+    """What the page shows: the last fitted forecast (None: too little history, or never
+    fitted), when it was fitted, and whether it was fitted on the current data version."""
+
+    forecast: Forecast | None
+    fitted_at: dt.datetime | None  # None: no forecast was ever fitted
+    version: str  # the current data version
+    current: bool
+
+    @property
+    def computing(self) -> bool:
+        return self.fitted_at is None
+
+
+def latest_forecast() -> ForecastState:
+    """The newest stored forecast and whether it is up to date; never fits (the control
+    worker does, see reports.services.forecast_refresh)."""
+    from reports.models import DemandForecast
+
+    version = forecast_version()
+    row = DemandForecast.objects.order_by("-id").first()
+    if row is None:
+        return ForecastState(forecast=None, fitted_at=None, version=version, current=False)
+    return ForecastState(
+        forecast=Forecast.from_json(row.forecast) if row.forecast else None,
+        fitted_at=row.fitted_at,
+        version=version,
+        current=row.version == version,
+    )
 
 
 def demand_forecast(

@@ -82,3 +82,21 @@ class PolicyChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.changed_at:%Y-%m-%d %H:%M} {self.after}"
+
+
+class DemandForecast(models.Model):
+    """The last demand forecast fitted by the control worker (never in a web request) and
+    the data version it was fitted on; the page shows the newest row. `forecast` is None
+    when the history was too short for one."""
+
+    version = models.CharField(_("data version"), max_length=64)
+    fitted_at = models.DateTimeField(_("fitted at"))
+    forecast = models.JSONField(_("forecast"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("demand forecast")
+        verbose_name_plural = _("demand forecasts")
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.fitted_at:%Y-%m-%d %H:%M} ({self.version})"

@@ -10,7 +10,7 @@ from django.utils import translation
 
 from accounts.models import User
 from reports import charts
-from reports.forecast import lab_demand_forecast
+from reports.forecast import ForecastState, latest_forecast
 from reports.periods import Period
 from reports.selectors import usage_report
 from reports.tables import report_tables
@@ -21,13 +21,22 @@ def _data_uri(png: bytes) -> str:
 
 
 def report_context(*, period: Period, viewer: User) -> dict[str, object]:
-    """What the page and the PDF both show: the report, its tables and the forecast."""
+    """What the page and the PDF both show: the report, its tables and the last fitted
+    forecast (never fitted here: see reports.services.forecast_refresh)."""
     report = usage_report(period=period, viewer=viewer)
-    forecast = lab_demand_forecast()
     return {
         "report": report,
         "period": period,
         "tables": report_tables(report),
+        **forecast_context(latest_forecast()),
+    }
+
+
+def forecast_context(state: ForecastState) -> dict[str, object]:
+    """The forecast section's context: the last fitted forecast, its rows and its state."""
+    forecast = state.forecast
+    return {
+        "forecast_state": state,
         "forecast": forecast,
         "forecast_rows": list(
             zip(forecast.weeks, forecast.mean, forecast.lower, forecast.upper, strict=True)
@@ -41,6 +50,9 @@ def report_pdf(*, period: Period, viewer: User, language: str) -> bytes:
     """The report of `period` as `viewer` may see it, as a PDF in `language`."""
     from weasyprint import HTML
 
+    from reports.services import forecast_refresh
+
+    forecast_refresh()  # the control worker makes PDFs: a fit here blocks no web request
     with translation.override(language):
         context = report_context(period=period, viewer=viewer)
         report = context["report"]

@@ -16,7 +16,7 @@ from cluster.services import gpu_set_shared_slots
 from jobqueue.models import Queue, SchedulingPolicy
 from labportal.errors import NotAllowed
 from reports.errors import BadReplay
-from reports.models import PolicyChange, ReportTask
+from reports.models import DemandForecast, PolicyChange, ReportTask
 from reports.periods import Period
 from reports.replay import (
     ATTAINED_FIRST,
@@ -219,3 +219,54 @@ def policy_apply_from_replay(*, task: ReportTask, option_index: int, actor: User
         # outcomes[0] is the recorded history; option i is outcomes[i + 1].
         predicted=outcomes[option_index + 1] if option_index + 1 < len(outcomes) else {},
     )
+
+
+# A fit takes seconds; one queued fit per data version is enough. The lock lapses after
+# this long, so a fit lost with a crashed worker is asked for again by a later page view.
+FORECAST_FIT_LOCK_S = 600
+
+
+def forecast_refresh() -> DemandForecast:
+    """Fit the demand forecast on the current data and store it, unless the newest stored
+    one was fitted on this very data version (then it is returned as it is): safe to run
+    twice. Seconds of statsmodels: the control worker's work, never a web request's."""
+    from reports.forecast import demand_forecast, forecast_version, weekly_demand
+
+    version = forecast_version()  # read before the data, so a change during the fit shows
+    latest = DemandForecast.objects.order_by("-id").first()
+    if latest is not None and latest.version == version:
+        return latest
+    weeks, history = weekly_demand()
+    forecast = demand_forecast(weeks=weeks, history=history)
+    row = DemandForecast.objects.create(
+        version=version,
+        fitted_at=timezone.now(),
+        forecast=forecast.to_json() if forecast is not None else None,
+    )
+    # Only the newest is read; two fits at once each drop only the older rows.
+    DemandForecast.objects.filter(id__lt=row.id).delete()
+    log.info("demand forecast fitted on data version %s", version)
+    return row
+
+
+def forecast_refresh_enqueue(*, version: str) -> bool:
+    """Ask the control worker for a fit on `version`, at most once per version however many
+    pages ask (a cache lock); True when this call queued it. A broker that cannot be reached
+    is logged and does not fail the page: a later view asks again."""
+    from django.core.cache import cache
+
+    from reports.tasks import forecast_refresh as task
+
+    lock = f"reports:forecast:fitting:{version}"
+    if not cache.add(lock, 1, FORECAST_FIT_LOCK_S):
+        return False
+
+    def send() -> None:
+        try:
+            task.delay()
+        except Exception:
+            log.exception("could not queue the demand forecast fit")
+            cache.delete(lock)
+
+    transaction.on_commit(send)
+    return True

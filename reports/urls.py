@@ -4,6 +4,7 @@ from reports import views
 
 urlpatterns = [
     path("", views.report_page, name="report_page"),
+    path("forecast/", views.report_forecast, name="report_forecast"),
     path("csv/<slug:slug>.csv", views.report_csv, name="report_csv"),
     path("charts/<slug:name>.png", views.report_chart, name="report_chart"),
     path("tasks/", views.report_task_new, name="report_task_new"),

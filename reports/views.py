@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -17,9 +18,9 @@ from cluster.models import Gpu
 from labportal.errors import DomainError
 from reports import charts, services
 from reports.errors import BadPeriod, BadReplay
-from reports.forecast import lab_demand_forecast
-from reports.models import ReportTask
-from reports.pdf import report_context
+from reports.forecast import Forecast, latest_forecast
+from reports.models import DemandForecast, ReportTask
+from reports.pdf import forecast_context, report_context
 from reports.periods import Period, period_from_params
 from reports.replay import lab_cluster, policy_knobs
 from reports.selectors import usage_report
@@ -40,6 +41,10 @@ def report_page(request: HttpRequest) -> HttpResponse:
         messages.error(request, error)
     user = request_user(request)
     context: dict[str, Any] = report_context(period=period, viewer=user)
+    if not context["forecast_state"].current:
+        # The page shows the last forecast (or says one is being computed); the control
+        # worker fits the new one.
+        services.forecast_refresh_enqueue(version=context["forecast_state"].version)
     context.update(
         weekly_chart_version=charts.remember_weekly_points(charts.weekly_points(context["report"])),
         params={
@@ -59,6 +64,20 @@ def report_page(request: HttpRequest) -> HttpResponse:
         tasks=ReportTask.objects.filter(requested_by=user).defer("pdf")[:10],
     )
     return render(request, "reports/report.html", context, status=400 if error else 200)
+
+
+@login_required
+def report_forecast(request: HttpRequest) -> HttpResponse:
+    """The forecast section alone: the page polls it while no forecast was ever fitted."""
+    return render(
+        request,
+        "reports/_forecast.html",
+        {
+            **forecast_context(latest_forecast()),
+            "forecast_image": reverse("report_chart", args=["forecast"]),
+            "on_page": True,
+        },
+    )
 
 
 @login_required
@@ -91,7 +110,9 @@ def report_chart(request: HttpRequest, name: str) -> HttpResponse:
             points = charts.weekly_points(usage_report(period=period, viewer=user))
         png = charts.cached_png("weekly", points, lambda: charts.weekly_chart_of(points))
     elif name == "forecast":
-        forecast = lab_demand_forecast()
+        # The newest stored fit (the page asks the worker for a newer one); never fits here.
+        stored = DemandForecast.objects.order_by("-id").values_list("forecast", flat=True).first()
+        forecast = Forecast.from_json(stored) if stored else None
         if forecast is None:
             raise Http404(_("Not enough history for a forecast yet."))
         plotted = [

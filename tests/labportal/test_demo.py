@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -41,3 +42,17 @@ def test_the_demo_lab_is_seeded_once_however_often_it_runs(settings: Any, tmp_pa
     agents = json.loads((tmp_path / "demo-agents.json").read_text())
     for agent in agents:
         assert NodeToken.matches(node_name=agent["name"], secret=agent["token"])
+
+
+def test_the_demo_history_comes_with_a_fitted_demand_forecast(
+    settings: Any, tmp_path: Path
+) -> None:
+    from reports.models import DemandForecast
+
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo")
+    call_command("seed_demo_history", stdout=io.StringIO())
+    forecast = DemandForecast.objects.get().forecast
+    assert forecast is not None and len(forecast["mean"]) == 8  # the page needs no fit
+    call_command("seed_demo_history", stdout=io.StringIO())
+    assert DemandForecast.objects.count() == 1  # the data did not change: no refit

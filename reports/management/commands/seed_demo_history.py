@@ -3,7 +3,8 @@
 The history is made up (named as such in every job's name): finished jobs whose load
 grows from about 30% to about 65% of the GPUs, hourly telemetry with the jobs' own
 utilisation, and a few bookings, some of them no-shows. Run after `seed_demo`;
-running it again adds nothing.
+running it again adds nothing. It then fits the demand forecast, so the demo's report page
+shows one from the start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.utils import timezone
 from accounts.models import User
 from cluster.models import Gpu
 from jobqueue.models import Allocation, ContainerImage, Job, Queue
+from reports.services import forecast_refresh
 from reservations.models import Reservation
 from telemetry.models import GpuSample
 
@@ -38,6 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if Job.objects.filter(name__startswith=NAME_PREFIX).exists():
             self.stdout.write("The demo history is already there.")
+            forecast_refresh()  # a no-op unless the data changed since the last fit
             return
         gpus = list(
             Gpu.objects.filter(kind=Gpu.Kind.WHOLE)
@@ -53,6 +56,8 @@ class Command(BaseCommand):
             gpus, users, image, weeks=options["weeks"], rng=random.Random(options["seed"])
         )
         self.stdout.write(self.style.SUCCESS(f"Added {made} simulated jobs of history."))
+        # Fitted now, so the demo's first report page shows it (later: the control worker).
+        forecast_refresh()
 
 
 def _history(
