@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -181,3 +182,15 @@ def isolated_cache(settings: Any) -> None:
         }
     }
     node_keys_changed()
+
+
+@pytest.fixture(autouse=True)
+def default_language() -> Iterator[None]:
+    """Each test starts and ends in the default language: a request in Chinese activates
+    it in the test's thread (LocaleMiddleware never switches back), and messages built
+    outside a request afterwards would come out in Chinese."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()
