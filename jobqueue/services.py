@@ -117,14 +117,10 @@ def _insert_after_earlier_steps(event: JobEvent) -> None:
     floor read by the INSERT itself (PostgreSQL's GREATEST ignores a NULL: no earlier event).
     """
     meta = JobEvent._meta
+    fields = {f.attname: f for f in meta.concrete_fields}
     columns = ["job_id", "kind", "message", "step", "data", "event_id", "actor_id"]
-    values = [
-        meta.get_field(
-            "job" if name == "job_id" else "actor" if name == "actor_id" else name
-        ).get_db_prep_save(getattr(event, name), connection)
-        for name in columns
-    ]
-    when = meta.get_field("created_at").get_db_prep_save(event.created_at, connection)
+    values = [fields[name].get_db_prep_save(getattr(event, name), connection) for name in columns]
+    when = fields["created_at"].get_db_prep_save(event.created_at, connection)
     table = connection.ops.quote_name(meta.db_table)
     sql = (
         f"INSERT INTO {table} ({', '.join(columns)}, created_at) "
