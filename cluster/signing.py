@@ -5,13 +5,13 @@ Commands to an agent are signed with the key of every active token of its node
 signed with the key of one active token of that node, be current, and not be
 replays (nonces are remembered in the shared cache until they expire).
 
-Checking a report needs the node's keys, and agents report many times a second
-across a lab, so each worker process keeps them for at most `NODE_KEYS_CACHE_S`
+Checking a report or signing a command needs the node's keys, and agents report
+many times a second across a lab, so each process keeps them for at most `NODE_KEYS_CACHE_S`
 seconds. The keys stay in the process, never in the shared cache: a process
 that reaches Redis (the broker) must not learn them. A token issued, revoked,
 edited or deleted through the models (and the admin's revoke action) changes a
 generation value in the shared cache, which every process compares on each
-report, so it takes effect at the next report; a change that bypasses the
+report and command, so it takes effect at the next one; a change that bypasses the
 models (raw SQL, or a cache that was down) takes effect within the bound.
 """
 
@@ -42,6 +42,10 @@ class _NodeKeyCache:
 
     def keys(self, node_name: str, kid: str) -> list[bytes]:
         """The keys of the node's active tokens with key id `kid` (rarely more than one)."""
+        return self.by_kid(node_name, need=kid).get(kid, [])
+
+    def by_kid(self, node_name: str, need: str | None = None) -> dict[str, list[bytes]]:
+        """The keys of all the node's active tokens, by key id; read again if `need` is missing."""
         generation = cache.get(_GENERATION_KEY)
         now = time.time()
         entry = self._entries.get(node_name)
@@ -49,9 +53,9 @@ class _NodeKeyCache:
             entry is not None
             and entry[1] == generation
             and 0 <= now - entry[0] < NODE_KEYS_CACHE_S
-            and kid in entry[2]
+            and (need is None or need in entry[2])
         ):
-            return entry[2][kid]
+            return entry[2]
         by_kid: dict[str, list[bytes]] = {}
         for prefix, token_hash in NodeToken.objects.filter(
             node_name=node_name, revoked_at__isnull=True
@@ -59,7 +63,7 @@ class _NodeKeyCache:
             by_kid.setdefault(prefix, []).append(key_from_hash(token_hash))
         with self._lock:
             self._entries[node_name] = (now, generation, by_kid)
-        return by_kid.get(kid, [])
+        return by_kid
 
     def clear(self) -> None:
         with self._lock:
@@ -85,18 +89,15 @@ def node_tokens_changed(**_signal: Any) -> None:
     transaction.on_commit(node_keys_changed)
 
 
-def node_keys(node_name: str) -> dict[str, bytes]:
-    """The signing keys of the node's active tokens, by key id (the token prefix)."""
-    rows = NodeToken.objects.filter(node_name=node_name, revoked_at__isnull=True).values_list(
-        "token_prefix", "token_hash"
-    )
-    return {prefix: key_from_hash(token_hash) for prefix, token_hash in rows}
-
-
 def command_auth(*, node_name: str, task: str, args: list[Any]) -> dict[str, Any]:
-    """The `auth` keyword of a command to `node.<node_name>`."""
+    """The `auth` keyword of a command to `node.<node_name>`.
+
+    Signed with the keys this process keeps (see the module's docstring): a token
+    revoked through the models stops signing at the next command.
+    """
     ttl = float(getattr(settings, "LABPORTAL_COMMAND_TTL_S", 900))
-    return sign_command(node_keys(node_name), task=task, node=node_name, args=args, ttl_s=ttl)
+    keys = {kid: found[-1] for kid, found in _node_key_cache.by_kid(node_name).items()}
+    return sign_command(keys, task=task, node=node_name, args=args, ttl_s=ttl)
 
 
 def report_signature_refusal(

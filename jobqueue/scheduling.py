@@ -590,7 +590,9 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
     # (whose plan needs none of them) may plan while they are. When a further pass is
     # already requested (jobs ending one after another), it will store its own, newer
     # figures: writing these too would only rewrite every waiting row twice.
-    if not _pass_requested() and not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S)):
+    # (An inline pass asks about the last store first: during a burst of ends it was
+    # recent, and the request flag need not be read at all.)
+    if not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S)) and not _pass_requested():
         _store_pending_info_unless_newer(result, now)
     duration_ms = (time.perf_counter() - began) * 1000
     return PassResult(

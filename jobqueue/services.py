@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -84,16 +84,12 @@ def record_event(
     before an event of an earlier step (an agent's clock may lag the portal's)."""
     step = JobEvent.STEPS.get(kind, 30)
     when = at or timezone.now()
-    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
-        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
-        if floor is not None and floor > when:
-            when = floor
     stored = dict(data or {})
     if message:
         stored["msgid"] = message
         if params:
             stored["params"] = {k: _plain(v) for k, v in params.items()}
-    return JobEvent.objects.create(
+    event = JobEvent(
         job=job,
         kind=kind,
         message=(message % params) if params else message,
@@ -103,6 +99,40 @@ def record_event(
         step=step,
         created_at=when,
     )
+    if step > FIRST_STEP and connection.vendor == "postgresql":
+        _insert_after_earlier_steps(event)
+        return event
+    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
+        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+        if floor is not None and floor > when:
+            event.created_at = floor
+    event.save(force_insert=True)
+    return event
+
+
+def _insert_after_earlier_steps(event: JobEvent) -> None:
+    """Insert `event`, dated no earlier than the job's events of earlier steps, in one round trip.
+
+    The same rule as the two-query form below (read the floor, then insert), with the
+    floor read by the INSERT itself (PostgreSQL's GREATEST ignores a NULL: no earlier event).
+    """
+    meta = JobEvent._meta
+    fields = {f.attname: f for f in meta.concrete_fields}
+    columns = ["job_id", "kind", "message", "step", "data", "event_id", "actor_id"]
+    values = [fields[name].get_db_prep_save(getattr(event, name), connection) for name in columns]
+    when = fields["created_at"].get_db_prep_save(event.created_at, connection)
+    table = connection.ops.quote_name(meta.db_table)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}, created_at) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}, GREATEST(%s, "
+        f"(SELECT MAX(created_at) FROM {table} WHERE job_id = %s AND step < %s))) "
+        "RETURNING id, created_at"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, when, event.job_id, event.step])
+        event.pk, event.created_at = cursor.fetchone()
+    event._state.adding = False
+    event._state.db = connection.alias
 
 
 def _plain(value: Any) -> Any:
@@ -743,9 +773,12 @@ def _after_final(job: Job) -> None:
 # --- Agent events -------------------------------------------------------------
 
 
-@transaction.atomic
 def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
-    """Apply an agent's event (started / exited / start_failed). The same event twice changes nothing."""
+    """Apply an agent's event (started / exited / start_failed). The same event twice changes nothing.
+
+    The job's row is locked first, then the event looked up: a second copy of the event
+    applied at the same time waits for the first and then finds it recorded.
+    """
     event_id = str(event.get("event_id") or "")
     job_id = event.get("job_id")
     kind = event.get("kind")
@@ -755,17 +788,35 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         or kind not in ("started", "exited", "start_failed")
     ):
         raise MessageRefused(RejectedMessage.Reason.MALFORMED, f"job event {event!r:.200}")
-    if JobEvent.objects.filter(event_id=event_id).exists():
-        return
+    # No savepoint inside the control task's transaction (two round trips): a refusal is
+    # found before anything is written and raised once out of the block, and any other
+    # failure rolls the whole message back anyway.
+    with transaction.atomic(savepoint=False):
+        refusal = _job_event_apply(node_name, event, event_id=event_id, job_id=job_id, kind=kind)
+    if refusal is not None:
+        raise refusal
+
+
+def _job_event_apply(
+    node_name: str, event: Mapping[str, Any], *, event_id: str, job_id: int, kind: str
+) -> MessageRefused | None:
     job = (
-        Job.objects.select_for_update(of=("self",)).select_related("node").filter(pk=job_id).first()
+        Job.objects.select_for_update(of=("self",))
+        .select_related("node", "owner")
+        .filter(pk=job_id)
+        .first()
     )
     if job is None or job.node is None or job.node.name != node_name:
-        # Checked before, but the job may have been requeued since: say so, never drop it.
-        raise MessageRefused(
+        # Given to another node, or requeued since: say so, never drop it.
+        return MessageRefused(
             RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {job_id} ({kind}) is not on {node_name}"
         )
-    at = _event_time(event, job)
+    if JobEvent.objects.filter(event_id=event_id).exists():
+        return None
+    try:
+        at = _event_time(event, job)
+    except MessageRefused as refused:
+        return refused
     log_tail = db_text(str(event.get("log_tail") or "")[-LOG_TAIL_CHARS:])
     if log_tail:
         job.log_tail = log_tail
@@ -776,7 +827,8 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
             job.container_id = db_text(str(event.get("container_id") or ""))[:80]
             job.queue_position = None
             job.unreported_since = None
-            job.save()
+            fields = ["state", "started_at", "container_id", "queue_position", "unreported_since"]
+            job.save(update_fields=fields + (["log_tail"] if log_tail else []))
         if job.stop_requested_at is not None and job.node is not None and not job.is_final:
             # The stop reached the node before its container existed, and found nothing.
             dispatch.send_stop(
@@ -794,7 +846,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
             at=at,
             data={"container_id": job.container_id},
         )
-        return
+        return None
     if kind == "start_failed":
         reason = db_text(str(event.get("reason") or _("the container could not start")))[:200]
         record_event(
@@ -807,7 +859,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         )
         if not job.is_final:
             _finish(job, Job.State.FAILED, at=at, reason=reason)
-        return
+        return None
     # exited
     exit_code = event.get("exit_code")
     exit_code = int(exit_code) if isinstance(exit_code, int) else None
@@ -821,7 +873,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
         data={"exit_code": exit_code},
     )
     if job.is_final:
-        return
+        return None
     if job.started_at is None:
         job.started_at = job.dispatched_at or at
     if job.end_reason == "preempted":
@@ -830,7 +882,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
             message=gettext_noop("Preempted and back in the queue with its original place."),
             at=at,
         )
-        return
+        return None
     if job.end_reason == "timed_out":
         state = Job.State.TIMED_OUT
     elif job.end_reason == "cancelled":
@@ -840,6 +892,7 @@ def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
     else:
         state = Job.State.FAILED
     _finish(job, state, at=at, exit_code=exit_code)
+    return None
 
 
 def _event_time(event: Mapping[str, Any], job: Job) -> datetime:

@@ -226,3 +226,30 @@ def test_a_bare_token_is_still_accepted_from_an_agent_of_an_earlier_release(
     secret = issue_token("gpu01")
     assert node_register("gpu01", secret, register_info()) == "ok"
     assert node_register("gpu01", "lpn_wrong", register_info()) == "refused: bad_token"
+
+
+def test_a_token_revoked_or_issued_changes_the_next_commands_signature_at_once(
+    registered_node: Any, alice: Any, sent_tasks: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The process keeps the node's keys for commands too: a revocation must not wait for them.
+    node, secret = registered_node
+    job = job_on(node, alice, state="running")
+
+    def stop() -> tuple[list[Any], dict[str, Any]]:
+        with django_capture_on_commit_callbacks(execute=True):
+            dispatch.send_stop(node=node, job_id=job.pk, grace_s=10, reason="cancelled")
+        return sent_tasks[-1][1], sent_tasks.kwargs[-1]["auth"]
+
+    args, auth = stop()
+    CommandVerifier(secret, "gpu01").verify("agent.stop_job", args, auth)  # keys now cached
+
+    # Revoked by another process: only the shared generation value tells this one.
+    NodeToken.objects.filter(node_name="gpu01").update(revoked_at=timezone.now())
+    cache.set("labportal:node-keys-generation", "changed by another worker", timeout=None)
+    args, auth = stop()
+    with pytest.raises(Exception, match="not signed with this node.s token"):
+        CommandVerifier(secret, "gpu01").verify("agent.stop_job", args, auth)
+
+    _token, new_secret = NodeToken.issue(node_name="gpu01")
+    args, auth = stop()
+    CommandVerifier(new_secret, "gpu01").verify("agent.stop_job", args, auth)
