@@ -40,18 +40,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-COLUMNS = (
-    "job_id",
-    "user",
-    "submit_time_s",
-    "start_time_s",
-    "duration_s",
-    "num_gpus",
-    "gpu_frac",
-    "queue",
-    "status",
-    "wait_s",
-)
+from scheduler.workloads import FIELDS
+
+COLUMNS = tuple(FIELDS)  # the simulator's trace columns, as shared/traces has them
+
 HELIOS_COLUMNS = (
     "job_id",
     "user",
