@@ -54,6 +54,8 @@ STORE_ROW = "main:store"  # serialises the storing of places and estimates (see 
 ESTIMATE_TOLERANCE_S = 30.0
 # A pass run at a job's end stores waiting jobs' figures at most this often (see scheduling_pass).
 INLINE_STORE_INTERVAL_S = 2.0
+# Waiting jobs' figures are never older than this while passes keep being requested.
+STORE_MAX_LAG_S = 10.0
 PRIORITY_TOLERANCE = 0.005
 UNCATEGORISED = "uncategorised"
 RESERVATION_HORIZON = timedelta(days=14)
@@ -592,7 +594,7 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
     # figures: writing these too would only rewrite every waiting row twice.
     # (An inline pass asks about the last store first: during a burst of ends it was
     # recent, and the request flag need not be read at all.)
-    if not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S)) and not _pass_requested():
+    if _should_store(now, inline=inline):
         _store_pending_info_unless_newer(result, now)
     duration_ms = (time.perf_counter() - began) * 1000
     return PassResult(
@@ -613,6 +615,19 @@ def _store_pending_info_unless_newer(result: sm.Plan, now: datetime) -> None:
         return
     _store_pending_info(result, now)
     SchedulerLock.objects.filter(pk=row.pk).update(last_pass_at=now)
+
+
+def _should_store(now: datetime, *, inline: bool) -> bool:
+    """Whether this pass stores the waiting jobs' places and estimates (see scheduling_pass).
+
+    Skipped when a later pass is already requested (it stores newer figures), but never
+    for longer than STORE_MAX_LAG_S: while requests keep coming (a long stream of
+    submits), every pass would otherwise find one pending and the figures would freeze."""
+    if inline and _stored_since(now, INLINE_STORE_INTERVAL_S):
+        return False
+    if _pass_requested():
+        return not _stored_since(now, STORE_MAX_LAG_S)
+    return True
 
 
 def _locked_row(name: str) -> SchedulerLock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -95,6 +96,32 @@ def test_passes_at_job_ends_store_places_at_most_every_few_seconds_and_others_al
     assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
     assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [2, 3]  # as stored
     scheduling_pass()  # any other pass (a submit's, beat's) stores
+    assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [1, 2]
+
+
+def test_a_pass_that_finds_another_requested_still_stores_once_figures_are_old(
+    alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=3)
+    Job.objects.filter(pk=running[0].pk).update(state=Job.State.COMPLETED)
+    Allocation.objects.filter(job_id=running[0].pk).update(active=False)
+    real_input = scheduling.build_engine_input
+
+    def requested_again_during_the_pass(now: Any) -> Any:
+        # Requests keep coming: each pass finds a new one when it is done.
+        SchedulerLock.objects.update_or_create(
+            name=scheduling.REQUEST_ROW, defaults={"pass_requested": True}
+        )
+        return real_input(now)
+
+    monkeypatch.setattr(scheduling, "build_engine_input", requested_again_during_the_pass)
+    scheduling_pass()  # figures were stored just now: the requested pass will store
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+    assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [2, 3]
+    SchedulerLock.objects.filter(name=scheduling.STORE_ROW).update(
+        last_pass_at=timezone.now() - timedelta(seconds=scheduling.STORE_MAX_LAG_S + 1)
+    )
+    scheduling_pass()  # still requested, but the figures are too old to wait longer
     assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [1, 2]
 
 
