@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from reports.models import PolicyChange, ReportTask
+from reports.models import DemandForecast, PolicyChange, ReportTask
 
 
 @admin.register(ReportTask)
@@ -25,6 +25,21 @@ class PolicyChangeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     list_display = ["changed_at", "changed_by", "after", "replay"]
     readonly_fields = ["changed_at", "changed_by", "replay", "before", "after", "predicted"]
+
+    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(DemandForecast)
+class DemandForecastAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """When the control worker last fitted the demand forecast, and on which data. Read
+    only; deleting the row makes the report page queue a new fit."""
+
+    list_display = ["fitted_at", "version"]
+    readonly_fields = ["fitted_at", "version", "forecast"]
 
     def has_add_permission(self, request):  # type: ignore[no-untyped-def]
         return False

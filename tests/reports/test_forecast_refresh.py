@@ -154,3 +154,19 @@ def test_the_fit_is_on_the_hourly_beat() -> None:
 
     entry = settings.CELERY_BEAT_SCHEDULE["reports-forecast-refresh"]
     assert entry["task"] == "control.reports_forecast_refresh"
+
+
+def test_staff_see_when_the_forecast_was_fitted_in_the_admin_and_cannot_edit_it(
+    history: Any, admin_user: Any
+) -> None:
+    services.forecast_refresh()
+    row = DemandForecast.objects.get()
+    client = Client()
+    client.force_login(admin_user)
+    listing = client.get("/admin/reports/demandforecast/")
+    assert listing.status_code == 200
+    assert row.version in listing.content.decode()
+    assert client.get("/admin/reports/demandforecast/add/").status_code == 403
+    client.post(f"/admin/reports/demandforecast/{row.pk}/change/", {"version": "forged"})
+    row.refresh_from_db()
+    assert row.version != "forged"
