@@ -33,7 +33,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -845,9 +845,7 @@ class Simulation:
             if not pending:
                 continue
             usage.advance(t)
-            current = dict(usage.value)
-            for r in running.values():
-                current[r.user] = current.get(r.user, 0.0) + (t - r.start_time) * len(r.gpu_ids)
+            current = _usage_with_running(usage.value, running.values(), t)
             state = ClusterState(
                 nodes=self.nodes,
                 gpus=self.units,
@@ -965,9 +963,7 @@ class Simulation:
                 self.eta_skipped.update(arrivals)
                 if not free.any_fits(backlog.shapes):
                     continue  # no pending job fits any free GPU: the pass would start none
-            current = dict(usage.value)
-            for r in running.values():
-                current[r.user] = current.get(r.user, 0.0) + (t - r.start_time) * len(r.gpu_ids)
+            current = _usage_with_running(usage.value, running.values(), t)
             base = ClusterState(
                 nodes=self.nodes,
                 gpus=self.units,
@@ -1303,6 +1299,16 @@ class Simulation:
             )
         xs = [1.0 / statistics.fmean(v) for v in per_user.values()]
         return _jain_index(xs) if len(xs) >= 2 else None
+
+
+def _usage_with_running(
+    usage: Mapping[str, float], running: Iterable[RunningJob], t: float
+) -> dict[str, float]:
+    """Each user's decayed usage plus what their running jobs have held up to `t`."""
+    current = dict(usage)
+    for r in running:
+        current[r.user] = current.get(r.user, 0.0) + (t - r.start_time) * len(r.gpu_ids)
+    return current
 
 
 def _jain_index(xs: Sequence[float]) -> float:

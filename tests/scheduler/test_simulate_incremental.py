@@ -17,6 +17,7 @@ from scheduler.model import (
     Node,
     PendingJob,
     Plan,
+    Policy,
     RunningJob,
     ShareNode,
 )
@@ -260,6 +261,32 @@ def _busy_cluster(
     return nodes, units, tuple(running)
 
 
+def _decide_once(
+    base: ClusterState, jobs: list[PendingJob], users: list[str], policy: Policy, now: float
+) -> tuple[Simulation, Plan]:
+    """One incremental pass of a replay over `jobs` on `base`'s busy cluster (4 × 8 GPUs)."""
+    assert base.share_tree is not None
+    sim = Simulation(
+        Workload([], users, {}, base.share_tree),
+        "labportal",
+        gpus=32,
+        per_node=8,
+        slot_gpus=1,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        cluster=(base.nodes, base.gpus),
+    )
+    backlog = _Backlog(policy)
+    for job in jobs:
+        backlog.add(job)
+    free = _FreeUnits(base.nodes, base.gpus)
+    for r in base.running:
+        free.take(r.gpu_ids)
+    ranker = Ranker(base, policy, now, {}, 8)
+    _head, part = sim._decide(backlog, ranker, base, free, now, (), False)
+    return sim, part
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_pass_over_the_head_and_the_classes_that_could_start_starts_what_a_full_pass_starts(
     seed: int,
@@ -280,24 +307,7 @@ def test_a_pass_over_the_head_and_the_classes_that_could_start_starts_what_a_ful
     policy = labportal_policy()
     whole = plan(replace(base, pending=tuple(jobs)), policy, now, estimates=False)
 
-    sim = Simulation(
-        Workload([], users, {}, tree),
-        "labportal",
-        gpus=32,
-        per_node=8,
-        slot_gpus=1,
-        slots_per_gpu=4,
-        timeslot_s=4 * 3600.0,
-        cluster=(nodes, units),
-    )
-    backlog = _Backlog(policy)
-    for job in jobs:
-        backlog.add(job)
-    free = _FreeUnits(nodes, units)
-    for r in running:
-        free.take(r.gpu_ids)
-    ranker = Ranker(base, policy, now, {}, 8)
-    _head, part = sim._decide(backlog, ranker, base, free, now, (), False)
+    sim, part = _decide_once(base, jobs, users, policy, now)
     assert part.starts == whole.starts
     # Jobs were picked from behind the head, far fewer than the backlog.
     assert 0 < sim.picked < len(jobs) // 2
@@ -349,23 +359,7 @@ def test_jobs_that_no_node_can_hold_prove_it_for_their_whole_shape() -> None:
     base = ClusterState(nodes, units, running=running, share_tree=tree, usage={})
     policy = labportal_policy()
     whole = plan(replace(base, pending=tuple(jobs)), policy, now, estimates=False)
-    sim = Simulation(
-        Workload([], users, {}, tree),
-        "labportal",
-        gpus=32,
-        per_node=8,
-        slot_gpus=1,
-        slots_per_gpu=4,
-        timeslot_s=4 * 3600.0,
-        cluster=(nodes, units),
-    )
-    backlog = _Backlog(policy)
-    for job in jobs:
-        backlog.add(job)
-    free = _FreeUnits(nodes, units)
-    for r in running:
-        free.take(r.gpu_ids)
-    _head, part = sim._decide(backlog, Ranker(base, policy, now, {}, 8), base, free, now, (), False)
+    _sim, part = _decide_once(base, jobs, users, policy, now)
     assert part.starts == whole.starts
     # One of them failing proves it for the others of its shape, whatever their limit.
     failed, _limited = _witnesses(jobs, whole)
