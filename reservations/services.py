@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Max, Q
 from django.utils import formats, timezone, translation
 from django.utils.translation import gettext as _
@@ -235,6 +235,20 @@ def _check_rules(
             )
 
 
+def _lost_slot_race(error: Exception) -> bool:
+    """Whether writing slot rows failed because another booking took the time first.
+
+    The exclusion constraint refuses an overlap with a committed slot (IntegrityError). When
+    two bookings write overlapping slots at the same moment, each one's constraint check waits
+    for the other's uncommitted row, and PostgreSQL breaks that deadlock by aborting one of
+    them (SQLSTATE 40P01): that one lost the race as surely as if the other had committed first.
+    """
+    if isinstance(error, IntegrityError):
+        return True
+    cause = error.__cause__
+    return isinstance(error, OperationalError) and getattr(cause, "sqlstate", None) == "40P01"
+
+
 def _insert_slots(reservation: Reservation, gpu_ids: list[int]) -> None:
     """Writes the slot rows; on PostgreSQL the exclusion constraint refuses a racing overlap."""
     try:
@@ -248,7 +262,9 @@ def _insert_slots(reservation: Reservation, gpu_ids: list[int]) -> None:
                 )
                 for gpu_id in gpu_ids
             )
-    except IntegrityError:
+    except (IntegrityError, OperationalError) as error:
+        if not _lost_slot_race(error):
+            raise
         raise ReservationConflict(
             _("Someone else booked one of these GPUs for an overlapping time a moment ago.")
         ) from None
@@ -510,7 +526,9 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
     try:
         with transaction.atomic():
             reservation.slots.update(end=new_end)
-    except IntegrityError:
+    except (IntegrityError, OperationalError) as error:
+        if not _lost_slot_race(error):
+            raise
         raise ReservationConflict(
             _("Someone booked these GPUs right after your slot a moment ago.")
         ) from None

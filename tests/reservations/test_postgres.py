@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -80,6 +81,78 @@ def test_two_concurrent_bookings_of_one_gpu_exactly_one_wins(
     assert ReservationSlot.objects.filter(live=True).count() == 2
     # Only the winner was charged.
     assert [e["user"].username for e in contracts.ledger] == [winners[0].user.username]
+
+
+def test_a_booking_aborted_by_a_deadlock_on_the_slots_is_a_conflict_not_an_error(
+    alice: Any, bob: Any, gpus: list[Any], contracts: Any, clock: Any
+) -> None:
+    # Two writers whose overlapping slots are both uncommitted wait for each other in the
+    # exclusion check; PostgreSQL aborts one of them. The booking that started waiting first
+    # (alice's, with the default deadlock_timeout) is the one aborted: it lost the race, so
+    # alice gets the usual conflict message, not a server error.
+    blocker_holds_gpu1 = threading.Event()
+    alice_waits = threading.Event()
+    outcomes: dict[str, Any] = {}
+
+    def blocker() -> None:
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL deadlock_timeout = '20s'")
+                    cursor.execute("SELECT pg_backend_pid()")
+                    outcomes["blocker_pid"] = cursor.fetchone()[0]
+                other = Reservation.objects.create(user=bob, start=at(1), end=at(3))
+                ReservationSlot.objects.create(
+                    reservation=other, gpu=gpus[1], start=at(1), end=at(3)
+                )
+                blocker_holds_gpu1.set()
+                alice_waits.wait(20)
+                ReservationSlot.objects.create(
+                    reservation=other, gpu=gpus[0], start=at(1), end=at(3)
+                )
+            outcomes["blocker"] = "committed"
+        except Exception as error:
+            outcomes["blocker"] = error
+        finally:
+            connection.close()
+
+    def book() -> None:
+        blocker_holds_gpu1.wait(20)
+        try:
+            outcomes["alice"] = reservation_create(
+                user=alice, gpu_ids=[gpus[0].pk, gpus[1].pk], start=at(1), end=at(3)
+            )
+        except Exception as error:
+            outcomes["alice"] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=blocker), threading.Thread(target=book)]
+    for thread in threads:
+        thread.start()
+    blocker_holds_gpu1.wait(20)
+    # alice's insert has written gpu 0's slot and waits on the blocker's gpu 1 slot.
+    for _ in range(400):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND pid <> %s",
+                [outcomes["blocker_pid"]],
+            )
+            if cursor.fetchone()[0]:
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("alice's booking never waited on the blocker's slot")
+    alice_waits.set()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert isinstance(outcomes["alice"], ReservationConflict), outcomes
+    assert "a moment ago" in str(outcomes["alice"])
+    assert outcomes["blocker"] == "committed", outcomes
+    assert list(Reservation.objects.values_list("user__username", flat=True)) == ["bob"]
+    assert contracts.ledger == []  # alice was not charged
 
 
 def test_many_racing_bookings_leave_no_overlap(
