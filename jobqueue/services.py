@@ -806,13 +806,15 @@ def _job_event_apply(
         .filter(pk=job_id)
         .first()
     )
+    if job is not None and JobEvent.objects.filter(event_id=event_id, job=job).exists():
+        # A second copy of an event already applied changes nothing, even if the job has
+        # been requeued or given to another node since the first copy arrived.
+        return None
     if job is None or job.node is None or job.node.name != node_name:
         # Given to another node, or requeued since: say so, never drop it.
         return MessageRefused(
             RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {job_id} ({kind}) is not on {node_name}"
         )
-    if JobEvent.objects.filter(event_id=event_id).exists():
-        return None
     try:
         at = _event_time(event, job)
     except MessageRefused as refused:

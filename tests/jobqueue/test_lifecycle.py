@@ -93,6 +93,26 @@ def test_an_event_from_another_node_is_refused_and_changes_nothing(
     assert job.state == Job.State.DISPATCHED
 
 
+def test_a_late_copy_of_an_applied_event_after_a_requeue_is_ignored_not_refused(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from jobqueue.services import job_requeue
+
+    job = dispatched(alice, django_capture_on_commit_callbacks)
+    first_node = node_name(job)
+    started = event(job, "started")
+    job_event_apply(node_name=first_node, event=started)
+    job_requeue(job_id=job.pk, reason="node drained")
+    # The broker redelivers the started event the agent sent before the requeue.
+    job_event_apply(node_name=first_node, event=started)
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING and job.node is None
+    # A new event for the job from that node is still refused.
+    with pytest.raises(MessageRefused) as refused:
+        job_event_apply(node_name=first_node, event=event(job, "exited", exit_code=0))
+    assert refused.value.reason == "job_not_on_node"
+
+
 def test_a_start_failure_fails_the_job_with_its_reason(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
