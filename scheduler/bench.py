@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from scheduler.engine import forget_topology, plan
@@ -36,6 +37,10 @@ from scheduler.model import (
 from scheduler.simulate import STANDARD_LIMITS_S, format_table, simulate
 
 NOW = 1_700_000_000.0
+# The development trace, in `shared/traces/` next to the checkout (not in the repository).
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parent.parent.parent / "shared/traces/alibaba2023_openb_gpu.csv"
+)
 HOUR = 3600.0
 
 
@@ -217,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quality", action="store_true", help="also replay the trace under every policy"
     )
-    parser.add_argument("--trace", default="../shared/traces/alibaba2023_openb_gpu.csv")
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE))
     parser.add_argument("--quality-gpus", type=int, default=32)
     parser.add_argument("--quality-load", type=float, default=1.0)
     parser.add_argument(
@@ -238,6 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also replay generated workloads the engine was not tuned on (scheduler.workloads)",
     )
     args = parser.parse_args(argv)
+    if args.quality and not Path(args.trace).is_file():
+        parser.error(
+            f"--quality replays --trace {args.trace}, which is not a file; give the path of "
+            "the Alibaba trace (shared/traces/alibaba2023_openb_gpu.csv next to the checkout)"
+        )
 
     sizes = sorted({args.pending, *(int(s) for s in args.sizes.split(",") if s)})
     rows = []
@@ -365,7 +375,6 @@ def sim_speed(jobs: int, baseline_jobs: int, *, as_json: bool) -> None:
     """Seconds per 1,000 arrivals as the backlog grows, for the incremental replay and,
     on the first ``baseline_jobs`` jobs, the old full-pass replay (same run, same jobs)."""
     import tempfile
-    from pathlib import Path
 
     from scheduler.workloads import PROFILES, Profile, generate, write
 
@@ -429,7 +438,6 @@ def gpus_for_load(rows: list[dict[str, Any]], load: float, per_node: int = 8) ->
 def held_out_quality(*, as_json: bool) -> None:
     """The quality table on generated workloads, against FIFO and the SJF oracle in the same run."""
     import tempfile
-    from pathlib import Path
 
     from scheduler.workloads import PROFILES, generate, write
 

@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from scheduler.engine import plan
@@ -1480,6 +1481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeslot-hours", type=float, default=4.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if not Path(args.trace).is_file():
+        parser.error(f"--trace {args.trace} is not a file; give the path of a trace CSV")
     policies = POLICIES if args.policy == "all" else (args.policy,)
     results = []
     for name in policies:

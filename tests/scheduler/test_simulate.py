@@ -84,3 +84,26 @@ def test_bench_prints_one_json_object_per_size(capsys: pytest.CaptureFixture[str
     assert [row["pending"] for row in lines] == [100, 200]
     for row in lines:
         assert {"pending", "gpus", "reservations", "pass_median_s", "pass_p95_s"} <= set(row)
+
+
+def test_a_missing_trace_is_a_usage_error_that_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-trace.csv"
+    with pytest.raises(SystemExit) as exited:
+        main(["--trace", str(missing)])
+    assert exited.value.code == 2
+    assert f"--trace {missing} is not a file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        bench_main(["--pending", "10", "--sizes", "", "--quality", "--trace", str(missing)])
+    assert exited.value.code == 2
+    assert f"--trace {missing}, which is not a file" in capsys.readouterr().err
+
+
+def test_the_bench_finds_the_shared_trace_from_any_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from scheduler.bench import DEFAULT_TRACE
+
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_TRACE.resolve() == TRACE.resolve()
