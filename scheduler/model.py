@@ -190,7 +190,7 @@ class Policy:
     # Start estimates only: a running job past its *predicted* run time (but within its
     # limit) is expected to end this long from now. Chosen on tuning workloads (lab 11,
     # wide 12, wide-only 18; not the held-out seeds): the within-an-hour estimate error
-    # was lowest near 600 s (tried 300-1,800 s, and remainders proportional to the time
+    # was lowest near 600 s (tried 300-3,600 s, and remainders proportional to the time
     # run, which overshot). Decisions never read it.
     overrun_predicted_s: float = 600.0
     preemption_grace_s: float = 60.0
