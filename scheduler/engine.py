@@ -314,7 +314,11 @@ class _Pass:
     ) -> tuple[float, float]:
         """End of a running job by its limit and by its prediction (capped at the limit).
 
-        A job past its end is assumed to stop soon: "warn, don't kill" lets it overrun.
+        A job past its limit is assumed to stop soon: "warn, don't kill" lets it overrun.
+        A job past its predicted end but within its limit is expected to end
+        ``overrun_predicted_s`` from now (estimates only; jobs that outrun their
+        prediction mostly run on for a while, and assuming the limit's short overrun made
+        short-horizon estimates early).
         """
         end_limit = start + limit
         if end_limit <= self.now:
@@ -322,7 +326,7 @@ class _Pass:
         runtime = min(predicted, limit) if predicted is not None else limit
         end_pred = start + runtime
         if end_pred <= self.now:
-            end_pred = min(end_limit, self.now + self.policy.overrun_assumed_s)
+            end_pred = min(end_limit, self.now + self.policy.overrun_predicted_s)
         return end_limit, end_pred
 
     def matching_classes(self, job: PendingJob) -> tuple[int, ...]:
@@ -875,7 +879,9 @@ class _Pass:
 
 class _Forecast:
     """Plays the pending jobs forward in order onto the earliest free units, using
-    predicted run times. No holes are back-filled, so estimates err late, not early."""
+    predicted run times. No holes are back-filled; even so, in replays estimates for jobs
+    that start within the hour mostly err early (running jobs end later than predicted,
+    see ``_Pass._running_ends``), and far ones early too (later arrivals go ahead)."""
 
     def __init__(
         self,

@@ -1241,6 +1241,7 @@ class Simulation:
             if self.policy_name != "timeslots"
             else None,
             "eta_lead_ratio_p25_p75": _lead_ratio_band(done),
+            "eta_near_delay_p25_p75_s": _near_delay_band(done),
             # Arrivals whose estimate the deep-backlog sampling skipped (0: all estimated).
             "eta_skipped": len(self.eta_skipped),
             "runtime_error_median": _round(statistics.median(self.runtime_errors), 4)
@@ -1347,6 +1348,20 @@ def _lead_ratio_band(done: Sequence[SimJob]) -> tuple[float, float] | None:
 
 
 LONG_LEAD_S = 3600.0
+
+
+def _near_delay_band(done: Sequence[SimJob]) -> tuple[float, float] | None:
+    """For jobs estimated to start within the hour: the quartiles of actual start minus
+    estimated start, in seconds (what the portal's range for near estimates is drawn
+    from). By the estimate's lead, as the member sees it, not by the wait it turned into."""
+    delays = [
+        _start(j) - j.eta for j in done if j.eta is not None and 0 < j.eta - j.submit <= LONG_LEAD_S
+    ]
+    if len(delays) < 10:
+        return None
+    low, high = _percentile(delays, 25), _percentile(delays, 75)
+    assert low is not None and high is not None
+    return (round(low), round(high))
 
 
 def _start(job: SimJob) -> float:

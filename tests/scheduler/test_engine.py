@@ -331,6 +331,63 @@ def test_it_estimates_starts_from_predicted_runtimes_capped_at_the_limit() -> No
     assert result.pending[2].estimated_start == NOW + 600 + HOUR
 
 
+def test_it_expects_a_job_past_its_prediction_to_run_on_for_a_while() -> None:
+    # Predicted 1 h, running 2 h, limit 4 h: it ends "soon", but not in the 300 s a job
+    # past its limit is given; short-horizon estimates were early by that much.
+    gpus = gpus_for(1, 1)
+    busy = (
+        running(
+            90,
+            ("n0-g0",),
+            start_time=NOW - 2 * HOUR,
+            time_limit_s=4 * HOUR,
+            predicted_runtime_s=HOUR,
+        ),
+    )
+    pending = (job(1, time_limit_s=HOUR),)
+    result = plan(state(gpus, pending, busy), policy(), NOW)
+    assert result.pending[1].estimated_start == NOW + 600
+    result = plan(state(gpus, pending, busy), policy(overrun_predicted_s=1800.0), NOW)
+    assert result.pending[1].estimated_start == NOW + 1800
+
+
+def test_a_job_past_its_limit_is_still_expected_to_stop_soon() -> None:
+    gpus = gpus_for(1, 1)
+    busy = (
+        running(
+            90,
+            ("n0-g0",),
+            start_time=NOW - 3 * HOUR,
+            time_limit_s=2 * HOUR,
+            predicted_runtime_s=HOUR,
+        ),
+    )
+    result = plan(state(gpus, (job(1, time_limit_s=HOUR),), busy), policy(), NOW)
+    assert result.pending[1].estimated_start == NOW + 300
+
+
+def test_the_overrun_expected_of_a_prediction_changes_estimates_only() -> None:
+    gpus = gpus_for(1, 4)
+    busy = tuple(
+        running(
+            90 + i,
+            (f"n0-g{i}",),
+            start_time=NOW - 2 * HOUR,
+            time_limit_s=(3 + i) * HOUR,
+            predicted_runtime_s=HOUR,
+        )
+        for i in range(3)
+    )
+    pending = (job(1, gpus=2, time_limit_s=HOUR), job(2, time_limit_s=HOUR / 2))
+    plans = [
+        plan(state(gpus, pending, busy), policy(overrun_predicted_s=o), NOW) for o in (300, 3000)
+    ]
+    assert [started(p) for p in plans] == [{2: ("n0-g3",)}] * 2
+    assert plans[0].guarantees == plans[1].guarantees
+    assert plans[0].pending[1].estimated_start == NOW + 300
+    assert plans[1].pending[1].estimated_start == NOW + 3000
+
+
 def test_it_gives_every_pending_job_a_position_and_reason() -> None:
     pending = tuple(job(i, gpus=4) for i in range(1, 6))
     result = plan(state(pending=pending), policy(), NOW)
