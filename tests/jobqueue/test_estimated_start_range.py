@@ -68,12 +68,21 @@ def test_the_job_page_shows_a_range_for_near_and_far_estimates_but_not_stale_one
     far = _waiting(alice, timedelta(hours=20))
     stale = _waiting(alice, timedelta(minutes=-5))
     client.force_login(alice)
-    for job in (near, far):
-        page = client.get(reverse("job_detail", args=[job.pk])).content.decode()
-        assert "likely between" in page
-        assert 'data-testid="estimated-start-range"' in page
+    # Within today: times only (a quarter of the 20 min lead after now, 75 min past the estimate).
+    page = client.get(reverse("job_detail", args=[near.pk])).content.decode()
+    assert "likely today between 9:05 a.m. and 10:35 a.m." in page
+    assert 'data-testid="estimated-start-range"' in page
+    # Reaching into another day: dates too.
+    page = client.get(reverse("job_detail", args=[far.pk])).content.decode()
+    assert "likely between 03/02/2026 2 p.m. and 03/06/2026 1 p.m." in page
+    assert 'data-testid="estimated-start-range"' in page
     page = client.get(reverse("job_detail", args=[stale.pk])).content.decode()
-    assert "likely between" not in page
+    assert "likely" not in page
+    with translation.override("zh-hans"):
+        page = client.get(
+            reverse("job_detail", args=[near.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans"
+        ).content.decode()
+    assert "很可能在今天" in page
 
 
 @time_machine.travel("2026-03-02 09:00:00+00:00", tick=False)
