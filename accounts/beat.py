@@ -18,6 +18,11 @@ CREDITS_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "control.credits_monthly_grant",
         "schedule": crontab(minute=3),
     },
+    # A settle lost after a job's end (a worker killed after the commit) is made up here.
+    "credits-settle-ended-jobs": {
+        "task": "control.credits_settle_ended_jobs",
+        "schedule": timedelta(minutes=1),
+    },
     "approvals-expire": {"task": "control.approvals_expire", "schedule": timedelta(minutes=1)},
     "credits-check-ledger": {
         "task": "control.credits_check_ledger",

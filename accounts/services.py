@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import Avg, Count, F, Sum
+from django.db.models import Avg, Count, Exists, F, OuterRef, Sum
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone, translation
 from django.utils.functional import Promise
@@ -459,6 +459,55 @@ def _charge_job_upto(*, job_id: int, upto: datetime) -> bool:
         watch_thresholds=True,
     )
     return True
+
+
+# A job's end settles its credits right after its commit (jobqueue's ``_after_final``); the
+# sweep below makes up any settle lost on the way (a worker killed after the commit, a
+# failure), once this long has passed, for jobs that ended within SETTLE_SWEEP_WINDOW_S.
+SETTLE_SWEEP_GRACE_S = 60
+SETTLE_SWEEP_WINDOW_S = 7 * 86400
+
+
+def credits_settle_ended_jobs(*, now: datetime | None = None) -> int:
+    """Settle (or, if lost, refund) the recently ended jobs whose settle never happened.
+
+    A settled job has its efficiency verdict (written by every settle); a refunded lost job
+    its refund entry. Both services are idempotent under the owner's account lock, so a
+    sweep that meets a settle running at the same moment charges nothing twice.
+    Returns how many jobs it settled or refunded.
+    """
+    now = now or timezone.now()
+    Job = _job_model()
+    window = Job.objects.filter(
+        ended_at__gte=now - timedelta(seconds=SETTLE_SWEEP_WINDOW_S),
+        ended_at__lt=now - timedelta(seconds=SETTLE_SWEEP_GRACE_S),
+    )
+    unsettled = list(
+        window.filter(
+            state__in=[s for s in Job.FINAL_STATES if s != Job.State.LOST],
+            started_at__isnull=False,
+            efficiency__isnull=True,
+        ).values_list("pk", flat=True)
+    )
+    charged = LedgerEntry.objects.filter(job=OuterRef("pk"), kind=LedgerEntry.Kind.CHARGE)
+    refunded = LedgerEntry.objects.filter(job=OuterRef("pk"), kind=LedgerEntry.Kind.REFUND)
+    unrefunded = list(
+        window.filter(state=Job.State.LOST)
+        .filter(Exists(charged))
+        .exclude(Exists(refunded))
+        .values_list("pk", "end_reason")
+    )
+    for job_id in unsettled:
+        credits_settle_job(job_id=job_id)
+    for job_id, reason in unrefunded:
+        credits_refund_job(job_id=job_id, reason=reason or gettext_noop("system failure"))
+    if unsettled or unrefunded:
+        log.warning(
+            "settled %d and refunded %d ended job(s) whose settle had not happened",
+            len(unsettled),
+            len(unrefunded),
+        )
+    return len(unsettled) + len(unrefunded)
 
 
 @transaction.atomic

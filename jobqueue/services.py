@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -730,7 +731,12 @@ _NOTIFIED_END_STATES = {
 
 
 def _notify_job_end(job: Job) -> None:
-    """Tell the owner their job ended, unless they turned it off (`User.notify_job_end`)."""
+    """Tell the owner their job ended, unless they turned it off (`User.notify_job_end`).
+
+    The notification is written after the end's commit, behind the scheduling pass and the
+    credit settle that the end asked for (they run in that order): the freed GPUs get their
+    next jobs without waiting for it. It runs even if the pass or the settle failed.
+    """
     texts = _NOTIFIED_END_STATES.get(Job.State(job.state))
     if texts is None or not job.owner.notify_job_end:
         return
@@ -745,18 +751,27 @@ def _notify_job_end(job: Job) -> None:
         "duration": lazy_hours_minutes(job.duration() or timedelta(0)),
         "reason": reason,
     }
-    credit_services.notify(
-        user=job.owner,
-        kind=f"job_{job.state}",
-        title=lazy_text(title, **params),
-        body=lazy_text(body, **params),
-        url=f"/jobs/{job.pk}/",
-        dedupe_key=f"job-end:{job.pk}:{job.dispatch_count}",
+    transaction.on_commit(
+        partial(
+            credit_services.notify,
+            user=job.owner,
+            kind=f"job_{job.state}",
+            title=lazy_text(title, **params),
+            body=lazy_text(body, **params),
+            url=f"/jobs/{job.pk}/",
+            dedupe_key=f"job-end:{job.pk}:{job.dispatch_count}",
+        ),
+        robust=True,
     )
 
 
 def _after_final(job: Job) -> None:
-    """Credits settle after the commit: a charge for work done, a full refund for a lost job."""
+    """Credits settle after the commit: a charge for work done, a full refund for a lost job.
+
+    Registered after the end's pass request, so a pass run inline (see ``passes_inline``)
+    dispatches the next jobs first. A settle lost here (the worker died after the commit,
+    or it failed) is made up by beat's ``credits_settle_ended_jobs``; both are idempotent.
+    """
     job_id, state, started = job.pk, job.state, job.started_at is not None
 
     def settle() -> None:
@@ -767,7 +782,7 @@ def _after_final(job: Job) -> None:
         elif started:
             credit_services.credits_settle_job(job_id=job_id)
 
-    transaction.on_commit(settle)
+    transaction.on_commit(settle, robust=True)
 
 
 # --- Agent events -------------------------------------------------------------

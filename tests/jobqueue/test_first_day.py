@@ -114,7 +114,8 @@ def test_the_owner_is_told_when_a_job_completes_or_fails(
     title: str,
 ) -> None:
     job = dispatched(alice, django_capture_on_commit_callbacks)
-    job = finish(job, exit_code, ran_s=5400)
+    with django_capture_on_commit_callbacks(execute=True):  # written after the end's commit
+        job = finish(job, exit_code, ran_s=5400)
     assert job.state == state
     note = Notification.objects.get(user=alice, kind=f"job_{state}")
     assert note.title == f"Job #{job.pk} {title}"
@@ -127,7 +128,9 @@ def test_a_member_who_turned_job_end_notifications_off_gets_none(
 ) -> None:
     alice.notify_job_end = False
     alice.save()
-    finish(dispatched(alice, django_capture_on_commit_callbacks), 0)
+    job = dispatched(alice, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        finish(job, 0)
     assert not Notification.objects.filter(user=alice, kind__startswith="job_").exists()
 
 
@@ -136,7 +139,9 @@ def test_a_job_end_notification_is_written_in_the_members_language(
 ) -> None:
     alice.preferred_language = "zh-hans"
     alice.save()
-    job = finish(dispatched(alice, django_capture_on_commit_callbacks), 1)
+    job = dispatched(alice, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = finish(job, 1)
     note = Notification.objects.get(user=alice, kind="job_failed")
     assert note.title == f"作业 #{job.pk} 失败"
 

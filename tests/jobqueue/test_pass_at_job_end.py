@@ -161,3 +161,86 @@ def test_the_control_worker_runs_the_pass_where_it_applies_an_agents_end(
 
     assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
     assert len(sent_tasks.named("control.scheduling_pass")) == passes_before
+
+
+def test_the_next_start_goes_out_before_the_ends_settle_and_notification(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accounts import services as credit_services
+    from accounts.models import Notification
+
+    running, waiting = fill_cluster(alice, waiting=1)
+    settle, notify = credit_services.credits_settle_job, credit_services.notify
+
+    def settle_recorded(**kwargs: Any) -> None:
+        sent_tasks.append(("settle", [kwargs["job_id"]], ""))
+        settle(**kwargs)
+
+    def notify_recorded(**kwargs: Any) -> Any:
+        sent_tasks.append(("notify", [kwargs["dedupe_key"]], ""))
+        return notify(**kwargs)
+
+    monkeypatch.setattr(credit_services, "credits_settle_job", settle_recorded)
+    monkeypatch.setattr(credit_services, "notify", notify_recorded)
+
+    end_inline(running[0])
+
+    order = [name for name, _a, _q in sent_tasks if name in ("agent.start_job", "settle", "notify")]
+    # The fill's 8 starts, then the freed GPU's next start, and only then the end's follow-ups.
+    assert order[8:] == ["agent.start_job", "settle", "notify"]
+    assert Notification.objects.filter(dedupe_key__startswith=f"job-end:{running[0].pk}:").exists()
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+
+
+def test_a_settle_lost_after_the_end_is_made_up_once_by_the_sweep(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accounts import services as credit_services
+    from accounts.models import JobEfficiency, LedgerEntry, Notification
+
+    running, waiting = fill_cluster(alice, waiting=1)
+    ended = running[0]
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    Job.objects.filter(pk=ended.pk).update(dispatched_at=an_hour_ago, started_at=an_hour_ago)
+    settle = credit_services.credits_settle_job
+
+    def worker_dies(**_kwargs: Any) -> None:
+        raise RuntimeError("the worker died after the commit")
+
+    monkeypatch.setattr(credit_services, "credits_settle_job", worker_dies)
+    end_inline(ended)  # the failed settle neither undoes the end nor holds back the rest
+
+    assert Job.objects.get(pk=ended.pk).state == Job.State.COMPLETED
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+    assert Notification.objects.filter(dedupe_key__startswith=f"job-end:{ended.pk}:").exists()
+    assert not JobEfficiency.objects.filter(job=ended).exists()
+    assert not LedgerEntry.objects.filter(job=ended).exists()
+
+    monkeypatch.setattr(credit_services, "credits_settle_job", settle)
+    # Not within the grace: a settle may still be on its way.
+    assert credit_services.credits_settle_ended_jobs() == 0
+    later = timezone.now() + timedelta(seconds=credit_services.SETTLE_SWEEP_GRACE_S + 1)
+    assert credit_services.credits_settle_ended_jobs(now=later) == 1
+    charges = list(LedgerEntry.objects.filter(job=ended).values_list("kind", "amount"))
+    assert len(charges) == 1 and charges[0][0] == LedgerEntry.Kind.CHARGE and charges[0][1] < 0
+    assert JobEfficiency.objects.filter(job=ended).exists()
+    # Settled once: the next sweeps find nothing, and charge nothing again.
+    assert credit_services.credits_settle_ended_jobs(now=later) == 0
+    assert list(LedgerEntry.objects.filter(job=ended).values_list("kind", "amount")) == charges
+
+
+def test_the_sweep_leaves_a_job_settled_at_its_end_alone(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    from accounts import services as credit_services
+    from accounts.models import LedgerEntry
+
+    running, _waiting = fill_cluster(alice, waiting=0)
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    Job.objects.filter(pk=running[0].pk).update(dispatched_at=an_hour_ago, started_at=an_hour_ago)
+    end_inline(running[0])  # settled at its end
+    entries = LedgerEntry.objects.count()
+    assert entries == 1
+    later = timezone.now() + timedelta(seconds=credit_services.SETTLE_SWEEP_GRACE_S + 1)
+    assert credit_services.credits_settle_ended_jobs(now=later) == 0
+    assert LedgerEntry.objects.count() == entries
