@@ -297,7 +297,12 @@ class Job(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         ordering = ["-submitted_at", "-id"]
-        indexes = [models.Index(fields=["owner", "state"]), models.Index(fields=["state", "queue"])]
+        indexes = [
+            models.Index(fields=["owner", "state"]),
+            models.Index(fields=["state", "queue"]),
+            # Recently ended jobs: beat's settle sweep every minute, and reports by period.
+            models.Index(fields=["ended_at"], name="job_ended_at_idx"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(time_limit_s__gt=0), name="job_time_limit_positive"
