@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from jobqueue.models import Job, JobEvent, Queue, VolumeMount
-from labportal.api_serializers import CachedFieldsModelSerializer
+from labportal.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
 from slurm.serializers import SlurmJobSummarySerializer
 
 MAX_INT32 = 2**31 - 1
@@ -93,7 +93,7 @@ class JobSerializer(CachedFieldsModelSerializer):
         return [a.gpu.uuid for a in job.allocations.all()]
 
 
-class JobSubmitSerializer(serializers.Serializer[Any]):
+class JobSubmitSerializer(CheapCopySerializer):
     """What a script sends to submit a job; the service checks the lab's rules."""
 
     queue = serializers.CharField(default="normal")

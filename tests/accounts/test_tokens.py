@@ -65,3 +65,69 @@ def test_the_api_accepts_a_valid_token(alice: Any) -> None:
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert api.get(reverse("schema")).status_code == 200
+
+
+def test_authenticate_reads_what_the_orm_reads_in_one_statement(
+    alice: Any, django_assert_num_queries: Any
+) -> None:
+    token, secret = PersonalAccessToken.issue(user=alice, name="laptop", lifetime=timedelta(days=3))
+    with django_assert_num_queries(1):
+        found = PersonalAccessToken.authenticate(secret)
+        assert found is not None
+        category = found.user.category  # loaded with the token: no second statement
+    expected = PersonalAccessToken.objects.select_related("user__category").get(pk=token.pk)
+    fields = PersonalAccessToken._meta.concrete_fields
+    assert [f.value_from_object(found) for f in fields] == [
+        f.value_from_object(expected) for f in fields
+    ]
+    user_fields = type(alice)._meta.concrete_fields
+    assert [f.value_from_object(found.user) for f in user_fields] == [
+        f.value_from_object(expected.user) for f in user_fields
+    ]
+    expected_category = expected.user.category
+    assert category is not None and expected_category is not None
+    assert category.pk == expected_category.pk
+    assert category.max_queued_jobs == expected_category.max_queued_jobs
+
+
+def test_a_member_without_a_category_authenticates_with_none(alice: Any) -> None:
+    type(alice).objects.filter(pk=alice.pk).update(category=None)
+    _token, secret = PersonalAccessToken.issue(user=alice, name="laptop")
+    found = PersonalAccessToken.authenticate(secret)
+    assert found is not None and found.user.category is None
+
+
+def test_a_token_revoked_or_a_member_deactivated_is_refused_at_the_next_request(
+    alice: Any, phd_category: Any
+) -> None:
+    token, secret = PersonalAccessToken.issue(user=alice, name="script")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert api.get("/api/queues/").status_code == 200
+    # A change made by a plain UPDATE (no signal, no save()) is seen at once too.
+    type(alice).objects.filter(pk=alice.pk).update(is_active=False)
+    assert api.get("/api/queues/").status_code == 401
+    type(alice).objects.filter(pk=alice.pk).update(is_active=True)
+    assert api.get("/api/queues/").status_code == 200
+    type(alice).objects.filter(pk=alice.pk).update(approval="pending")
+    assert api.get("/api/queues/").status_code == 401
+    type(alice).objects.filter(pk=alice.pk).update(approval="approved")
+    assert api.get("/api/queues/").status_code == 200
+    token.revoke()
+    response = api.get("/api/queues/")
+    assert response.status_code == 401
+    assert "API tokens" in json.loads(response.content)["detail"]
+
+
+def test_a_category_limit_changed_is_applied_to_the_next_api_submit(
+    alice: Any, phd_category: Any, cluster: Any, image: Any
+) -> None:
+    _token, secret = PersonalAccessToken.issue(user=alice, name="script")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    job = {"image": image.reference, "command": ["echo", "hi"], "gpus": 2}
+    assert api.post("/api/jobs/", job, format="json").status_code == 201
+    type(phd_category).objects.filter(pk=phd_category.pk).update(max_concurrent_gpus=1)
+    response = api.post("/api/jobs/", job, format="json")
+    assert response.status_code == 400, response.content
+    assert "at most 1 GPUs" in response.content.decode()
