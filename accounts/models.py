@@ -184,7 +184,9 @@ class PersonalAccessToken(models.Model):
         """
         lookup = _token_lookup(connection)
         with connection.cursor() as cursor:
-            cursor.execute(lookup.sql, [cls.hash_secret(secret), timezone.now()])
+            # Bound as the ORM binds a DateTimeField (SQLite stores naive UTC text).
+            now = connection.ops.adapt_datetimefield_value(timezone.now())
+            cursor.execute(lookup.sql, [cls.hash_secret(secret), now])
             row = cursor.fetchone()
         if row is None:
             return None

@@ -131,3 +131,18 @@ def test_a_category_limit_changed_is_applied_to_the_next_api_submit(
     response = api.post("/api/jobs/", job, format="json")
     assert response.status_code == 400, response.content
     assert "at most 1 GPUs" in response.content.decode()
+
+
+def test_a_token_expiring_later_the_same_second_still_works_and_one_just_expired_does_not(
+    alice: Any,
+) -> None:
+    # The expiry is compared in the database exactly as the ORM compares it.
+    import time_machine
+
+    token, secret = PersonalAccessToken.issue(user=alice, name="short", lifetime=timedelta(hours=1))
+    expires = token.expires_at
+    assert expires is not None
+    with time_machine.travel(expires - timedelta(microseconds=500), tick=False):
+        assert PersonalAccessToken.authenticate(secret) is not None
+    with time_machine.travel(expires, tick=False):
+        assert PersonalAccessToken.authenticate(secret) is None
