@@ -27,7 +27,8 @@ import pstats
 import sys
 import tempfile
 import time
-from urllib.parse import urlsplit, urlunsplit
+
+from labportal.bench import bench_database_url, recreate_database
 
 PAYLOAD = {
     "image": "labportal/demo:local",
@@ -35,24 +36,6 @@ PAYLOAD = {
     "gpus": 1,
     "time_limit_s": 600,
 }
-
-
-def _admin_and_name(url: str) -> tuple[str, str, str]:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_bench_submit"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    return urlunsplit(parts._replace(path="/" + name)), admin, name
-
-
-def _recreate(admin_url: str, name: str, drop_only: bool = False) -> None:
-    import psycopg
-
-    with psycopg.connect(
-        admin_url.replace("postgres://", "postgresql://", 1), autocommit=True
-    ) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     if not source.startswith("postgres"):
         print("labportal.bench_submit needs DATABASE_URL=postgres://…", file=sys.stderr)
         return 2
-    url, admin, name = _admin_and_name(source)
-    _recreate(admin, name)
+    url, admin, name = bench_database_url(source, "bench_submit")
+    recreate_database(admin, name)
     os.environ.update(
         {
             "DATABASE_URL": url,
@@ -152,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             print(out.getvalue())
     finally:
         connections.close_all()
-        _recreate(admin, name, drop_only=True)
+        recreate_database(admin, name, drop_only=True)
     return 0
 
 
