@@ -921,10 +921,14 @@ class _Forecast:
     def _limiter_keys(
         self, user: str, queue: str, category: str
     ) -> list[tuple[LimitKey, int, bool]]:
-        return [
-            (key, cap, per_unit)
-            for key, cap, per_unit, _ in self.p.limits_of(user, queue, category)
-        ]
+        owner = (user, queue, category)
+        keys = self.limiter_keys.get(owner)
+        if keys is None:
+            keys = self.limiter_keys[owner] = [
+                (key, cap, per_unit)
+                for key, cap, per_unit, _ in self.p.limits_of(user, queue, category)
+            ]
+        return keys
 
     def _init_limiters(self) -> dict[tuple[str, ...], tuple[int, list[float]]]:
         limiters: dict[tuple[str, ...], tuple[int, list[float]]] = {}
@@ -1020,9 +1024,15 @@ class _Forecast:
             if found:
                 continue
             j = i + 1
+            blocks, last_block_end = self.p.blocks, self.last_block_end
             while j < len(pool):
                 free, u = pool[j]
                 if free >= best_t:
+                    break
+                if blocks[u] is None or free >= last_block_end[u]:
+                    # No booking ahead of this unit (_valid_from's first test, inlined):
+                    # it is usable at once, and later units in the pool free up later.
+                    best_t, best_u = free, u
                     break
                 t = self._valid_from(u, free, r, owner)
                 if t < best_t:
