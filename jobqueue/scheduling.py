@@ -581,9 +581,13 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
     with transaction.atomic():
         lock = _locked_row(LOCK_NAME)
         now = now or timezone.now()
+        # An inline pass within INLINE_STORE_INTERVAL_S of the last store will not store
+        # the waiting jobs' figures (see _should_store), so it skips the forecast of
+        # their starts too: during a burst of ends, most of the engine's time.
+        forecast = not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S))
         _move_jobs_whose_grant_lapsed(now)
         state, policy, gpu_by_uuid = build_engine_input(now)
-        result = engine_plan(state, policy, epoch(now))
+        result = engine_plan(state, policy, epoch(now), estimates=forecast)
         started = _apply_starts(result.starts, gpu_by_uuid, now)
         preempted = _apply_preemptions(result.preemptions)
         plan_ms = (time.perf_counter() - began) * 1000
@@ -594,7 +598,7 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
     # figures: writing these too would only rewrite every waiting row twice.
     # (An inline pass asks about the last store first: during a burst of ends it was
     # recent, and the request flag need not be read at all.)
-    if _should_store(now, inline=inline):
+    if forecast and _should_store(now):
         _store_pending_info_unless_newer(result, now)
     duration_ms = (time.perf_counter() - began) * 1000
     return PassResult(
@@ -617,14 +621,14 @@ def _store_pending_info_unless_newer(result: sm.Plan, now: datetime) -> None:
     SchedulerLock.objects.filter(pk=row.pk).update(last_pass_at=now)
 
 
-def _should_store(now: datetime, *, inline: bool) -> bool:
+def _should_store(now: datetime) -> bool:
     """Whether this pass stores the waiting jobs' places and estimates (see scheduling_pass).
 
     Skipped when a later pass is already requested (it stores newer figures), but never
     for longer than STORE_MAX_LAG_S: while requests keep coming (a long stream of
-    submits), every pass would otherwise find one pending and the figures would freeze."""
-    if inline and _stored_since(now, INLINE_STORE_INTERVAL_S):
-        return False
+    submits), every pass would otherwise find one pending and the figures would freeze.
+    (An inline pass that stored within INLINE_STORE_INTERVAL_S is ruled out before it
+    plans: scheduling_pass asks first, and then skips the forecast too.)"""
     if _pass_requested():
         return not _stored_since(now, STORE_MAX_LAG_S)
     return True

@@ -99,6 +99,32 @@ def test_passes_at_job_ends_store_places_at_most_every_few_seconds_and_others_al
     assert [Job.objects.get(pk=j.pk).queue_position for j in waiting[1:]] == [1, 2]
 
 
+def test_a_pass_at_a_job_end_that_will_not_store_skips_the_forecast_and_others_make_it(
+    alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running, waiting = fill_cluster(alice, waiting=3)
+    asked: list[bool] = []
+    real_plan = scheduling.engine_plan
+
+    def recording_plan(*args: Any, estimates: bool = True) -> Any:
+        asked.append(estimates)
+        return real_plan(*args, estimates=estimates)
+
+    monkeypatch.setattr(scheduling, "engine_plan", recording_plan)
+    end_inline(running[0])  # figures stored just now: no store, so no forecast
+    SchedulerLock.objects.filter(name=scheduling.STORE_ROW).update(
+        last_pass_at=timezone.now() - timedelta(seconds=scheduling.INLINE_STORE_INTERVAL_S + 1)
+    )
+    end_inline(running[1])  # figures older than the interval: this one stores them
+    scheduling_pass()  # any other pass forecasts
+
+    assert asked == [False, True, True]
+    assert Job.objects.get(pk=waiting[0].pk).state == Job.State.DISPATCHED
+    assert Job.objects.get(pk=waiting[1].pk).state == Job.State.DISPATCHED
+    third = Job.objects.get(pk=waiting[2].pk)
+    assert third.queue_position == 1 and third.estimated_start is not None
+
+
 def test_a_pass_that_finds_another_requested_still_stores_once_figures_are_old(
     alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
