@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from agent.signing import key_from_token, sign, token_kid
 from jobqueue import services
 from jobqueue.models import Job
 from jobqueue.scheduling import scheduling_pass
+from tests.jobqueue.measure_job_events import next_job_events
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +56,6 @@ def old_notify(job: Job) -> None:
 def test_measure(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster.models import NodeToken
     from cluster.tasks import job_event
     from labportal.celery import app
 
@@ -89,28 +87,8 @@ def test_measure(
             for _k in range(10):
                 submit(alice)
             scheduling_pass()  # takes the submits' request, which an inline pass would defer to
-        job = Job.objects.select_related("node").filter(state=Job.State.DISPATCHED).first()
-        assert job is not None and job.node is not None
-        node = job.node.name
-        if node not in secrets:
-            secrets[node] = NodeToken.issue(node_name=node)[1]
-        for kind in ("started", "exited"):
-            event = {
-                "event_id": f"{job.pk}:{kind}:c1",
-                "job_id": job.pk,
-                "kind": kind,
-                "container_id": "c1",
-                "ts": timezone.now().timestamp(),
-                "exit_code": 0 if kind == "exited" else None,
-            }
-            env = sign(
-                key_from_token(secrets[node]),
-                kid=token_kid(secrets[node]),
-                task="control.job_event",
-                node=node,
-                args=[event],
-                ttl_s=60,
-            )
+        _job, node, events = next_job_events(secrets)
+        for kind, event, env in events:
             mark.clear()
             with CaptureQueriesContext(connection) as ctx:
                 mark["ctx"] = ctx

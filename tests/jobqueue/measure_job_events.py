@@ -23,8 +23,39 @@ from tests.jobqueue.test_submit import submit
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_measure(alice: Any, cluster: Any, image: Any, sent_tasks: Any) -> None:
+def next_job_events(secrets: dict[str, str]) -> tuple[Job, str, list[tuple[str, Any, Any]]]:
+    """The first dispatched job, its node, and its started and exited events as that node
+    signs them (a node token is issued once per node into ``secrets``)."""
     from cluster.models import NodeToken
+
+    job = Job.objects.select_related("node").filter(state=Job.State.DISPATCHED).first()
+    assert job is not None and job.node is not None
+    node = job.node.name
+    if node not in secrets:
+        secrets[node] = NodeToken.issue(node_name=node)[1]
+    events = []
+    for kind in ("started", "exited"):
+        event = {
+            "event_id": f"{job.pk}:{kind}:c1",
+            "job_id": job.pk,
+            "kind": kind,
+            "container_id": "c1",
+            "ts": timezone.now().timestamp(),
+            "exit_code": 0 if kind == "exited" else None,
+        }
+        env = sign(
+            key_from_token(secrets[node]),
+            kid=token_kid(secrets[node]),
+            task="control.job_event",
+            node=node,
+            args=[event],
+            ttl_s=60,
+        )
+        events.append((kind, event, env))
+    return job, node, events
+
+
+def test_measure(alice: Any, cluster: Any, image: Any, sent_tasks: Any) -> None:
     from cluster.tasks import job_event
 
     rounds = int(os.environ.get("ROUNDS", "30"))
@@ -37,30 +68,8 @@ def test_measure(alice: Any, cluster: Any, image: Any, sent_tasks: Any) -> None:
         if len(secrets) == 2 and Job.objects.filter(owner=alice).pending().count() < 20:
             for _k in range(10):
                 submit(alice)
-        job = Job.objects.select_related("node").filter(state=Job.State.DISPATCHED).first()
-        assert job is not None and job.node is not None
-        node = job.node.name
-        if node not in secrets:
-            secrets[node] = NodeToken.issue(node_name=node)[1]
-        secret = secrets[node]
-        for kind in ("started", "exited"):
-            event = {
-                "event_id": f"{job.pk}:{kind}:c1",
-                "job_id": job.pk,
-                "kind": kind,
-                "container_id": "c1",
-                "ts": timezone.now().timestamp(),
-            }
-            if kind == "exited":
-                event["exit_code"] = 0
-            env = sign(
-                key_from_token(secret),
-                kid=token_kid(secret),
-                task="control.job_event",
-                node=node,
-                args=[event],
-                ttl_s=60,
-            )
+        job, node, events = next_job_events(secrets)
+        for kind, event, env in events:
             t0 = time.process_time()
             with CaptureQueriesContext(connection) as ctx:
                 assert job_event(node, env, event) == "ok"
