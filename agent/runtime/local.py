@@ -51,6 +51,8 @@ _WRAPPER = 'trap ":" TERM INT; "$@" </dev/null; rc=$?; echo "$rc" >&0; exit "$rc
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
 _CLOSE_GRACE_S = 3.0
+# How long kill_leftovers waits for a job's wrapper that has written its exit code to exit.
+_LEADER_EXIT_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
@@ -376,7 +378,15 @@ class LocalProcessRuntime(ContainerRuntime):
         """
         with self._lock:
             meta = self._meta(job_id)
-            if meta is None or self._alive(job_id, meta):
+            if meta is None:
+                return []
+            proc = self._procs.get(job_id)
+            if proc is not None and proc.poll() is None and self._read_exit(job_id)[0] is not None:
+                # The wrapper has written the job's exit code and is exiting: the job has
+                # ended, so wait the moment it takes rather than find its leader alive.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=_LEADER_EXIT_WAIT_S)
+            if self._alive(job_id, meta):
                 return []
             pgid, since = meta["pid"], meta["start_ticks"]
             killed = []

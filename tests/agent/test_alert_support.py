@@ -160,3 +160,31 @@ def test_a_stray_process_is_reported_with_its_unix_user(local_agent: NodeAgent) 
 
     assert unix_user_of(os.getpid()) is not None
     assert unix_user_of(2**22 + 12345) is None
+
+
+def test_cleanup_waits_for_a_wrapper_that_has_written_the_exit_code_but_not_yet_exited(
+    local_agent: NodeAgent,
+) -> None:
+    # The agent can see a job's exit code before the job's wrapper process has exited;
+    # a cleanup in that moment must still kill the leftovers, not find the leader alive.
+    import subprocess
+
+    script = 'sleep 300 & echo "child=$!"; exit 0'
+    assert local_agent.start_job(job_spec(8, command=["sh", "-c", script]))["ok"]
+    runtime = runtime_of(local_agent)
+    log = wait_until(lambda: "child=" in (runtime.logs(8, 5) or "") and runtime.logs(8, 5))
+    child = int(log.split("child=")[1].split()[0])
+    wait_until(lambda: any(s.job_id == 8 and s.state == "exited" for s in runtime.list_jobs()))
+    local_agent.watch_once()
+    # Stand in for a wrapper still finishing: the runtime's handle on job 8's leader
+    # becomes a process that exits a moment later.
+    finishing = subprocess.Popen(["sleep", "0.3"])
+    runtime._procs[8] = finishing  # type: ignore[attr-defined]
+    try:
+        result = local_agent.cleanup_ended_jobs([8])
+        assert result["killed_pids"] == [child]
+        wait_until(lambda: not alive(child))
+    finally:
+        finishing.wait()
+        if alive(child):
+            os.kill(child, 9)
