@@ -477,9 +477,10 @@ def _load_rows(lp: dict[str, Any], args: argparse.Namespace) -> list[Any]:
     return rows
 
 
-def _seed() -> tuple[str, list[tuple[str, str]]]:
+def seed_member() -> str:
+    """The benches' member (a category with room for every job) and the demo image;
+    returns the member's API token."""
     from accounts.models import Category, PersonalAccessToken, User
-    from cluster.models import NodeToken
     from jobqueue.models import ContainerImage
 
     category = Category.objects.create(
@@ -490,6 +491,13 @@ def _seed() -> tuple[str, list[tuple[str, str]]]:
     )
     _pat, secret = PersonalAccessToken.issue(user=user, name="bench")
     ContainerImage.objects.create(reference="labportal/demo:local")
+    return secret
+
+
+def _seed() -> tuple[str, list[tuple[str, str]]]:
+    from cluster.models import NodeToken
+
+    secret = seed_member()
     from agent.gpu.simulated import simulated_gpu_uuid
     from cluster.models import Gpu, Node
 

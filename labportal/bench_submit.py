@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from labportal.bench import bench_database_url, recreate_database
+from labportal.bench import bench_database_url, recreate_database, seed_member
 
 PAYLOAD = {
     "image": "labportal/demo:local",
@@ -141,18 +141,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _seed() -> str:
     """The bench's lab (labportal.bench._seed): a member with a token, an image, 4 GPUs."""
-    from accounts.models import Category, PersonalAccessToken, User
     from cluster.models import Gpu, Node
-    from jobqueue.models import ContainerImage
 
-    category = Category.objects.create(
-        name="Bench", max_queued_jobs=100_000, max_concurrent_gpus=64
-    )
-    user = User.objects.create_user(
-        "bench", "bench@lab.example", "bench-password", category=category
-    )
-    _pat, secret = PersonalAccessToken.issue(user=user, name="bench")
-    ContainerImage.objects.create(reference="labportal/demo:local")
+    secret = seed_member()
     node = Node.objects.create(name="bench-node-1", state=Node.State.UP)
     for index in range(4):
         Gpu.objects.create(
