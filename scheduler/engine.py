@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -824,20 +825,19 @@ class _Pass:
                     # Later successes may no longer hold: new blocks invalidate cached fits
                     # only in the direction of failing more, so the failure cache stays valid.
 
-        position = {item.job.id: i + 1 for i, item in enumerate(ranked)}
         estimated: dict[int, float | None] = {}
         if estimates:
             estimated = _Forecast(self, ranked, started, preempting, never, drain_held).run()
         pending: dict[int, PendingInfo] = {}
-        for item in ranked:
+        for position, item in enumerate(ranked, 1):
             job_id = item.job.id
             if job_id in started:
                 continue
             pending[job_id] = PendingInfo(
-                position=position[job_id],
-                estimated_start=estimated.get(job_id),
-                reason=reasons.get(job_id, Reason.RESOURCES),
-                priority=item.priority,
+                position,
+                estimated.get(job_id),
+                reasons.get(job_id, Reason.RESOURCES),
+                item.priority,
             )
         return Plan(
             starts=starts,
@@ -1002,6 +1002,7 @@ class _Forecast:
     ) -> tuple[float, int] | None:
         best_t = INF
         best_u = -1
+        blocks, last_block_end = self.p.blocks, self.last_block_end
         for c in classes:
             pool = self.pools.get(c)
             if not pool:
@@ -1012,7 +1013,10 @@ class _Forecast:
             found = False
             while j >= 0 and i - j < 8:
                 u = pool[j][1]
-                t = self._valid_from(u, t_min, r, owner)
+                if blocks[u] is None or t_min >= last_block_end[u]:
+                    t = t_min  # no booking ahead (_valid_from's first test, inlined)
+                else:
+                    t = self._valid_from(u, t_min, r, owner)
                 if t == t_min:
                     if t_min < best_t:
                         best_t, best_u = t_min, u
@@ -1023,21 +1027,29 @@ class _Forecast:
                 j -= 1
             if found:
                 continue
-            j = i + 1
-            blocks, last_block_end = self.p.blocks, self.last_block_end
-            while j < len(pool):
-                free, u = pool[j]
+            # Units freeing after t_min, earliest first; most have a booking ahead, so
+            # _valid_from's sweep is inlined here, and it gives up once the start it
+            # finds is no better than the best so far (the start only grows).
+            for free, u in itertools.islice(pool, i + 1, None):
                 if free >= best_t:
                     break
-                if blocks[u] is None or free >= last_block_end[u]:
-                    # No booking ahead of this unit (_valid_from's first test, inlined):
-                    # it is usable at once, and later units in the pool free up later.
+                lst = blocks[u]
+                if lst is None or free >= last_block_end[u]:
+                    # No booking ahead of this unit: it is usable at once, and later
+                    # units in the pool free up later.
                     best_t, best_u = free, u
                     break
-                t = self._valid_from(u, free, r, owner)
+                t = free
+                end = t + r
+                for bs, be, who in lst:
+                    if be <= t or who in (GUARANTEE, owner):
+                        continue
+                    if bs >= end or t >= best_t:
+                        break
+                    t = be
+                    end = t + r
                 if t < best_t:
                     best_t, best_u = t, u
-                j += 1
         if best_u < 0:
             return None
         return best_t, best_u
@@ -1046,7 +1058,8 @@ class _Forecast:
         self, cand: list[int], k: int, t_min: float, r: float, owner: int, best_t: float
     ) -> tuple[float, list[int]] | None:
         """Earliest start before ``best_t`` of k of these units (one node) together."""
-        frees = sorted((max(t_min, self.free_at[u]), u) for u in cand)
+        free_at = self.free_at
+        frees = sorted([(free_at[u] if free_at[u] > t_min else t_min, u) for u in cand])
         kth = frees[k - 1][0]
         if kth >= best_t:
             return None
@@ -1081,7 +1094,8 @@ class _Forecast:
         return best_t, best_units
 
     def _kth_free(self, cand: list[int], k: int) -> float:
-        return sorted(self.free_at[u] for u in cand)[k - 1]
+        free_at = self.free_at
+        return sorted([free_at[u] for u in cand])[k - 1]
 
     def _multi_indexed(
         self, key: tuple[tuple[int, ...], int], t_min: float, r: float, owner: int
@@ -1123,33 +1137,38 @@ class _Forecast:
         p = self.p
         now = p.now
         self.limiters = self._init_limiters()
+        started, never, preempting = self.started, self.never, self.preempting
+        units_needed, matching_classes = p.units_needed, p.matching_classes
+        book, book_limits, limiters = self._book, self._book_limits, self.limiters
+        drain_held = self.drain_held
         for item in self.ranked:
             job = item.job
-            if job.id in self.started:
+            if job.id in started:
                 pred = job.predicted_runtime_s
                 r = min(pred, job.time_limit_s) if pred is not None else job.time_limit_s
-                self._book_limits(
-                    self.limiters, job.user, job.queue, job.category, p.units_needed(job), now + r
-                )
+                book_limits(limiters, job.user, job.queue, job.category, units_needed(job), now + r)
         estimates: dict[int, float | None] = {}
         for item in self.ranked:
             job = item.job
-            if job.id in self.started:
+            job_id = job.id
+            if job_id in started:
                 continue
-            if job.id in self.never:
-                estimates[job.id] = None
+            if job_id in never:
+                estimates[job_id] = None
                 continue
-            k = p.units_needed(job)
+            k = units_needed(job)
             pred = job.predicted_runtime_s
-            r = min(pred, job.time_limit_s) if pred is not None else job.time_limit_s
-            r = max(r, 1.0)
-            if job.id in self.preempting:
+            limit = job.time_limit_s
+            r = pred if pred is not None and pred < limit else limit
+            if r < 1.0:
+                r = 1.0
+            if job_id in preempting:
                 t = now + p.policy.preemption_grace_s
-                for u in self.preempting[job.id]:
-                    self._book(u, t + r)
-                estimates[job.id] = t
+                for u in preempting[job_id]:
+                    book(u, t + r)
+                estimates[job_id] = t
                 continue
-            classes = p.matching_classes(job)
+            classes = matching_classes(job)
             owner = -2
             t_min = now
             if job.reservation_id is not None:
@@ -1165,22 +1184,26 @@ class _Forecast:
                 found = self._multi(nodes, k, t_min, r, owner)
             else:
                 if not job.emergency:
-                    limiters = self._limiter_keys(job.user, job.queue, job.category)
-                    if limiters:
-                        t_min = max(t_min, self._limit_start(limiters, k))
-                t_min = max(t_min, self.drain_held.get(job.id, t_min))
+                    keys = self._limiter_keys(job.user, job.queue, job.category)
+                    if keys:
+                        t = self._limit_start(keys, k)
+                        if t > t_min:
+                            t_min = t
+                held = drain_held.get(job_id)
+                if held is not None and held > t_min:
+                    t_min = held
                 if k == 1:
                     single = self._single(classes, t_min, r, owner)
                     found = (single[0], [single[1]]) if single is not None else None
                 else:
                     found = self._multi_indexed((classes, k), t_min, r, owner)
             if found is None:
-                estimates[job.id] = None
+                estimates[job_id] = None
                 continue
             t, units = found
             for u in units:
-                self._book(u, t + r)
+                book(u, t + r)
             if not job.emergency and job.reservation_id is None:
-                self._book_limits(self.limiters, job.user, job.queue, job.category, k, t + r)
-            estimates[job.id] = t
+                book_limits(limiters, job.user, job.queue, job.category, k, t + r)
+            estimates[job_id] = t
         return estimates

@@ -236,10 +236,11 @@ class Preemption:
     for_job_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingInfo:
     """Where a job that stays pending stands: 1-based position in the global order,
-    estimated start (``None`` if it can never start as things are) and a ``Reason``."""
+    estimated start (``None`` if it can never start as things are) and a ``Reason``.
+    Not frozen: a pass builds one per pending job, and frozen ones cost twice as much."""
 
     position: int
     estimated_start: float | None
