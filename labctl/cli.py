@@ -23,6 +23,7 @@ from labctl.output import dump_json, parse_iso, span, table, when
 from labctl.parsing import (
     argtype,
     parse_array,
+    parse_count,
     parse_duration,
     parse_env,
     parse_hours,
@@ -141,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="include finished jobs")
     p.add_argument("--state", help="only these states, e.g. pending,running")
     p.add_argument("--queue", help="only this queue")
-    p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50)")
+    p.add_argument(
+        "--limit", type=argtype(parse_count), default=50, help="at most this many jobs (default 50)"
+    )
 
     add(
         "queue",

@@ -108,6 +108,17 @@ def parse_hours(text: str) -> float:
     return hours
 
 
+def parse_count(text: str) -> int:
+    """A whole number of 1 or more (how many items to list)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"“{text}” is not a whole number of 1 or more.")
+    return value
+
+
 def argtype(parser_fn):  # type: ignore[no-untyped-def]
     """Wrap a parser so argparse reports its message as a usage error (exit 2, no traceback)."""
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
 
 MAX_PAGE_SIZE = 500
 
@@ -19,6 +22,42 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = MAX_PAGE_SIZE
 
+    # DRF reads a limit or offset that is not a whole number in range as if it were not
+    # given: `?offset=-1` answered the first page and `?limit=0` a page of 100, so a
+    # script with a paging bug got a plausible wrong answer. They are refused instead.
+    def get_limit(self, request: Request) -> int | None:
+        raw = request.query_params.get(self.limit_query_param)
+        if raw is None or raw == "":
+            return self.default_limit
+        value = _whole_number(raw)
+        if value is None or value < 1:
+            raise ValidationError(
+                {
+                    self.limit_query_param: _(
+                        "Give limit as a whole number from 1 to %(max)d, e.g. ?limit=50 "
+                        "(larger values give %(max)d and a link to the next page)."
+                    )
+                    % {"max": self.max_limit}
+                }
+            )
+        return min(value, self.max_limit)
+
+    def get_offset(self, request: Request) -> int:
+        raw = request.query_params.get(self.offset_query_param)
+        if raw is None or raw == "":
+            return 0
+        value = _whole_number(raw)
+        if value is None or value < 0:
+            raise ValidationError(
+                {
+                    self.offset_query_param: _(
+                        "Give offset as a whole number of 0 or more, e.g. ?offset=100; "
+                        "or follow the answer's “next” link."
+                    )
+                }
+            )
+        return value
+
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
@@ -30,3 +69,17 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
             elif parameter["name"] == self.offset_query_param:
                 parameter["schema"]["minimum"] = 0
         return parameters
+
+
+def _whole_number(text: str) -> int | None:
+    """The integer an ASCII ``[-]digits`` text spells, else None. A huge limit is capped
+    and a huge offset gives an empty page, so length is not limited here (except by
+    Python's own limit on digits, whose ValueError means None too)."""
+    text = text.strip()
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None

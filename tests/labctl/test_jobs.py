@@ -182,3 +182,9 @@ def test_an_array_with_a_refused_job_queues_none(labctl: Run, as_alice: str) -> 
     assert result.code == 1
     assert "Job 1 of 2: No node has 6 matching GPUs" in result.err
     assert not Job.objects.exists()
+
+
+def test_status_with_a_limit_below_one_is_a_usage_error(labctl: Run, as_alice: str) -> None:
+    result = labctl("status", "--limit", "0")
+    assert result.code == 2
+    assert "whole number of 1 or more" in result.err

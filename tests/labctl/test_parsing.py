@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from labctl.output import span
-from labctl.parsing import parse_duration, parse_env, parse_hours, parse_size_mb, parse_when
+from labctl.parsing import (
+    parse_count,
+    parse_duration,
+    parse_env,
+    parse_hours,
+    parse_size_mb,
+    parse_when,
+)
 
 
 @pytest.mark.parametrize(
@@ -116,3 +123,10 @@ def test_a_shell_line_shows_as_typed_and_an_argument_list_shell_quoted() -> None
 
     assert _command_line(["/bin/sh", "-c", "sleep 20; echo done"]) == "sleep 20; echo done"
     assert _command_line(["python", "a b.py"]) == "python 'a b.py'"
+
+
+def test_a_count_is_a_whole_number_of_one_or_more() -> None:
+    assert parse_count("50") == 50
+    for text in ("0", "-3", "2.5", "ten", ""):
+        with pytest.raises(ValueError, match="whole number of 1 or more"):
+            parse_count(text)

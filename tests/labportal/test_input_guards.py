@@ -219,3 +219,61 @@ def test_the_nul_refusal_is_in_the_members_language(alice: Any) -> None:
     assert "空字符" in body(response)["detail"]
     response = api.get("/api/jobs/?state=%00")
     assert "NUL character" in body(response)["detail"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("offset=-1", "offset"),
+        ("offset=abc", "offset"),
+        ("offset=1.5", "offset"),
+        ("offset=٣", "offset"),
+        ("limit=0", "limit"),
+        ("limit=-5", "limit"),
+        ("limit=ten", "limit"),
+        ("limit=" + "9" * 5000, "limit"),
+    ],
+)
+def test_a_limit_or_offset_that_is_not_a_whole_number_in_range_is_a_400_naming_it(
+    alice: Any, query: str, field: str
+) -> None:
+    # Before, DRF read these as if absent: ?offset=-1 gave the first page, ?limit=0 100.
+    for path in ("/api/jobs/", "/api/ledger/", "/api/notifications/"):
+        response = api_as(alice).get(f"{path}?{query}")
+        assert response.status_code == 400, (path, query, response.content)
+        message = body(response)[field]
+        assert "whole number" in str(message), message
+
+
+def test_an_empty_limit_or_offset_means_the_default_page(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    from tests.jobqueue.test_submit import submit
+
+    for _ in range(3):
+        submit(alice)
+    api = api_as(alice)
+    page = body(api.get("/api/jobs/?limit=&offset="))
+    assert page["count"] == 3 and len(page["results"]) == 3
+    page = body(api.get("/api/jobs/?limit=2&offset=2"))
+    assert len(page["results"]) == 1 and page["next"] is None
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/jobs/0.5/", "/api/nothing/", "/api/jobs/1/bogus/", "/api/reservations/1/x/"]
+)
+def test_an_api_path_that_matches_no_endpoint_is_a_json_404(alice: Any, path: str) -> None:
+    response = api_as(alice).get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    answer = body(response)
+    assert answer["code"] == "no_endpoint"
+    assert path in answer["detail"] and "/api/docs/" in answer["detail"]
+
+
+def test_a_missing_page_outside_the_api_is_still_the_html_404(alice: Any) -> None:
+    client = Client()
+    client.force_login(alice)
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
