@@ -36,6 +36,9 @@ def choices_schema_param(name: str, choices: Iterable[str], description: str) ->
     return OpenApiParameter(
         name,
         str,
-        description=f"{description} One or more of: {', '.join(allowed)}, comma-separated.",
-        pattern=rf"^({'|'.join(allowed)})(,({'|'.join(allowed)}))*$",
+        description=(
+            f"{description} One or more of: {', '.join(allowed)}, comma-separated; "
+            "empty means no filter."
+        ),
+        pattern=rf"^(({'|'.join(allowed)})(,({'|'.join(allowed)}))*)?$",
     )

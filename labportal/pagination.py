@@ -62,9 +62,10 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             if parameter["name"] == self.limit_query_param:
-                parameter["schema"].update({"minimum": 1, "maximum": self.max_limit})
+                parameter["schema"]["minimum"] = 1
                 parameter["description"] = (
-                    f"Number of results to return per page (at most {self.max_limit})."
+                    f"Number of results to return per page: at most {self.max_limit}; a "
+                    f"larger value gives {self.max_limit} and a `next` link."
                 )
             elif parameter["name"] == self.offset_query_param:
                 parameter["schema"]["minimum"] = 0
