@@ -2,6 +2,7 @@
 
     python -m scheduler.traces helios  PATH/TO/cluster_log.csv      OUT.csv [--vc NAME]
     python -m scheduler.traces philly  PATH/TO/cluster_job_log      OUT.csv [--vc NAME]
+    python -m scheduler.traces philly-csv PATH/TO/philly.csv        OUT.csv [--vc NAME]
     python -m scheduler.simulate --trace OUT.csv --gpus 64 --policy all
 
 The traces are not kept in this repository; fetch them from their publishers:
@@ -17,11 +18,21 @@ The traces are not kept in this repository; fetch them from their publishers:
   ``msr-fiddle/philly-traces``. ``cluster_job_log`` is a JSON list of jobs, each with
   ``jobid``, ``user``, ``vc``, ``status``, ``submitted_time`` and ``attempts`` (each
   attempt: ``start_time``, ``end_time`` and ``detail``, the GPUs it held per machine).
+- **philly-csv**: the same Philly trace as preprocessed by the AdaptDL/Pollux project
+  (Qiao et al., OSDI'21): the file ``simulator/traces/philly.csv`` of the
+  ``petuum/adaptdl`` repository, one job a row with the header
+  ``timestamp,duration,num_gpus,gpu_time,cluster``: the submit time (``YYYY-MM-DD
+  HH:MM:SS``), the run time in seconds, the GPUs, GPUs × run time, and the Philly virtual
+  cluster (VC), that is, a team. Its rows are not in time order.
 
 The output has the columns of ``shared/traces`` (see its README):
 ``job_id,user,submit_time_s,start_time_s,duration_s,num_gpus,gpu_frac,queue,status,wait_s``.
-Seconds count from the first kept job's submit. Both traces name their users, so the
-simulator replays them with the trace's own users (its output says ``users: trace``).
+Seconds count from the first kept job's submit. Helios and Philly's JSON name their
+users, so the simulator replays them with the trace's own users (its output says
+``users: trace``). The AdaptDL CSV has no user column: each virtual cluster (team) stands
+for one user, so fair share is between teams, and the simulator still says
+``users: trace``. Nor does it say when a job started: ``start_time_s`` repeats the submit
+(the simulator needs a start to know the job ran) and ``wait_s`` is left empty, unknown.
 The virtual cluster goes in ``queue`` (it is the simulator's feature for run-time
 prediction). Jobs without GPUs, or that never ran, are dropped and counted; a Philly job
 that ran more than once is replayed as its last attempt (the one that ended it), with the
@@ -227,6 +238,62 @@ def convert_philly(data: Any, *, vc: str | None = None) -> Converted:
     return _finish(jobs, result)
 
 
+PHILLY_CSV_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+
+
+def convert_philly_csv(lines: Iterable[str], *, vc: str | None = None) -> Converted:
+    """AdaptDL's ``philly.csv`` (``petuum/adaptdl``, ``simulator/traces/philly.csv``) → rows.
+
+    One job a row: submitted at ``timestamp`` (UTC), running ``duration`` seconds on
+    ``num_gpus`` GPUs. The trace has no user column, so the virtual cluster (``cluster``,
+    a team) is the user as well as the queue. Job ids are ``L<line number>`` in the source.
+    Rows without GPUs, without a submit time or run time, or that ran for no time are
+    dropped and counted; a row whose numbers are not numbers stops the conversion.
+    """
+    reader = csv.DictReader(lines)
+    missing = [c for c in PHILLY_CSV_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise TraceError(
+            f"not AdaptDL's philly.csv: no column {', '.join(missing)} "
+            f"(found {', '.join(reader.fieldnames or ()) or 'no header'})"
+        )
+    result = Converted()
+    jobs: list[_Job] = []
+    for line_no, row in enumerate(reader, start=2):
+        where = f"line {line_no}"
+        team = (row["cluster"] or "").strip()
+        if vc is not None and team != vc:
+            result.drop("in another virtual cluster")
+            continue
+        try:
+            gpus = int(float(row["num_gpus"] or 0))
+        except ValueError:
+            raise TraceError(f"{where}: num_gpus {row['num_gpus']!r} is not a number") from None
+        if gpus <= 0:
+            result.drop("without GPUs")
+            continue
+        submit = _epoch(row["timestamp"], where=where)
+        if submit is None:
+            result.drop("without a submit time")
+            continue
+        text = (row["duration"] or "").strip()
+        if text in ("", "None", "null", "NaN", "nan"):
+            result.drop("without a run time")
+            continue
+        try:
+            duration = float(text)
+        except ValueError:
+            raise TraceError(f"{where}: duration {text!r} is not a number") from None
+        if not duration > 0:
+            result.drop("that ran for no time")
+            continue
+        jobs.append(_Job(f"L{line_no}", team, team, gpus, submit, submit, submit + duration, ""))
+    converted = _finish(jobs, result)
+    for out in converted.rows:
+        out["wait_s"] = ""  # the trace does not say when the job started
+    return converted
+
+
 def write_csv(result: Converted, out: IO[str]) -> None:
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -239,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("format", choices=("helios", "philly"))
+    parser.add_argument(
+        "format",
+        choices=("helios", "philly", "philly-csv"),
+        help="philly-csv: AdaptDL's philly.csv, whose virtual clusters (teams) stand for users",
+    )
     parser.add_argument("source", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--vc", default=None, help="keep one virtual cluster only")
@@ -251,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         with args.source.open(newline="", encoding="utf-8") as handle:
             if args.format == "helios":
                 result = convert_helios(handle, vc=args.vc)
+            elif args.format == "philly-csv":
+                result = convert_philly_csv(handle, vc=args.vc)
             else:
                 try:
                     data = json.load(handle)
@@ -264,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(result, out)
     users = len({r["user"] for r in result.rows})
     wide = sum(1 for r in result.rows if int(r["num_gpus"]) > 1)
+    who = "virtual clusters as users" if args.format == "philly-csv" else "users"
     print(
-        f"{args.out}: {len(result.rows)} jobs of {users} users "
+        f"{args.out}: {len(result.rows)} jobs of {users} {who} "
         f"({wide} with more than one GPU) from {args.format} {args.source}"
     )
     for why, count in sorted(result.dropped.items()):

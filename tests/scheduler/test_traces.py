@@ -1,4 +1,5 @@
-"""Public trace converters: Helios's cluster_log.csv and Philly's cluster_job_log."""
+"""Public trace converters: Helios's cluster_log.csv, Philly's cluster_job_log and
+AdaptDL's philly.csv."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from scheduler.simulate import simulate
-from scheduler.traces import COLUMNS, TraceError, convert_helios, convert_philly, main
+from scheduler.traces import (
+    COLUMNS,
+    TraceError,
+    convert_helios,
+    convert_philly,
+    convert_philly_csv,
+    main,
+)
 
 HELIOS = """job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue
 j1,ualice,vcA,8,64,1,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:01:10,2020-04-01 02:01:10,7200,60
@@ -183,3 +191,68 @@ def test_the_command_names_a_missing_or_broken_source(
     assert "not JSON" in capsys.readouterr().err
     broken.write_text(json.dumps(PHILLY))
     assert main(["philly", str(broken), str(tmp_path / "o.csv")]) == 0
+
+
+# AdaptDL's philly.csv shape: rows out of time order, a team (virtual cluster) per row.
+PHILLY_CSV = """timestamp,duration,num_gpus,gpu_time,cluster
+2017-10-09 06:00:00,3600.0,1,3600.0,teamA
+2017-10-09 05:00:00,600.0,8,4800.0,teamB
+2017-10-09 05:30:00,0.0,1,0.0,teamA
+2017-10-09 05:40:00,120.0,0,0.0,teamB
+2017-10-09 05:50:00,-5.0,2,-10.0,teamA
+2017-10-09 05:10:00,,4,,teamC
+2017-10-09 05:20:00,1800.0,16,28800.0,teamC
+"""
+
+
+def test_adaptdl_philly_rows_become_jobs_with_their_team_as_user_in_time_order() -> None:
+    result = convert_philly_csv(io.StringIO(PHILLY_CSV))
+    assert [r["job_id"] for r in result.rows] == ["L3", "L8", "L2"]  # by submit, ids = lines
+    b, c, a = result.rows
+    assert (b["user"], b["queue"], b["num_gpus"], b["submit_time_s"], b["duration_s"]) == (
+        "teamB",
+        "teamB",
+        8,
+        0,
+        600,
+    )
+    assert (c["submit_time_s"], c["num_gpus"], a["submit_time_s"], a["duration_s"]) == (
+        1200,
+        16,
+        3600,
+        3600,
+    )
+    # No start time in the trace: the start repeats the submit, the production wait is unknown.
+    assert all(r["start_time_s"] == r["submit_time_s"] and r["wait_s"] == "" for r in result.rows)
+    assert result.dropped == {
+        "that ran for no time": 2,
+        "without GPUs": 1,
+        "without a run time": 1,
+    }
+
+
+def test_adaptdl_philly_keeps_one_team_and_refuses_what_is_not_its_csv() -> None:
+    result = convert_philly_csv(io.StringIO(PHILLY_CSV), vc="teamA")
+    assert [r["job_id"] for r in result.rows] == ["L2"]
+    assert result.dropped["in another virtual cluster"] == 4
+    with pytest.raises(TraceError, match="no column timestamp"):
+        convert_philly_csv(io.StringIO("time,duration,num_gpus,cluster\n"))
+    with pytest.raises(TraceError, match="line 2: duration 'long'"):
+        convert_philly_csv(io.StringIO(PHILLY_CSV.replace("3600.0,1,", "long,1,", 1)))
+    with pytest.raises(TraceError, match="line 2: num_gpus 'x'"):
+        convert_philly_csv(io.StringIO(PHILLY_CSV.replace("3600.0,1,", "3600.0,x,", 1)))
+
+
+def test_the_simulator_replays_adaptdl_philly_with_teams_as_users_and_refuses_wide_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "philly.csv"
+    source.write_text(PHILLY_CSV)
+    out = tmp_path / "philly-sim.csv"
+    assert main(["philly-csv", str(source), str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "3 jobs of 3 virtual clusters as users (2 with more than one GPU)" in printed
+    assert "dropped 2 that ran for no time" in printed
+    result = simulate(str(out), "fifo", gpus=16, gpus_per_node=8, window="all")
+    assert result["users_source"] == "trace"
+    assert (result["jobs"], result["refused_too_wide"]) == (2, 1)  # the 16-GPU job is refused
