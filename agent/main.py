@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from celery import signals
 from kombu.utils.url import maybe_sanitize_url
 
 from agent.config import AgentConfig, ConfigError, load_config
@@ -27,6 +28,27 @@ log = logging.getLogger("agent")
 
 EXIT_CONFIG = 2
 EXIT_BROKER = 3
+
+# How often the worker's event loop turns even when no message arrives (see _keep_acking).
+ACK_TICK_S = 0.02
+
+
+def _keep_acking(sender: object = None, **_kwargs: object) -> None:
+    """Keep the worker's event loop turning every ACK_TICK_S (on ``worker_ready``).
+
+    A task run by the threads pool is acknowledged only when the event loop next wakes
+    (celery/celery#6941), and with Redis an idle loop sleeps up to a second. When
+    ``concurrency`` commands arrive at once (the ends of jobs started together), the
+    prefetch window stays full of finished but unacknowledged tasks, and the next start
+    commands wait that second while the GPUs stand idle.
+    """
+    timer = getattr(sender, "timer", None)
+    if timer is not None:
+        timer.call_repeatedly(ACK_TICK_S, _loop_tick)
+
+
+def _loop_tick() -> None:
+    """Nothing: the timer entry only bounds how long the event loop sleeps."""
 
 
 def _fail(message: str, code: int = EXIT_CONFIG) -> int:
@@ -159,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target=node_agent.run_loops, args=(stop,), name="agent-telemetry", daemon=True
     )
     loop.start()
+    signals.worker_ready.connect(_keep_acking, weak=False)
     try:
         worker = app.Worker(
             queues=[node_queue(cfg.name)],

@@ -39,6 +39,12 @@ def job_is_on_node(*, job_id: int, node_id: int) -> bool:
     return job_id in jobs_on_node(node_id=node_id, job_ids=[job_id])
 
 
+def job_is_on_named_node(*, job_id: int, node_name: str) -> bool:
+    """Whether the portal gave this job to the node of that name (see `jobs_on_node`)."""
+    job_model = apps.get_model("jobqueue", "Job")
+    return bool(job_model.objects.filter(pk=job_id, node__name=node_name).exists())
+
+
 @dataclass
 class LiveGpu:
     """One device row of the live page, with whoever is using it (its shared slots included)."""

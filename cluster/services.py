@@ -358,16 +358,20 @@ def _node_jobs_declare_lost(
 
 
 def job_event_accept(*, node_name: str, event: object) -> None:
-    """Pass a job event on to the job queue, if the job is one this node was given."""
+    """Pass a job event on to the job queue, if the job is one this node was given.
+
+    One query asks both (a job's end is on its way to the next job's start); the node's
+    own row is read only to say why an event is refused.
+    """
     clean = job_event_parse(event)
-    node = _node_known(node_name=node_name)
-    if not selectors.job_is_on_node(job_id=clean["job_id"], node_id=node.pk):
+    if not selectors.job_is_on_named_node(job_id=clean["job_id"], node_name=node_name):
+        _node_known(node_name=node_name)
         raise MessageRefused(
             RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {clean['job_id']} ({clean['kind']})"
         )
     from jobqueue.services import job_event_apply
 
-    job_event_apply(node_name=node.name, event=clean)
+    job_event_apply(node_name=node_name, event=clean)
 
 
 def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:

@@ -19,7 +19,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Sum, Value
+from django.db.models import (
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Cast, Coalesce, Extract, Greatest, Least, Power
 from django.utils import timezone
 from django.utils.translation import gettext_noop
@@ -579,12 +589,16 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
     if not inline:
         _requests_take()
     with transaction.atomic():
-        lock = _locked_row(LOCK_NAME)
+        lock, stored_at = _locked_pass_row()
         now = now or timezone.now()
         # An inline pass within INLINE_STORE_INTERVAL_S of the last store will not store
         # the waiting jobs' figures (see _should_store), so it skips the forecast of
         # their starts too: during a burst of ends, most of the engine's time.
-        forecast = not (inline and _stored_since(now, INLINE_STORE_INTERVAL_S))
+        forecast = not (
+            inline
+            and stored_at is not None
+            and stored_at > now - timedelta(seconds=INLINE_STORE_INTERVAL_S)
+        )
         _move_jobs_whose_grant_lapsed(now)
         state, policy, gpu_by_uuid = build_engine_input(now)
         result = engine_plan(state, policy, epoch(now), estimates=forecast)
@@ -632,6 +646,26 @@ def _should_store(now: datetime) -> bool:
     if _pass_requested():
         return not _stored_since(now, STORE_MAX_LAG_S)
     return True
+
+
+def _locked_pass_row() -> tuple[SchedulerLock, datetime | None]:
+    """The pass lock's row, locked for this transaction, and when the waiting jobs' figures
+    were last stored (STORE_ROW), read in the same round trip.
+
+    That time is as of the statement's start: a pass that waited for the lock may take
+    the figures for older than they are and forecast once more, never less.
+    """
+    stored = SchedulerLock.objects.filter(name=STORE_ROW).values("last_pass_at")[:1]
+    row = (
+        SchedulerLock.objects.select_for_update()
+        .annotate(figures_stored_at=Subquery(stored))
+        .filter(name=LOCK_NAME)
+        .first()
+    )
+    if row is None:
+        _locked_row(LOCK_NAME)  # made on first use
+        return _locked_pass_row()
+    return row, getattr(row, "figures_stored_at", None)
 
 
 def _locked_row(name: str) -> SchedulerLock:

@@ -19,20 +19,21 @@ def reservation_rows_for_scheduler(
     *, now: datetime, horizon: timedelta
 ) -> list[tuple[int, str, tuple[str, ...], datetime, datetime]]:
     """Live bookings overlapping [now, now + horizon] as plain rows (id, user name, GPU uuids
-    in node and index order, start, end), by start: two queries, no model instances."""
+    in node and index order, start, end), by start: no model instances, and the GPUs'
+    query only when there is a booking (a pass runs after every job's end)."""
     live = Reservation.objects.live().filter(start__lt=now + horizon, end__gt=now)
+    rows = list(live.order_by("start", "pk").values_list("pk", "user__username", "start", "end"))
+    if not rows:
+        return []
     gpus: dict[int, list[str]] = defaultdict(list)
     for reservation_id, uuid in (
-        Reservation.gpus.through.objects.filter(reservation__in=live)
+        Reservation.gpus.through.objects.filter(reservation_id__in=[row[0] for row in rows])
         .order_by("gpu__node__name", "gpu__index")
         .values_list("reservation_id", "gpu__uuid")
     ):
         gpus[reservation_id].append(uuid)
     return [
-        (pk, username, tuple(gpus.get(pk, ())), start, end)
-        for pk, username, start, end in live.order_by("start", "pk").values_list(
-            "pk", "user__username", "start", "end"
-        )
+        (pk, username, tuple(gpus.get(pk, ())), start, end) for pk, username, start, end in rows
     ]
 
 

@@ -228,3 +228,31 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
             proc.kill()
     assert all(args[2].get("job_id") != 2 for name, args in seen if name == "control.job_event")
     assert len(list(broker_dir.glob("*.node.other.msg"))) == 1
+
+
+def test_the_worker_event_loop_is_kept_turning_so_finished_commands_are_acknowledged() -> None:
+    """celery/celery#6941: a threads-pool task is acked only when the event loop wakes, and
+    a full prefetch window then holds the next start commands back (up to a second)."""
+    from agent.main import ACK_TICK_S, _keep_acking
+
+    class RecordingTimer:
+        def __init__(self) -> None:
+            self.repeating: list[tuple[float, Any]] = []
+
+        def call_repeatedly(self, seconds: float, fun: Any) -> None:
+            self.repeating.append((seconds, fun))
+
+    class Consumer:
+        timer = RecordingTimer()
+
+    _keep_acking(sender=Consumer())
+
+    assert [seconds for seconds, _fun in Consumer.timer.repeating] == [ACK_TICK_S]
+    assert ACK_TICK_S <= 0.05
+    Consumer.timer.repeating[0][1]()  # the tick itself does nothing
+
+
+def test_keeping_the_loop_turning_ignores_a_sender_without_a_timer() -> None:
+    from agent.main import _keep_acking
+
+    _keep_acking(sender=None)
