@@ -230,29 +230,74 @@ def test_the_agent_process_serves_its_own_queue_and_reports_to_control(
     assert len(list(broker_dir.glob("*.node.other.msg"))) == 1
 
 
-def test_the_worker_event_loop_is_kept_turning_so_finished_commands_are_acknowledged() -> None:
+class _RecordingTimer:
+    """kombu's timer as the ticker uses it: repeating entries that can be cancelled."""
+
+    class Entry:
+        def __init__(self, seconds: float, fun: Any) -> None:
+            self.seconds, self.fun, self.canceled = seconds, fun, False
+
+        def cancel(self) -> None:
+            self.canceled = True
+
+    def __init__(self) -> None:
+        self.entries: list[_RecordingTimer.Entry] = []
+
+    def call_repeatedly(self, seconds: float, fun: Any) -> _RecordingTimer.Entry:
+        entry = self.Entry(seconds, fun)
+        self.entries.append(entry)
+        return entry
+
+    def live(self) -> list[_RecordingTimer.Entry]:
+        return [e for e in self.entries if not e.canceled]
+
+
+def test_the_event_loop_ticks_while_commands_are_in_flight_and_stops_when_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """celery/celery#6941: a threads-pool task is acked only when the event loop wakes, and
-    a full prefetch window then holds the next start commands back (up to a second)."""
-    from agent.main import ACK_TICK_S, _keep_acking
+    a full prefetch window then holds the next start commands back (up to a second). The
+    loop is kept turning while commands are in flight, and not on an idle agent."""
+    from celery.worker import state as worker_state
 
-    class RecordingTimer:
-        def __init__(self) -> None:
-            self.repeating: list[tuple[float, Any]] = []
+    from agent.main import ACK_IDLE_TICKS, ACK_TICK_S, AckTicker
 
-        def call_repeatedly(self, seconds: float, fun: Any) -> None:
-            self.repeating.append((seconds, fun))
+    active: set[object] = set()
+    monkeypatch.setattr(worker_state, "active_requests", active)
+    monkeypatch.setattr(worker_state, "reserved_requests", set())
 
     class Consumer:
-        timer = RecordingTimer()
+        timer = _RecordingTimer()
 
-    _keep_acking(sender=Consumer())
+    ticker = AckTicker()
+    ticker.on_received()  # before the worker is ready: nothing to tick with
+    assert Consumer.timer.entries == []
+    ticker.on_ready(sender=Consumer())
+    assert Consumer.timer.entries == []  # an idle agent does not tick
 
-    assert [seconds for seconds, _fun in Consumer.timer.repeating] == [ACK_TICK_S]
-    assert ACK_TICK_S <= 0.05
-    Consumer.timer.repeating[0][1]()  # the tick itself does nothing
+    ticker.on_received()
+    ticker.on_received()  # a second command while ticking: still one entry
+    assert [e.seconds for e in Consumer.timer.live()] == [ACK_TICK_S]
+    entry = Consumer.timer.live()[0]
+    active.add("a start command")
+    for _ in range(3 * ACK_IDLE_TICKS):
+        entry.fun()  # a long command keeps the loop turning
+    assert not entry.canceled
+    active.clear()
+    for _ in range(ACK_IDLE_TICKS - 1):
+        entry.fun()  # finished: ticks go on a while, for its acknowledgement
+    assert not entry.canceled
+    entry.fun()
+    assert entry.canceled and Consumer.timer.live() == []
+
+    ticker.on_received()  # the next command starts the ticks again
+    assert len(Consumer.timer.live()) == 1
 
 
-def test_keeping_the_loop_turning_ignores_a_sender_without_a_timer() -> None:
-    from agent.main import _keep_acking
+def test_the_ticker_ignores_a_sender_without_a_timer() -> None:
+    from agent.main import AckTicker
 
-    _keep_acking(sender=None)
+    ticker = AckTicker()
+    ticker.on_ready(sender=None)
+    ticker.on_received()
+    assert ticker.entry is None
