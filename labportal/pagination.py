@@ -26,37 +26,30 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     # given: `?offset=-1` answered the first page and `?limit=0` a page of 100, so a
     # script with a paging bug got a plausible wrong answer. They are refused instead.
     def get_limit(self, request: Request) -> int | None:
-        raw = request.query_params.get(self.limit_query_param)
-        if raw is None or raw == "":
-            return self.default_limit
-        value = _whole_number(raw)
-        if value is None or value < 1:
-            raise ValidationError(
-                {
-                    self.limit_query_param: _(
-                        "Give limit as a whole number from 1 to %(max)d, e.g. ?limit=50 "
-                        "(larger values give %(max)d and a link to the next page)."
-                    )
-                    % {"max": self.max_limit}
-                }
+        value = _query_number(
+            request,
+            self.limit_query_param,
+            minimum=1,
+            default=self.default_limit,
+            refusal=_(
+                "Give limit as a whole number from 1 to %(max)d, e.g. ?limit=50 "
+                "(larger values give %(max)d and a link to the next page)."
             )
+            % {"max": self.max_limit},
+        )
         return min(value, self.max_limit)
 
     def get_offset(self, request: Request) -> int:
-        raw = request.query_params.get(self.offset_query_param)
-        if raw is None or raw == "":
-            return 0
-        value = _whole_number(raw)
-        if value is None or value < 0:
-            raise ValidationError(
-                {
-                    self.offset_query_param: _(
-                        "Give offset as a whole number of 0 or more, e.g. ?offset=100; "
-                        "or follow the answer's “next” link."
-                    )
-                }
-            )
-        return value
+        return _query_number(
+            request,
+            self.offset_query_param,
+            minimum=0,
+            default=0,
+            refusal=_(
+                "Give offset as a whole number of 0 or more, e.g. ?offset=100; "
+                "or follow the answer's “next” link."
+            ),
+        )
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
@@ -70,6 +63,18 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
             elif parameter["name"] == self.offset_query_param:
                 parameter["schema"]["minimum"] = 0
         return parameters
+
+
+def _query_number(request: Request, name: str, *, minimum: int, default: int, refusal: str) -> int:
+    """The query parameter ``name`` as a whole number of at least ``minimum``; ``default``
+    when absent or empty; otherwise a 400 naming the parameter with ``refusal``."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    value = _whole_number(raw)
+    if value is None or value < minimum:
+        raise ValidationError({name: refusal})
+    return value
 
 
 def _whole_number(text: str) -> int | None:
