@@ -140,15 +140,29 @@ def _finish(jobs: Iterable[_Job], result: Converted) -> Converted:
     return result
 
 
-def convert_helios(lines: Iterable[str], *, vc: str | None = None) -> Converted:
-    """Helios ``cluster_log.csv`` (or Philly's log in Helios's shape) → simulator rows."""
+def _csv_with(lines: Iterable[str], columns: Iterable[str], what: str) -> csv.DictReader[str]:
+    """A CSV reader over ``lines``, refused unless its header has every column."""
     reader = csv.DictReader(lines)
-    missing = [c for c in HELIOS_COLUMNS if c not in (reader.fieldnames or ())]
+    missing = [c for c in columns if c not in (reader.fieldnames or ())]
     if missing:
         raise TraceError(
-            f"not a Helios cluster_log.csv: no column {', '.join(missing)} "
+            f"not {what}: no column {', '.join(missing)} "
             f"(found {', '.join(reader.fieldnames or ()) or 'no header'})"
         )
+    return reader
+
+
+def _gpu_count(row: dict[str, str], column: str, where: str) -> int:
+    """The GPUs in ``row[column]`` (empty counts as none); a non-number stops the conversion."""
+    try:
+        return int(float(row[column] or 0))
+    except ValueError:
+        raise TraceError(f"{where}: {column} {row[column]!r} is not a number") from None
+
+
+def convert_helios(lines: Iterable[str], *, vc: str | None = None) -> Converted:
+    """Helios ``cluster_log.csv`` (or Philly's log in Helios's shape) → simulator rows."""
+    reader = _csv_with(lines, HELIOS_COLUMNS, "a Helios cluster_log.csv")
     result = Converted()
 
     def jobs() -> Iterator[_Job]:
@@ -157,10 +171,7 @@ def convert_helios(lines: Iterable[str], *, vc: str | None = None) -> Converted:
             if vc is not None and row["vc"] != vc:
                 result.drop("in another virtual cluster")
                 continue
-            try:
-                gpus = int(float(row["gpu_num"] or 0))
-            except ValueError:
-                raise TraceError(f"{where}: gpu_num {row['gpu_num']!r} is not a number") from None
+            gpus = _gpu_count(row, "gpu_num", where)
             if gpus <= 0:
                 result.drop("without GPUs")
                 continue
@@ -250,13 +261,7 @@ def convert_philly_csv(lines: Iterable[str], *, vc: str | None = None) -> Conver
     Rows without GPUs, without a submit time or run time, or that ran for no time are
     dropped and counted; a row whose numbers are not numbers stops the conversion.
     """
-    reader = csv.DictReader(lines)
-    missing = [c for c in PHILLY_CSV_COLUMNS if c not in (reader.fieldnames or ())]
-    if missing:
-        raise TraceError(
-            f"not AdaptDL's philly.csv: no column {', '.join(missing)} "
-            f"(found {', '.join(reader.fieldnames or ()) or 'no header'})"
-        )
+    reader = _csv_with(lines, PHILLY_CSV_COLUMNS, "AdaptDL's philly.csv")
     result = Converted()
     jobs: list[_Job] = []
     for line_no, row in enumerate(reader, start=2):
@@ -265,10 +270,7 @@ def convert_philly_csv(lines: Iterable[str], *, vc: str | None = None) -> Conver
         if vc is not None and team != vc:
             result.drop("in another virtual cluster")
             continue
-        try:
-            gpus = int(float(row["num_gpus"] or 0))
-        except ValueError:
-            raise TraceError(f"{where}: num_gpus {row['num_gpus']!r} is not a number") from None
+        gpus = _gpu_count(row, "num_gpus", where)
         if gpus <= 0:
             result.drop("without GPUs")
             continue
