@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -31,11 +32,13 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
             self.limit_query_param,
             minimum=1,
             default=self.default_limit,
-            refusal=_(
-                "Give limit as a whole number from 1 to %(max)d, e.g. ?limit=50 "
-                "(larger values give %(max)d and a link to the next page)."
-            )
-            % {"max": self.max_limit},
+            refusal=lambda: (
+                _(
+                    "Give limit as a whole number from 1 to %(max)d, e.g. ?limit=50 "
+                    "(larger values give %(max)d and a link to the next page)."
+                )
+                % {"max": self.max_limit}
+            ),
         )
         return min(value, self.max_limit)
 
@@ -45,7 +48,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
             self.offset_query_param,
             minimum=0,
             default=0,
-            refusal=_(
+            refusal=lambda: _(
                 "Give offset as a whole number of 0 or more, e.g. ?offset=100; "
                 "or follow the answer's “next” link."
             ),
@@ -65,15 +68,18 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         return parameters
 
 
-def _query_number(request: Request, name: str, *, minimum: int, default: int, refusal: str) -> int:
+def _query_number(
+    request: Request, name: str, *, minimum: int, default: int, refusal: Callable[[], str]
+) -> int:
     """The query parameter ``name`` as a whole number of at least ``minimum``; ``default``
-    when absent or empty; otherwise a 400 naming the parameter with ``refusal``."""
+    when absent or empty; otherwise a 400 naming the parameter with ``refusal()`` (built
+    only then: every list request passes here)."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
     value = _whole_number(raw)
     if value is None or value < minimum:
-        raise ValidationError({name: refusal})
+        raise ValidationError({name: refusal()})
     return value
 
 
