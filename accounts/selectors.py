@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.utils import timezone
 
 from accounts.models import CreditAccount, LedgerEntry, Notification, User
@@ -23,15 +23,21 @@ SPENDING_KINDS = (
 )
 
 
+def has_credit() -> Exists:
+    """Whether the member (the outer row) has a balance above zero (no account counts as zero)."""
+    return Exists(CreditAccount.objects.filter(user=OuterRef("pk"), balance__gt=0))
+
+
 def users_without_credit() -> frozenset[str]:
     """Usernames of active members whose balance is zero or less (no account counts as zero).
 
     The scheduler orders their jobs after those of members with credit; it never blocks them.
+    (The scheduling pass reads the same with the members' rows: ``has_credit``.)
     """
-    with_credit = CreditAccount.objects.filter(balance__gt=0).values("user_id")
     return frozenset(
         User.objects.filter(is_active=True)
-        .exclude(pk__in=with_credit)
+        .annotate(with_credit=has_credit())
+        .filter(with_credit=False)
         .values_list("username", flat=True)
     )
 

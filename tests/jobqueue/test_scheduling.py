@@ -351,3 +351,97 @@ def test_positions_estimates_and_reasons_are_stored_for_every_waiting_job(
     assert len(dispatched) == 1
     assert [j.queue_position for j in pending] == [1, 2, 3]
     assert all(j.pending_reason and j.priority is not None for j in pending)
+
+
+def test_the_pass_reads_emergencies_credit_and_gpus_with_the_rows_not_on_their_own(
+    alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    """What the engine is given is unchanged; only the round trips to read it are fewer."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from accounts.models import CreditAccount
+    from jobqueue.scheduling import build_engine_input
+
+    running = submit(alice, gpus=2)
+    scheduling_pass()
+    urgent, late, plain = submit(bob), submit(charlie), submit(charlie)
+    now = timezone.now()
+    in_force = EmergencyRequest.objects.create(
+        user=bob,
+        reason="camera-ready",
+        state=EmergencyRequest.State.APPROVED,
+        expires_at=now + timedelta(hours=6),
+    )
+    in_force.jobs.add(urgent, running)
+    lapsed = EmergencyRequest.objects.create(
+        user=charlie,
+        reason="too late",
+        state=EmergencyRequest.State.APPROVED,
+        expires_at=now - timedelta(minutes=1),
+    )
+    lapsed.jobs.add(late)
+    CreditAccount.objects.update_or_create(user=bob, defaults={"balance": 5})
+    CreditAccount.objects.update_or_create(user=alice, defaults={"balance": 0})
+
+    with CaptureQueriesContext(connection) as queries:
+        state, _policy, _gpus = build_engine_input(now)
+
+    pending = {j.id: j for j in state.pending}
+    assert pending[urgent.pk].emergency
+    assert not pending[late.pk].emergency and not pending[plain.pk].emergency
+    [run] = state.running
+    assert run.id == running.pk and run.emergency
+    held = Allocation.objects.filter(job_id=running.pk, active=True).values_list(
+        "gpu__uuid", flat=True
+    )
+    assert sorted(run.gpu_ids) == sorted(held) and len(run.gpu_ids) == 2
+    assert state.users_without_credit == frozenset({"alice", "charlie"})
+    alone = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"]
+        .lstrip()
+        .startswith(('SELECT "jobqueue_emergencyrequest', 'SELECT "accounts_creditaccount'))
+        or (
+            connection.vendor == "postgresql" and q["sql"].startswith('SELECT "jobqueue_allocation')
+        )
+    ]
+    assert alone == []
+    # Settings, queues, categories, nodes, GPUs, running, waiting, bookings, members, usage
+    # (and on SQLite the running jobs' GPUs): 13 statements before emergencies, credit and
+    # GPUs came with the rows.
+    assert len(queries.captured_queries) <= (10 if connection.vendor == "postgresql" else 11)
+
+
+def test_grants_are_checked_only_while_a_job_waits_in_a_grant_only_queue(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobqueue.models import Queue
+
+    job = submit(alice)
+    with CaptureQueriesContext(connection) as quiet:
+        scheduling_pass()
+    # Asked with the pass lock, not in a statement of its own.
+    assert not [
+        q["sql"]
+        for q in quiet.captured_queries
+        if q["sql"].startswith('SELECT "jobqueue_job"')
+        and "requires_grant" in q["sql"].partition(" WHERE ")[2]
+    ]
+    assert not any("jobqueue_prioritygrant" in q["sql"] for q in quiet.captured_queries)
+    high = Queue.objects.filter(requires_grant=True).first()
+    assert high is not None
+    cluster_full = [submit(alice, gpus=4) for _ in range(2)]
+    scheduling_pass()
+    stranded = submit(alice)
+    Job.objects.filter(pk=stranded.pk).update(queue=high)  # no grant in force
+    with CaptureQueriesContext(connection) as checked:
+        scheduling_pass()
+    assert any("jobqueue_prioritygrant" in q["sql"] for q in checked.captured_queries)
+    stranded.refresh_from_db()
+    assert stranded.queue.requires_grant is False
+    assert job.pk and cluster_full
