@@ -24,22 +24,11 @@ SPENDING_KINDS = (
 
 
 def has_credit() -> Exists:
-    """Whether the member (the outer row) has a balance above zero (no account counts as zero)."""
+    """Whether the member (the outer row) has a balance above zero (no account counts as zero).
+
+    The scheduler orders the jobs of members without credit after the others'; it never
+    blocks them (the pass reads this with the members' rows)."""
     return Exists(CreditAccount.objects.filter(user=OuterRef("pk"), balance__gt=0))
-
-
-def users_without_credit() -> frozenset[str]:
-    """Usernames of active members whose balance is zero or less (no account counts as zero).
-
-    The scheduler orders their jobs after those of members with credit; it never blocks them.
-    (The scheduling pass reads the same with the members' rows: ``has_credit``.)
-    """
-    return frozenset(
-        User.objects.filter(is_active=True)
-        .annotate(with_credit=has_credit())
-        .filter(with_credit=False)
-        .values_list("username", flat=True)
-    )
 
 
 def balance_of(user: User) -> Decimal:

@@ -433,6 +433,26 @@ StorageLoc=slurm_acct_db
             raise RuntimeError(f"sbatch failed: {errors[:2]}")
         return count / elapsed
 
+    def array_submit_rate(self, count: int, size: int) -> float:
+        """Jobs accepted per second by ``sbatch --array`` of ``size`` tasks (held), one client:
+        the anchor for the portal's batch submit."""
+        arrays = max(1, count // size)
+        began = time.perf_counter()
+        for _ in range(arrays):
+            self._run(
+                "sbatch",
+                "--hold",
+                f"--array=0-{size - 1}",
+                "--gres=gpu:1",
+                "-o",
+                "/dev/null",
+                "--wrap=true",
+            )
+        elapsed = time.perf_counter() - began
+        self._run("scancel", f"--partition={self.partition}", check=False)
+        self.queue_empty(60)
+        return arrays * size / elapsed
+
     def submit_to_running(self, count: int) -> list[float]:
         """Seconds from ``sbatch`` to the job's first instruction, one job at a time on an idle node."""
         waits = []

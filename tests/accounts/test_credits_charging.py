@@ -235,12 +235,13 @@ def test_the_burn_rate_is_last_weeks_net_spending_per_day(alice: Any) -> None:
 def test_a_member_with_zero_credits_still_gets_gpus_on_an_idle_cluster(
     alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from accounts.selectors import users_without_credit
-    from jobqueue.scheduling import scheduling_pass
+    from django.utils import timezone
+
+    from jobqueue.scheduling import build_engine_input, scheduling_pass
     from tests.jobqueue.test_submit import submit
 
     ledger_post(user=alice, amount=Decimal("-5"), kind="adjustment", idempotency_key="debt")
-    assert "alice" in users_without_credit()
+    assert "alice" in build_engine_input(timezone.now())[0].users_without_credit
     job = submit(alice, gpus=2)
     with django_capture_on_commit_callbacks(execute=True):
         scheduling_pass()

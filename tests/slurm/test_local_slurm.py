@@ -33,3 +33,23 @@ def test_it_runs_a_job_with_a_gpu_and_records_it_in_accounting(local_slurm: Loca
         "high",
         "debug",
     ]
+
+
+def test_the_array_submit_anchor_counts_every_task_of_each_held_array(
+    local_slurm: LocalSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make bench` compares the portal's batch submit with this rate: it must count the
+    tasks Slurm really queued, and leave none behind."""
+    real_run = local_slurm._run
+    queued: list[str] = []
+
+    def run(*argv: str, check: bool = True) -> str:
+        if argv[0] == "scancel":  # what Slurm holds just before the bench cancels it
+            queued.extend(real_run("squeue", "-h", "-r", "-o", "%i").split())
+        return real_run(*argv, check=check)
+
+    monkeypatch.setattr(local_slurm, "_run", run)
+    rate = local_slurm.array_submit_rate(10, 5)
+    assert rate > 0
+    assert len(queued) == 10 and len({q.partition("_")[0] for q in queued}) == 2
+    assert real_run("squeue", "-h", "-o", "%i").strip() == ""
