@@ -8,9 +8,53 @@ from django.db.models import F, Prefetch, Q, QuerySet
 
 from jobqueue.models import Allocation, Job
 
+# What the queue page shows of each job (templates/jobqueue/_queue_tables.html): a busy
+# page loads a hundred waiting and every running job, and their owners', queues' and GPUs'
+# rows with them, so it reads only these columns (the API's overview reads whole rows).
+PAGE_WAITING_FIELDS = (
+    "id",
+    "owner_id",
+    "owner__username",
+    "queue_id",
+    "queue__name",
+    "gpus",
+    "shared_slot",
+    "state",
+    "queue_position",
+    "estimated_start",
+    "pending_reason",
+    "hold_reason",
+    "submitted_at",
+)
+PAGE_RUNNING_FIELDS = (
+    "id",
+    "owner_id",
+    "owner__username",
+    "queue_id",
+    "queue__name",
+    "node_id",
+    "node__name",
+    "state",
+    "started_at",
+    "time_limit_s",
+)
+PAGE_ALLOCATION_FIELDS = (
+    "id",
+    "job_id",
+    "gpu_id",
+    "gpu__index",
+    "gpu__kind",
+    "gpu__uuid",
+    "gpu__node_id",
+    "gpu__node__name",
+)
 
-def queue_overview(*, waiting_offset: int = 0, waiting_limit: int | None = None) -> dict[str, Any]:
-    """Waiting jobs in queue order (a slice of them, and how many wait) and running jobs with their GPUs."""
+
+def queue_overview(
+    *, waiting_offset: int = 0, waiting_limit: int | None = None, for_page: bool = False
+) -> dict[str, Any]:
+    """Waiting jobs in queue order (a slice of them, and how many wait) and running jobs with
+    their GPUs; ``for_page``: only what the queue page shows of them."""
     waiting_jobs = (
         Job.objects.filter(state__in=Job.WAITING_STATES)
         .select_related("owner", "queue")
@@ -18,17 +62,17 @@ def queue_overview(*, waiting_offset: int = 0, waiting_limit: int | None = None)
     )
     total = waiting_jobs.count()
     end = None if waiting_limit is None else waiting_offset + waiting_limit
-    running = list(
+    allocations = Allocation.objects.filter(active=True).select_related("gpu__node")
+    running_jobs = (
         Job.objects.filter(state__in=Job.ACTIVE_STATES)
         .select_related("owner", "queue", "node")
-        .prefetch_related(
-            Prefetch(
-                "allocations",
-                queryset=Allocation.objects.filter(active=True).select_related("gpu__node"),
-            )
-        )
         .order_by("started_at", "id")
     )
+    if for_page:
+        waiting_jobs = waiting_jobs.only(*PAGE_WAITING_FIELDS)
+        running_jobs = running_jobs.only(*PAGE_RUNNING_FIELDS)
+        allocations = allocations.only(*PAGE_ALLOCATION_FIELDS)
+    running = list(running_jobs.prefetch_related(Prefetch("allocations", queryset=allocations)))
     return {
         "waiting": list(waiting_jobs[waiting_offset:end]),
         "waiting_total": total,

@@ -82,7 +82,7 @@ def queue_overview(request: HttpRequest) -> HttpResponse:
     )
     page = _page_number(request.GET.get("page"))
     context = selectors.queue_overview(
-        waiting_offset=(page - 1) * QUEUE_PAGE_SIZE, waiting_limit=QUEUE_PAGE_SIZE
+        waiting_offset=(page - 1) * QUEUE_PAGE_SIZE, waiting_limit=QUEUE_PAGE_SIZE, for_page=True
     )
     total = context["waiting_total"]
     context.update(
