@@ -402,11 +402,9 @@ def _active_gpu_uuids() -> Any:
     )
 
 
-def _gpus_of_running_jobs(gpus_in_row: bool) -> dict[int, list[str]]:
-    """The GPUs each active job holds, when the running jobs' query did not bring them."""
+def _gpus_of_running_jobs() -> dict[int, list[str]]:
+    """The GPUs each active job holds, where the running jobs' query cannot bring them."""
     gpus_of_job: dict[int, list[str]] = defaultdict(list)
-    if gpus_in_row:
-        return gpus_of_job
     for job_id, uuid in Allocation.objects.filter(
         active=True, job__state__in=Job.ACTIVE_STATES
     ).values_list("job_id", "gpu__uuid"):
@@ -482,7 +480,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         is_emergency=emergency,
         gpu_uuids=_active_gpu_uuids() if gpus_in_row else Value(None, output_field=FloatField()),
     )
-    gpus_of_job = _gpus_of_running_jobs(gpus_in_row)
+    gpus_of_job = {} if gpus_in_row else _gpus_of_running_jobs()
     running = [
         sm.RunningJob(
             id=pk,
