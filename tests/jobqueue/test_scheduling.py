@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from cluster.models import Gpu, Node
@@ -294,8 +295,6 @@ def _finished(owner: Any, *, hours_ago: float, hours: float, gpus: int = 1) -> J
 def test_usage_summed_by_postgresql_equals_the_engines_decay(
     alice: Any, bob: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django.db import connection
-
     from jobqueue import scheduling
 
     _finished(alice, hours_ago=1, hours=5, gpus=2)
@@ -357,9 +356,6 @@ def test_the_pass_reads_emergencies_credit_and_gpus_with_the_rows_not_on_their_o
     alice: Any, bob: Any, charlie: Any, cluster: Any, image: Any, sent_tasks: Any
 ) -> None:
     """What the engine is given is unchanged; only the round trips to read it are fewer."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from accounts.models import CreditAccount
     from jobqueue.scheduling import build_engine_input
 
@@ -417,12 +413,9 @@ def test_the_pass_reads_emergencies_credit_and_gpus_with_the_rows_not_on_their_o
 def test_grants_are_checked_only_while_a_job_waits_in_a_grant_only_queue(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any
 ) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from jobqueue.models import Queue
 
-    job = submit(alice)
+    submit(alice)
     with CaptureQueriesContext(connection) as quiet:
         scheduling_pass()
     # Asked with the pass lock, not in a statement of its own.
@@ -435,7 +428,8 @@ def test_grants_are_checked_only_while_a_job_waits_in_a_grant_only_queue(
     assert not any("jobqueue_prioritygrant" in q["sql"] for q in quiet.captured_queries)
     high = Queue.objects.filter(requires_grant=True).first()
     assert high is not None
-    cluster_full = [submit(alice, gpus=4) for _ in range(2)]
+    for _ in range(2):  # fill the cluster
+        submit(alice, gpus=4)
     scheduling_pass()
     stranded = submit(alice)
     Job.objects.filter(pk=stranded.pk).update(queue=high)  # no grant in force
@@ -444,4 +438,3 @@ def test_grants_are_checked_only_while_a_job_waits_in_a_grant_only_queue(
     assert any("jobqueue_prioritygrant" in q["sql"] for q in checked.captured_queries)
     stranded.refresh_from_db()
     assert stranded.queue.requires_grant is False
-    assert job.pk and cluster_full
