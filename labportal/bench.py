@@ -325,7 +325,7 @@ def _slurm_anchor(args: argparse.Namespace) -> dict[str, Any]:
             out["sbatch_serial_per_s"] = round(slurm.submit_rate(min(args.serial, 300), 1), 1)
             out["sbatch_parallel8_per_s"] = round(slurm.submit_rate(min(args.parallel, 800), 8), 1)
             out["sbatch_array_jobs_per_s"] = round(
-                slurm.array_submit_rate(max(BATCH, args.serial // BATCH * BATCH), BATCH), 1
+                slurm.array_submit_rate(max(1, args.serial // BATCH), BATCH), 1
             )
         if "start" in args.parts:
             out["time_to_start"] = summary(slurm.submit_to_running(args.starts))

@@ -427,16 +427,14 @@ StorageLoc=slurm_acct_db
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - began
-        self._run("scancel", f"--partition={self.partition}", check=False)
-        self.queue_empty(60)
+        self._cancel_all()
         if errors:
             raise RuntimeError(f"sbatch failed: {errors[:2]}")
         return count / elapsed
 
-    def array_submit_rate(self, count: int, size: int) -> float:
-        """Jobs accepted per second by ``sbatch --array`` of ``size`` tasks (held), one client:
-        the anchor for the portal's batch submit."""
-        arrays = max(1, count // size)
+    def array_submit_rate(self, arrays: int, size: int) -> float:
+        """Jobs accepted per second by ``arrays`` held ``sbatch --array`` jobs of ``size``
+        tasks, one client: the anchor for the portal's batch submit."""
         began = time.perf_counter()
         for _ in range(arrays):
             self._run(
@@ -449,9 +447,13 @@ StorageLoc=slurm_acct_db
                 "--wrap=true",
             )
         elapsed = time.perf_counter() - began
+        self._cancel_all()
+        return arrays * size / elapsed
+
+    def _cancel_all(self) -> None:
+        """Cancel every job of the partition (the submit rates hold theirs) and wait for none."""
         self._run("scancel", f"--partition={self.partition}", check=False)
         self.queue_empty(60)
-        return arrays * size / elapsed
 
     def submit_to_running(self, count: int) -> list[float]:
         """Seconds from ``sbatch`` to the job's first instruction, one job at a time on an idle node."""

@@ -49,7 +49,7 @@ def test_the_array_submit_anchor_counts_every_task_of_each_held_array(
         return real_run(*argv, check=check)
 
     monkeypatch.setattr(local_slurm, "_run", run)
-    rate = local_slurm.array_submit_rate(10, 5)
+    rate = local_slurm.array_submit_rate(2, 5)
     assert rate > 0
     assert len(queued) == 10 and len({q.partition("_")[0] for q in queued}) == 2
     assert real_run("squeue", "-h", "-o", "%i").strip() == ""
