@@ -56,14 +56,18 @@ _LEADER_EXIT_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
-def _proc_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot; tells a pid from its reuse."""
+def _proc_start_ticks(pid: int, *, zombie: bool = False) -> int | None:
+    """The process's start time in clock ticks since boot; tells a pid from its reuse.
+
+    A zombie counts as gone unless ``zombie`` is set: the start time of a child that
+    has already exited, but that its parent has not reaped, is still its own.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
+    if fields[0] == "X" or (fields[0] == "Z" and not zombie):
         return None  # a zombie has finished; it only awaits reaping
     return int(fields[19])
 
@@ -139,8 +143,10 @@ class LocalProcessRuntime(ContainerRuntime):
         if proc is not None:
             return proc.poll() is None
         # Not our child (the agent restarted): trust the pid only if its start
-        # time matches, since the pid may since belong to something else.
-        return _proc_start_ticks(meta["pid"]) == meta["start_ticks"]
+        # time matches, since the pid may since belong to something else. A job
+        # whose start time was never recorded cannot be told from a reused pid.
+        since = meta.get("start_ticks")
+        return since is not None and _proc_start_ticks(meta["pid"]) == since
 
     def _meta_identity(self, job_id: int) -> tuple[int, int] | None:
         try:
@@ -250,7 +256,9 @@ class LocalProcessRuntime(ContainerRuntime):
             meta = {
                 "job_id": spec.job_id,
                 "pid": proc.pid,
-                "start_ticks": _proc_start_ticks(proc.pid),
+                # The wrapper may have exited already (a job that ends at once, an agent
+                # that lost the CPU): unreaped, its start time is still readable.
+                "start_ticks": _proc_start_ticks(proc.pid, zombie=True),
                 "started_at": time.time(),
                 "container_id": f"local-{spec.job_id}-{proc.pid}",
                 "gpu_uuids": spec.gpu_uuids,
@@ -388,7 +396,10 @@ class LocalProcessRuntime(ContainerRuntime):
                     proc.wait(timeout=_LEADER_EXIT_WAIT_S)
             if self._alive(job_id, meta):
                 return []
-            pgid, since = meta["pid"], meta["start_ticks"]
+            pgid, since = meta["pid"], meta.get("start_ticks")
+            if since is None:
+                # No start time to tell the job's group from a later one with its id.
+                return []
             killed = []
             for pid in _group_members(pgid):
                 ticks = _proc_start_ticks(pid)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -242,3 +245,54 @@ def test_an_ended_job_read_once_is_read_again_when_its_directory_is_replaced(
         assert status.state == "running"
     finally:
         other.stop(8, 0)
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+def test_a_job_whose_wrapper_ended_before_it_was_recorded_keeps_its_identity(
+    runtime: LocalProcessRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A job that ends at once, on a loaded node: the wrapper has exited (unreaped)
+    # by the time the runtime records its start time. The leftover it put in the
+    # background is still the job's, and a restarted agent does not see it running.
+    spawn = LocalProcessRuntime._spawn
+
+    def spawn_then_lose_the_cpu(self, spec, job_dir):  # type: ignore[no-untyped-def]
+        proc = spawn(self, spec, job_dir)
+        wait_until(lambda: _is_zombie(proc.pid))
+        return proc
+
+    monkeypatch.setattr(LocalProcessRuntime, "_spawn", spawn_then_lose_the_cpu)
+    runtime.start(spec(11, 'sleep 300 & echo "child=$!"; exit 0'))
+    logs = wait_until(lambda: "child=" in logs_of(runtime, 11, 5) and logs_of(runtime, 11, 5))
+    child = int(logs.split("child=")[1].split()[0])
+    wait_until(lambda: exited(runtime, 11))
+
+    after = LocalProcessRuntime(tmp_path, enabled=True)
+    assert [s.state for s in after.list_jobs()] == ["exited"]
+    try:
+        assert runtime.kill_leftovers(11) == [child]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_job_recorded_without_a_start_time_is_neither_running_nor_cleaned_up(
+    runtime: LocalProcessRuntime, tmp_path: Path
+) -> None:
+    # State an older agent left: no start time, so its pid cannot be told from a reuse.
+    runtime.start(spec(12, "sleep 30"))
+    meta_path = tmp_path / "local-jobs" / "12" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    try:
+        meta["start_ticks"] = None
+        meta_path.write_text(json.dumps(meta))
+
+        after = LocalProcessRuntime(tmp_path, enabled=True)
+        assert after.kill_leftovers(12) == []
+        assert os.getpgid(meta["pid"]) == meta["pid"]  # untouched
+    finally:
+        runtime.stop(12, 0)
