@@ -56,18 +56,23 @@ _LEADER_EXIT_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
+def _proc_stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def _proc_start_ticks(pid: int, *, zombie: bool = False) -> int | None:
     """The process's start time in clock ticks since boot; tells a pid from its reuse.
 
     A zombie counts as gone unless ``zombie`` is set: the start time of a child that
     has already exited, but that its parent has not reaped, is still its own.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "X" or (fields[0] == "Z" and not zombie):
+    fields = _proc_stat_fields(pid)
+    if fields is None or fields[0] == "X" or (fields[0] == "Z" and not zombie):
         return None  # a zombie has finished; it only awaits reaping
     return int(fields[19])
 
@@ -78,12 +83,8 @@ def _group_members(pgid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        fields = _proc_stat_fields(int(entry.name))
+        if fields is not None and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(entry.name))
     return members
 

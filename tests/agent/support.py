@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from agent.runtime import ContainerRuntime, JobSpec, JobStatus, RuntimeStartError, StartOutcome
@@ -46,6 +47,15 @@ def logs_of(runtime: ContainerRuntime, job_id: int, tail: int) -> str:
     text = runtime.logs(job_id, tail)
     assert text is not None, f"job {job_id} is unknown to the runtime"
     return text
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat ("R", "S", "Z"...), or None once the pid is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, poll_s: float = 0.02) -> Any:

@@ -13,7 +13,7 @@ from agent.node import NodeAgent
 from agent.reporter import ControlReporter
 from agent.runtime import ContainerRuntime, JobSpec
 from agent.runtime.local import LocalProcessRuntime
-from tests.agent.support import RecordingApp, job_spec, wait_until
+from tests.agent.support import RecordingApp, job_spec, proc_state, wait_until
 
 
 def runtime_of(agent: NodeAgent) -> ContainerRuntime:
@@ -45,12 +45,7 @@ def uuid0(backend: SimulatedBackend) -> str:
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] not in "ZX"
+    return proc_state(pid) not in (None, "Z", "X")
 
 
 def test_a_slot_job_runs_on_its_parent_gpu(

@@ -13,7 +13,7 @@ import pytest
 
 from agent.runtime import JobSpec, RuntimeStartError, RuntimeUnavailable
 from agent.runtime.local import LocalProcessRuntime
-from tests.agent.support import job_spec, logs_of, wait_until
+from tests.agent.support import job_spec, logs_of, proc_state, wait_until
 
 TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 0.1; done'
 
@@ -247,11 +247,6 @@ def test_an_ended_job_read_once_is_read_again_when_its_directory_is_replaced(
         other.stop(8, 0)
 
 
-def _is_zombie(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] == "Z"
-
-
 def test_a_job_whose_wrapper_ended_before_it_was_recorded_keeps_its_identity(
     runtime: LocalProcessRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -262,7 +257,7 @@ def test_a_job_whose_wrapper_ended_before_it_was_recorded_keeps_its_identity(
 
     def spawn_then_lose_the_cpu(self, spec, job_dir):  # type: ignore[no-untyped-def]
         proc = spawn(self, spec, job_dir)
-        wait_until(lambda: _is_zombie(proc.pid))
+        wait_until(lambda: proc_state(proc.pid) == "Z")
         return proc
 
     monkeypatch.setattr(LocalProcessRuntime, "_spawn", spawn_then_lose_the_cpu)
