@@ -17,27 +17,13 @@ from typing import Any
 
 import pytest
 
-from agent.gpu import SimulatedBackend
-from agent.node import NodeAgent
-from agent.reporter import ControlReporter
 from agent.runtime import JobSpec
 from agent.runtime.docker_runtime import DockerRuntime
-from tests.agent.support import RecordingApp, job_spec, logs_of, wait_until
+from tests.agent.support import job_spec, logs_of, make_agent, wait_until
 
 pytestmark = pytest.mark.docker
 
 TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 1; done'
-
-
-def make_agent(runtime: DockerRuntime, node_name: str) -> tuple[NodeAgent, RecordingApp]:
-    app = RecordingApp()
-    node_agent = NodeAgent(
-        node=node_name,
-        backend=SimulatedBackend(1, node_name=node_name),
-        runtime=runtime,
-        reporter=ControlReporter(app, node_name, "tok"),
-    )
-    return node_agent, app
 
 
 def test_a_job_container_is_hardened_as_docker_inspect_shows(
@@ -221,7 +207,9 @@ def test_a_requeued_job_starts_again_under_its_next_attempt(
     )
 
     assert second.created and second.container_id != first.container_id
-    containers = docker_client.containers.list(all=True, filters={"label": "labportal.job_id=107"})
+    containers = docker_client.containers.list(
+        all=True, filters={"label": ["labportal.job_id=107", f"labportal.node={node_name}"]}
+    )
     assert [c.labels["labportal.attempt"] for c in containers] == ["1"]
     assert wait_until(lambda: docker_runtime.logs(107, 5) == "second\n")
 
