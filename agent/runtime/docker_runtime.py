@@ -194,7 +194,9 @@ class DockerRuntime(ContainerRuntime):
             "stop_signal": "SIGTERM",
             "read_only": True,
             # Scratch space; it counts against the memory limit like shm does.
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
+            # Docker makes a tmpfs noexec unless told "exec": a job's $HOME must
+            # run what it builds there (torch.compile's caches, say).
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
         }
         if spec.network == "egress":
             kwargs["network"] = self.network_name(spec.job_id)

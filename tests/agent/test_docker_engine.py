@@ -356,15 +356,19 @@ def test_a_queue_with_egress_gives_each_job_its_own_network_with_a_route_out(
     assert not docker_client.networks.list(names=[docker_runtime.network_name(112)])
 
 
-def test_a_job_can_write_only_to_tmp_and_its_mounts_not_to_the_image(
+def test_a_job_writes_only_to_tmp_and_its_mounts_and_runs_what_it_wrote_to_tmp(
     docker_runtime: DockerRuntime,
 ) -> None:
+    # /tmp is $HOME: compilers' caches (torch.compile's) build and run code there.
     script = (
         "touch /etc/evil 2>/dev/null && echo ROOT-WRITABLE; "
-        "touch /tmp/scratch && echo TMP-OK; echo DONE"
+        "touch /tmp/scratch && echo TMP-OK; "
+        "printf '#!/bin/sh\\necho BUILT-AND-RAN\\n' > /tmp/built.sh && chmod +x /tmp/built.sh; "
+        "/tmp/built.sh; echo DONE"
     )
     docker_runtime.start(JobSpec.from_wire(job_spec(113, command=["sh", "-c", script])))
     logs = wait_until(
         lambda: "DONE" in logs_of(docker_runtime, 113, 20) and logs_of(docker_runtime, 113, 20)
     )
     assert "TMP-OK" in logs and "ROOT-WRITABLE" not in logs
+    assert "BUILT-AND-RAN" in logs, logs

@@ -161,7 +161,7 @@ def test_the_create_call_carries_the_whole_hardening(
     assert host["Init"] is True
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True and host["Tmpfs"] == {
-        "/tmp": "rw,nosuid,nodev,size=1024m"
+        "/tmp": "rw,exec,nosuid,nodev,size=1024m"
     }
     assert host["Mounts"] == [
         {"Target": "/data", "Source": "/data/alice", "Type": "bind", "ReadOnly": False}
