@@ -8,6 +8,7 @@ running container.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -71,12 +72,14 @@ def start(
     monkeypatch: pytest.MonkeyPatch,
     *,
     device_requests: bool = True,
+    mount_root: Path | None = None,
     **spec: Any,
 ) -> dict:
     capture = CapturingApi(client.api)
     capture.install(monkeypatch)
     runtime = DockerRuntime("gpu01", client=client, gpu_device_requests=device_requests)
-    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec), allowed_mount_roots=["/data"]))
+    roots = [str(mount_root)] if mount_root else []
+    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec), allowed_mount_roots=roots))
     assert outcome.created and outcome.status.running
     (created,) = capture.created
     return created
@@ -129,8 +132,9 @@ def test_a_job_without_gpus_gets_no_device_request_and_sees_none(
 
 
 def test_the_create_call_carries_the_whole_hardening(
-    offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+    offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    (tmp_path / "alice").mkdir()
     created = start(
         offline_client,
         monkeypatch,
@@ -138,7 +142,8 @@ def test_the_create_call_carries_the_whole_hardening(
         cpus=1.5,
         memory_mb=2048,
         pids_limit=256,
-        mounts=[{"source": "/data/alice", "target": "/data", "read_only": False}],
+        mount_root=tmp_path,
+        mounts=[{"source": f"{tmp_path}/alice", "target": "/data", "read_only": False}],
     )
     host = created["HostConfig"]
 
@@ -164,7 +169,7 @@ def test_the_create_call_carries_the_whole_hardening(
         "/tmp": "rw,exec,nosuid,nodev,size=1024m"
     }
     assert host["Mounts"] == [
-        {"Target": "/data", "Source": "/data/alice", "Type": "bind", "ReadOnly": False}
+        {"Target": "/data", "Source": f"{tmp_path}/alice", "Type": "bind", "ReadOnly": False}
     ]
     assert "Binds" not in host and "CapAdd" not in host
 
