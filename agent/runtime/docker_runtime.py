@@ -350,7 +350,8 @@ class DockerRuntime(ContainerRuntime):
         with contextlib.suppress(NotFound):
             container.remove(force=True)
         raise MountRefused(
-            "the job's mounts changed while it started, so it was stopped: " + "; ".join(problems)
+            "the job's mounts are not what was checked before its start, so it was stopped: "
+            + "; ".join(problems)
         )
 
     def _is_earlier_attempt(self, container: Any, spec: JobSpec) -> bool:

@@ -70,7 +70,10 @@ def checked_source(mount: MountSpec) -> CheckedSource:
                     f"({exc.strerror})"
                 ) from exc
             if stat.S_ISLNK(os.fstat(fd).st_mode):
-                target = os.readlink(part, dir_fd=parent)
+                try:
+                    target = os.readlink(part, dir_fd=parent)
+                except OSError:  # swapped again meanwhile
+                    target = "?"
                 os.close(parent)
                 raise MountRefused(
                     f"mount source {mount.source!r} refused: {path} is a symlink (to {target}). "
@@ -114,8 +117,14 @@ def mounts_not_as_checked(
     problems = []
     for source in checked:
         shown = [(dev, place) for dev, place, point in table if point == source.mount.target]
+        if not shown:
+            # The engine mounts below a symlink of the image at the link's target.
+            problems.append(
+                f"{source.mount.target} is not a mount point in the container (is it a "
+                "symlink in the image?)"
+            )
         # A directory the job removed since is shown as "<its place>//deleted".
-        if not shown or _undeleted(shown[-1]) != source.filesystem_place:
+        elif _undeleted(shown[-1]) != source.filesystem_place:
             problems.append(
                 f"{source.mount.source} changed after it was checked: {source.mount.target} "
                 f"in the container does not show {source.real_path}"
