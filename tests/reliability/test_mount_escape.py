@@ -48,8 +48,19 @@ class Host:
         return self.srv / "alice" / "scratch"
 
     def mounts(self, *names: str) -> list[dict[str, Any]]:
-        sources = {"data": self.srv / "alice", "scratch": self.scratch}
-        return [{"source": str(sources[n]), "target": f"/{n}", "read_only": False} for n in names]
+        """Alice's mounts as the portal sends them: the admin's templates, resolved for her."""
+        templates = {
+            "data": f"{self.srv}/{{username}}",
+            "scratch": f"{self.srv}/{{username}}/scratch",
+        }
+        return [
+            {
+                "source": templates[n].replace("{username}", "alice"),
+                "target": f"/{n}",
+                "read_only": False,
+            }
+            for n in names
+        ]
 
 
 @pytest.fixture
