@@ -296,8 +296,8 @@ class DockerRuntime(ContainerRuntime):
                 existing = None
             if existing is not None:
                 return self._existing(existing)
-            # Checked just before the create; the engine mounts them at the start, and
-            # _refuse_unless_mounted_as_checked closes that gap.
+            # Checked just before the create. The engine mounts them at the start:
+            # _refuse_unless_mounted_as_checked catches a swap in between.
             sources = [checked_source(m) for m in spec.mounts]
             kwargs = self.create_kwargs(spec, sources)
             if spec.network == "egress":
@@ -337,8 +337,9 @@ class DockerRuntime(ContainerRuntime):
             changed = sources_changed_since_checked(sources)
             if changed:
                 log.warning(
-                    "job container %s ended before its mounts could be checked, and since its "
-                    "start: %s. Unless the job changed them itself, it may have seen other "
+                    "the mounts of job container %s could not be read back (it ended at once, "
+                    "or this agent sees other pids than the engine), and since their check: "
+                    "%s. Unless the job changed them itself, it may have seen other "
                     "directories than its mounts name",
                     container.id,
                     "; ".join(changed),

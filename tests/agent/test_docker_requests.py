@@ -174,6 +174,37 @@ def test_the_create_call_carries_the_whole_hardening(
     assert "Binds" not in host and "CapAdd" not in host
 
 
+def test_a_source_swapped_for_a_symlink_where_its_mounts_cannot_be_read_back_is_logged(
+    offline_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No process to read the mount table of (here: no Pid, as for a job that ended at once)."""
+    scratch = tmp_path / "alice" / "scratch"
+    scratch.mkdir(parents=True)
+    capture = CapturingApi(offline_client.api)
+    capture.install(monkeypatch)
+
+    def start_while_swapping(*args: Any, **kwargs: Any) -> None:
+        scratch.rmdir()
+        scratch.symlink_to("/")
+
+    monkeypatch.setattr(offline_client.api, "start", start_while_swapping)
+    runtime = DockerRuntime("gpu01", client=offline_client)
+
+    outcome = runtime.start(
+        JobSpec.from_wire(
+            job_spec(3, mounts=[{"source": str(scratch), "target": "/scratch"}]),
+            allowed_mount_roots=[str(tmp_path)],
+        )
+    )
+
+    assert outcome.created  # it ran: it cannot be undone, only told
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "could not be read back" in warning and f"{scratch} is a symlink (to /)" in warning
+
+
 def test_docker_timestamps_parse_with_nanoseconds_and_unset_values() -> None:
     assert parse_docker_time("2025-01-02T03:04:05.123456789Z") == pytest.approx(1735787045.123456)
     assert parse_docker_time("0001-01-01T00:00:00Z") is None
