@@ -24,12 +24,11 @@ from agent.node import NodeAgent
 from agent.runtime.docker_runtime import DockerRuntime
 from tests.agent.support import RecordingApp, job_spec, make_agent, wait_until
 
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.skipif(os.geteuid() != 0, reason="giving alice her directories needs root"),
-]
+pytestmark = pytest.mark.docker
 
-ALICE_UID, ALICE_GID = 1234, 2345  # job_spec's member
+# Alice's jobs run as the uid that owns her directories: job_spec's member where
+# the test may chown them to it (as root), else the test's own (never root).
+ALICE_UID, ALICE_GID = (1234, 2345) if os.geteuid() == 0 else (os.getuid(), os.getgid())
 BOBS_SECRET = "bob-secret-7d1c"
 TOKEN = "lpn_host-token-51f0"
 
@@ -74,7 +73,8 @@ def host() -> Iterator[Host]:
     (srv / "bob" / "secret.txt").write_text(BOBS_SECRET)
     (srv / "alice" / "scratch").mkdir(parents=True)
     for mine in (srv / "alice", srv / "alice" / "scratch"):
-        os.chown(mine, ALICE_UID, ALICE_GID)
+        if os.geteuid() == 0:
+            os.chown(mine, ALICE_UID, ALICE_GID)
     token = root / "node-token"
     token.write_text(TOKEN)
     token.chmod(0o644)
@@ -83,6 +83,10 @@ def host() -> Iterator[Host]:
     world_writable.chmod(0o1777)
     yield Host(root=root, srv=srv, token=token, world_writable=world_writable)
     shutil.rmtree(root)
+
+
+def alices_job(job_id: int, mounts: list[dict[str, Any]], command: list[str]) -> dict[str, Any]:
+    return job_spec(job_id, uid=ALICE_UID, gid=ALICE_GID, mounts=mounts, command=command)
 
 
 def run_job(
@@ -94,7 +98,7 @@ def run_job(
 ) -> str | None:
     """Start a job of alice's through the agent; its output once it ended, or None if refused."""
     node_agent.start_job(
-        job_spec(job_id, mounts=mounts, command=["sh", "-c", script]), delivery_id=f"d-{job_id}"
+        alices_job(job_id, mounts, ["sh", "-c", script]), delivery_id=f"d-{job_id}"
     )
     if runtime.job_status(job_id) is None:
         return None
@@ -179,7 +183,7 @@ def test_a_scratch_swapped_for_a_symlink_between_the_check_and_the_start_is_caug
     monkeypatch.setattr(ContainerCollection, "create", swap_then_create)
 
     node_agent.start_job(
-        job_spec(5, mounts=host.mounts("data", "scratch"), command=["sh", "-c", "sleep 30"]),
+        alices_job(5, host.mounts("data", "scratch"), ["sh", "-c", "sleep 30"]),
         delivery_id="d-5",
     )
 
