@@ -58,6 +58,9 @@ class RuntimeUnavailable(Exception):
 class MountSpec:
     source: str
     target: str
+    # The node's allowed mount root the source lies under (the longest that
+    # matches): below it the runtime follows no symlink (see mount_paths).
+    root: str
     read_only: bool = True
 
 
@@ -229,12 +232,14 @@ def _check_mount(raw: Any, allowed_roots: Sequence[str]) -> MountSpec:
             f"mount source {source!r} refused: this node allows no mounts (its operator "
             "sets the roots with --allowed-mount-root)"
         )
-    if not any(_is_under(source, root) for root in allowed_roots):
+    roots = [root for root in allowed_roots if _is_under(source, root)]
+    if not roots:
         raise SpecRejected(
             f"mount source {source!r} is outside this node's allowed mount roots "
             f"({', '.join(allowed_roots)})"
         )
-    return MountSpec(source=source, target=target, read_only=read_only)
+    root = max(roots, key=lambda r: len(PurePosixPath(r).parts))
+    return MountSpec(source=source, target=target, root=root, read_only=read_only)
 
 
 def _is_under(path: str, root: str) -> bool:

@@ -38,6 +38,13 @@ from agent.runtime.base import (
     RuntimeUnavailable,
     StartOutcome,
 )
+from agent.runtime.mount_paths import (
+    CheckedSource,
+    MountRefused,
+    checked_source,
+    mounts_not_as_checked,
+    sources_changed_since_checked,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +156,12 @@ class DockerRuntime(ContainerRuntime):
         found = self._client.containers.list(all=True, filters=self._label_filters(job_id))
         return found[0] if found else None
 
-    def create_kwargs(self, spec: JobSpec) -> dict[str, Any]:
-        """The keyword arguments for ``containers.create``: the whole hardening in one place."""
+    def create_kwargs(self, spec: JobSpec, sources: list[CheckedSource]) -> dict[str, Any]:
+        """The keyword arguments for ``containers.create``: the whole hardening in one place.
+
+        ``sources`` are the spec's mounts as checked (``checked_source``): Docker
+        gets their real paths, never the text the portal sent.
+        """
         env = dict(spec.env)
         env.setdefault("HOME", "/tmp")
         # Set last so a job's env cannot widen its own GPU set: with the
@@ -187,14 +198,21 @@ class DockerRuntime(ContainerRuntime):
             # against the memory limit anyway.
             "shm_size": f"{max(64, spec.memory_mb // 4)}m",
             "mounts": [
-                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
-                for m in spec.mounts
+                Mount(
+                    target=s.mount.target,
+                    source=s.real_path,
+                    type="bind",
+                    read_only=s.mount.read_only,
+                )
+                for s in sources
             ],
             "init": self._use_init,
             "stop_signal": "SIGTERM",
             "read_only": True,
             # Scratch space; it counts against the memory limit like shm does.
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
+            # Docker makes a tmpfs noexec unless told "exec": a job's $HOME must
+            # run what it builds there (torch.compile's caches, say).
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
         }
         if spec.network == "egress":
             kwargs["network"] = self.network_name(spec.job_id)
@@ -278,7 +296,10 @@ class DockerRuntime(ContainerRuntime):
                 existing = None
             if existing is not None:
                 return self._existing(existing)
-            kwargs = self.create_kwargs(spec)
+            # Checked just before the create. The engine mounts them at the start:
+            # _refuse_unless_mounted_as_checked catches a swap in between.
+            sources = [checked_source(m) for m in spec.mounts]
+            kwargs = self.create_kwargs(spec, sources)
             if spec.network == "egress":
                 try:
                     self._ensure_job_network(spec)
@@ -302,7 +323,37 @@ class DockerRuntime(ContainerRuntime):
                     log.exception("could not remove failed container %s", container.id)
                 raise RuntimeStartError(_explain(exc)) from exc
             container.reload()
+            if sources:
+                self._refuse_unless_mounted_as_checked(container, sources)
             return StartOutcome(container.id, True, self._status(container))
+
+    def _refuse_unless_mounted_as_checked(
+        self, container: Any, sources: list[CheckedSource]
+    ) -> None:
+        """Remove the container if a source was swapped between its check and the mount."""
+        pid = int((container.attrs.get("State") or {}).get("Pid") or 0)
+        problems = mounts_not_as_checked(pid, container.id, sources)
+        if problems is None:
+            changed = sources_changed_since_checked(sources)
+            if changed:
+                log.warning(
+                    "the mounts of job container %s could not be read back (it ended at once, "
+                    "or this agent sees other pids than the engine), and since their check: "
+                    "%s. Unless the job changed them itself, it may have seen other "
+                    "directories than its mounts name",
+                    container.id,
+                    "; ".join(changed),
+                )
+            return
+        if not problems:
+            return
+        log.warning("removing %s: its mounts are not as checked: %s", container.id, problems)
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
+        raise MountRefused(
+            "the job's mounts are not what was checked before its start, so it was stopped: "
+            + "; ".join(problems)
+        )
 
     def _is_earlier_attempt(self, container: Any, spec: JobSpec) -> bool:
         labels = (container.attrs.get("Config") or {}).get("Labels") or {}

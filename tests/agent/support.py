@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.gpu import SimulatedBackend
+from agent.node import NodeAgent
+from agent.reporter import ControlReporter
 from agent.runtime import ContainerRuntime, JobSpec, JobStatus, RuntimeStartError, StartOutcome
 from agent.signing import COMMAND_TTL_S, key_from_token, sign_command, token_kid
 
@@ -40,6 +43,21 @@ class RecordingApp:
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         events = [args[2] for args in self.args_of("control.job_event")]
         return [e for e in events if kind is None or e["kind"] == kind]
+
+
+def make_agent(
+    runtime: ContainerRuntime, node_name: str, *, allowed_mount_roots: Sequence[str] = ()
+) -> tuple[NodeAgent, RecordingApp]:
+    """A node agent on ``runtime`` with one simulated GPU, reporting to a ``RecordingApp``."""
+    app = RecordingApp()
+    node_agent = NodeAgent(
+        node=node_name,
+        backend=SimulatedBackend(1, node_name=node_name),
+        runtime=runtime,
+        reporter=ControlReporter(app, node_name, "tok"),
+        allowed_mount_roots=allowed_mount_roots,
+    )
+    return node_agent, app
 
 
 def logs_of(runtime: ContainerRuntime, job_id: int, tail: int) -> str:

@@ -17,27 +17,13 @@ from typing import Any
 
 import pytest
 
-from agent.gpu import SimulatedBackend
-from agent.node import NodeAgent
-from agent.reporter import ControlReporter
 from agent.runtime import JobSpec
 from agent.runtime.docker_runtime import DockerRuntime
-from tests.agent.support import RecordingApp, job_spec, logs_of, wait_until
+from tests.agent.support import job_spec, logs_of, make_agent, wait_until
 
 pytestmark = pytest.mark.docker
 
 TRAP_TERM = 'trap "echo bye; exit 0" TERM; echo ready; while true; do sleep 1; done'
-
-
-def make_agent(runtime: DockerRuntime, node_name: str) -> tuple[NodeAgent, RecordingApp]:
-    app = RecordingApp()
-    node_agent = NodeAgent(
-        node=node_name,
-        backend=SimulatedBackend(1, node_name=node_name),
-        runtime=runtime,
-        reporter=ControlReporter(app, node_name, "tok"),
-    )
-    return node_agent, app
 
 
 def test_a_job_container_is_hardened_as_docker_inspect_shows(
@@ -221,7 +207,9 @@ def test_a_requeued_job_starts_again_under_its_next_attempt(
     )
 
     assert second.created and second.container_id != first.container_id
-    containers = docker_client.containers.list(all=True, filters={"label": "labportal.job_id=107"})
+    containers = docker_client.containers.list(
+        all=True, filters={"label": ["labportal.job_id=107", f"labportal.node={node_name}"]}
+    )
     assert [c.labels["labportal.attempt"] for c in containers] == ["1"]
     assert wait_until(lambda: docker_runtime.logs(107, 5) == "second\n")
 
@@ -368,15 +356,19 @@ def test_a_queue_with_egress_gives_each_job_its_own_network_with_a_route_out(
     assert not docker_client.networks.list(names=[docker_runtime.network_name(112)])
 
 
-def test_a_job_can_write_only_to_tmp_and_its_mounts_not_to_the_image(
+def test_a_job_writes_only_to_tmp_and_its_mounts_and_runs_what_it_wrote_to_tmp(
     docker_runtime: DockerRuntime,
 ) -> None:
+    # /tmp is $HOME: compilers' caches (torch.compile's) build and run code there.
     script = (
         "touch /etc/evil 2>/dev/null && echo ROOT-WRITABLE; "
-        "touch /tmp/scratch && echo TMP-OK; echo DONE"
+        "touch /tmp/scratch && echo TMP-OK; "
+        "printf '#!/bin/sh\\necho BUILT-AND-RAN\\n' > /tmp/built.sh && chmod +x /tmp/built.sh; "
+        "/tmp/built.sh; echo DONE"
     )
     docker_runtime.start(JobSpec.from_wire(job_spec(113, command=["sh", "-c", script])))
     logs = wait_until(
         lambda: "DONE" in logs_of(docker_runtime, 113, 20) and logs_of(docker_runtime, 113, 20)
     )
     assert "TMP-OK" in logs and "ROOT-WRITABLE" not in logs
+    assert "BUILT-AND-RAN" in logs, logs

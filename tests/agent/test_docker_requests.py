@@ -8,6 +8,7 @@ running container.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -71,12 +72,14 @@ def start(
     monkeypatch: pytest.MonkeyPatch,
     *,
     device_requests: bool = True,
+    mount_root: Path | None = None,
     **spec: Any,
 ) -> dict:
     capture = CapturingApi(client.api)
     capture.install(monkeypatch)
     runtime = DockerRuntime("gpu01", client=client, gpu_device_requests=device_requests)
-    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec), allowed_mount_roots=["/data"]))
+    roots = [str(mount_root)] if mount_root else []
+    outcome = runtime.start(JobSpec.from_wire(job_spec(3, **spec), allowed_mount_roots=roots))
     assert outcome.created and outcome.status.running
     (created,) = capture.created
     return created
@@ -129,8 +132,9 @@ def test_a_job_without_gpus_gets_no_device_request_and_sees_none(
 
 
 def test_the_create_call_carries_the_whole_hardening(
-    offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+    offline_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    (tmp_path / "alice").mkdir()
     created = start(
         offline_client,
         monkeypatch,
@@ -138,7 +142,8 @@ def test_the_create_call_carries_the_whole_hardening(
         cpus=1.5,
         memory_mb=2048,
         pids_limit=256,
-        mounts=[{"source": "/data/alice", "target": "/data", "read_only": False}],
+        mount_root=tmp_path,
+        mounts=[{"source": f"{tmp_path}/alice", "target": "/data", "read_only": False}],
     )
     host = created["HostConfig"]
 
@@ -161,12 +166,43 @@ def test_the_create_call_carries_the_whole_hardening(
     assert host["Init"] is True
     assert host["NetworkMode"] == "none"
     assert host["ReadonlyRootfs"] is True and host["Tmpfs"] == {
-        "/tmp": "rw,nosuid,nodev,size=1024m"
+        "/tmp": "rw,exec,nosuid,nodev,size=1024m"
     }
     assert host["Mounts"] == [
-        {"Target": "/data", "Source": "/data/alice", "Type": "bind", "ReadOnly": False}
+        {"Target": "/data", "Source": f"{tmp_path}/alice", "Type": "bind", "ReadOnly": False}
     ]
     assert "Binds" not in host and "CapAdd" not in host
+
+
+def test_a_source_swapped_for_a_symlink_where_its_mounts_cannot_be_read_back_is_logged(
+    offline_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No process to read the mount table of (here: no Pid, as for a job that ended at once)."""
+    scratch = tmp_path / "alice" / "scratch"
+    scratch.mkdir(parents=True)
+    capture = CapturingApi(offline_client.api)
+    capture.install(monkeypatch)
+
+    def start_while_swapping(*args: Any, **kwargs: Any) -> None:
+        scratch.rmdir()
+        scratch.symlink_to("/")
+
+    monkeypatch.setattr(offline_client.api, "start", start_while_swapping)
+    runtime = DockerRuntime("gpu01", client=offline_client)
+
+    outcome = runtime.start(
+        JobSpec.from_wire(
+            job_spec(3, mounts=[{"source": str(scratch), "target": "/scratch"}]),
+            allowed_mount_roots=[str(tmp_path)],
+        )
+    )
+
+    assert outcome.created  # it ran: it cannot be undone, only told
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "could not be read back" in warning and f"{scratch} is a symlink (to /)" in warning
 
 
 def test_docker_timestamps_parse_with_nanoseconds_and_unset_values() -> None:

@@ -22,7 +22,9 @@ def test_a_valid_spec_converts_with_its_mounts() -> None:
     )
 
     assert spec.job_id == 5 and spec.uid == 1234 and spec.gid == 2345
-    assert spec.mounts == [MountSpec(source="/data/alice", target="/data", read_only=False)]
+    assert spec.mounts == [
+        MountSpec(source="/data/alice", target="/data", root="/data", read_only=False)
+    ]
     assert spec.visible_devices() == "GPU-a,MIG-b"
 
 
@@ -57,6 +59,15 @@ def test_the_operators_mount_roots_bind_whatever_the_portal_says() -> None:
             job_spec(1, mounts=[{"source": "/database", "target": "/d"}]),
             allowed_mount_roots=roots,
         )
+
+
+def test_a_mount_is_checked_below_the_longest_allowed_root_it_lies_under() -> None:
+    spec = JobSpec.from_wire(
+        job_spec(1, mounts=[{"source": "/data/shared/set", "target": "/d"}]),
+        allowed_mount_roots=["/data", "/data/shared"],
+    )
+
+    assert spec.mounts[0].root == "/data/shared"
 
 
 def test_a_node_without_mount_roots_allows_no_mount_at_all() -> None:
