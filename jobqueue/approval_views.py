@@ -23,6 +23,7 @@ from accounts.models import CreditPolicy, User
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
 from labportal.errors import DomainError
+from labportal.form_pages import form_page_status
 
 # --- Forms: input checks only; the rules live in jobqueue.approvals ----------------
 
@@ -131,7 +132,10 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
             return redirect("grant_apply")
     grants = approvals.grants_visible_to(user).filter(user=user)
     return render(
-        request, "approvals/grant_apply.html", {"form": form, "queue": queue, "grants": grants}
+        request,
+        "approvals/grant_apply.html",
+        {"form": form, "queue": queue, "grants": grants},
+        status=form_page_status(request, form),
     )
 
 
@@ -176,6 +180,7 @@ def emergency_apply(request: HttpRequest) -> HttpResponse:
             "uses_left": approvals.emergency_uses_left(user),
             "requests": approvals.emergencies_visible_to(user).filter(user=user),
         },
+        status=form_page_status(request, form),
     )
 
 
