@@ -15,6 +15,7 @@ from accounts import selectors, services
 from accounts.auth import request_user
 from accounts.forms import LedgerFilterForm, TokenCreateForm
 from accounts.models import CreditPolicy, Notification, PersonalAccessToken
+from labportal.form_pages import form_page_status
 
 
 @login_required
@@ -35,6 +36,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
         request,
         "accounts/tokens.html",
         {"form": form, "tokens": tokens, "new_secret": new_secret},
+        status=form_page_status(request, form),
     )
 
 

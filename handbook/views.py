@@ -12,6 +12,7 @@ from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
 from handbook.selectors import lab_rules
 from handbook.services import onboarding_mark, rule_suggestion_create
+from labportal.form_pages import form_page_status
 
 
 def help_index(request: HttpRequest) -> HttpResponse:
@@ -44,7 +45,12 @@ def rules(request: HttpRequest) -> HttpResponse:
         messages.success(request, _("Thank you: the admins will read your suggestion."))
         return redirect("rules")
     onboarding_mark(user=request.user, rules_read=True)  # type: ignore[arg-type]
-    return render(request, "handbook/rules.html", {"rules": lab_rules(), "form": form})
+    return render(
+        request,
+        "handbook/rules.html",
+        {"rules": lab_rules(), "form": form},
+        status=form_page_status(request, form),
+    )
 
 
 @login_required

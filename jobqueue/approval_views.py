@@ -22,7 +22,8 @@ from accounts.auth import request_user
 from accounts.models import CreditPolicy, User
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
-from labportal.errors import DomainError
+from labportal.errors import DomainError, text_too_long
+from labportal.form_pages import form_page_status
 
 # --- Forms: input checks only; the rules live in jobqueue.approvals ----------------
 
@@ -80,9 +81,12 @@ class EmergencyForm(forms.Form):
         hours.initial = policy.emergency_default_hours
 
 
+COMMENT_CHARS = 2000
+
+
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
-    comment = forms.CharField(required=False, max_length=2000)
+    comment = forms.CharField(required=False, max_length=COMMENT_CHARS)
 
 
 def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -131,7 +135,10 @@ def grant_apply(request: HttpRequest) -> HttpResponse:
             return redirect("grant_apply")
     grants = approvals.grants_visible_to(user).filter(user=user)
     return render(
-        request, "approvals/grant_apply.html", {"form": form, "queue": queue, "grants": grants}
+        request,
+        "approvals/grant_apply.html",
+        {"form": form, "queue": queue, "grants": grants},
+        status=form_page_status(request, form),
     )
 
 
@@ -176,6 +183,7 @@ def emergency_apply(request: HttpRequest) -> HttpResponse:
             "uses_left": approvals.emergency_uses_left(user),
             "requests": approvals.emergencies_visible_to(user).filter(user=user),
         },
+        status=form_page_status(request, form),
     )
 
 
@@ -210,7 +218,11 @@ def _decide(
 ) -> HttpResponse:
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        messages.error(request, _("Choose approve or reject."))
+        comment = request.POST.get("comment", "")
+        if "comment" in form.errors:
+            messages.error(request, text_too_long("comment", len(comment), COMMENT_CHARS))
+        else:
+            messages.error(request, _("Choose approve or reject."))
         return redirect("approvals")
     approve = form.cleaned_data["decision"] == "approve"
     try:

@@ -9,7 +9,13 @@ from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
-from jobqueue.models import ContainerImage, Queue, VolumeMount
+from jobqueue.models import (
+    ContainerImage,
+    Queue,
+    VolumeMount,
+    command_limit_refusal,
+    env_limit_refusal,
+)
 
 
 class JobSubmitForm(forms.Form):
@@ -26,9 +32,10 @@ class JobSubmitForm(forms.Form):
         to_field_name="reference",
         empty_label=None,
     )
+    # No max_length: it would become the input's maxlength, and a browser cuts a longer
+    # paste short without a word. clean_command refuses it with the limit instead.
     command = forms.CharField(
         label=_("Command"),
-        max_length=8000,
         widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 10"}),
         help_text=_(
             "Runs as typed through /bin/sh -c, so ; && | and $VARIABLES work: "
@@ -109,6 +116,13 @@ class JobSubmitForm(forms.Form):
                 )
         cast(forms.TypedChoiceField, self.fields["reservation"]).choices = choices
 
+    def clean_command(self) -> str:
+        command: str = self.cleaned_data["command"]
+        refusal = command_limit_refusal(command)
+        if refusal is not None:
+            raise forms.ValidationError(refusal)
+        return command
+
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
         for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
@@ -121,4 +135,7 @@ class JobSubmitForm(forms.Form):
                 )
             name, value = line.split("=", 1)
             env[name.strip()] = value
+        refusal = env_limit_refusal(dict(env))
+        if refusal is not None:
+            raise forms.ValidationError(refusal)
         return env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from scheduler.predict import start_estimate_range
+from scheduler.predict import command_shape_key, start_estimate_range
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -195,6 +196,55 @@ def command_text(command: object) -> str:
     return str(command)
 
 
+# One limit on a command, however it comes (the web form, the API as a string or a
+# list, labctl, which keeps a copy of these numbers): a list is measured as its
+# arguments joined by spaces. Longer work belongs in a script in the image or a mount.
+MAX_COMMAND_CHARS = 8000
+MAX_COMMAND_ARGS = 1000
+
+
+def command_limit_refusal(command: str | Sequence[object]) -> str | None:
+    """Why the command is over the limit, in the reader's language; None when it is not."""
+    if isinstance(command, str):
+        length = len(command)
+    else:
+        if len(command) > MAX_COMMAND_ARGS:
+            return gettext(
+                "The command has %(count)d arguments; at most %(max)d are allowed. "
+                "Put the work in a script and run the script."
+            ) % {"count": len(command), "max": MAX_COMMAND_ARGS}
+        length = sum(len(str(part)) for part in command) + max(0, len(command) - 1)
+    if length > MAX_COMMAND_CHARS:
+        return gettext(
+            "The command is %(length)d characters long; at most %(max)d are allowed. "
+            "Put the work in a script and run the script."
+        ) % {"length": length, "max": MAX_COMMAND_CHARS}
+    return None
+
+
+MAX_ENV_VARS = 64
+MAX_ENV_NAME_CHARS = 128
+MAX_ENV_VALUE_CHARS = 4000
+
+
+def env_limit_refusal(env: Mapping[str, object]) -> str | None:
+    """Why a job's environment is over its limits (count, name or value length), or None."""
+    if len(env) > MAX_ENV_VARS:
+        return gettext("At most %(n)d environment variables are allowed.") % {"n": MAX_ENV_VARS}
+    for name, value in env.items():
+        if len(str(name)) > MAX_ENV_NAME_CHARS:
+            return gettext(
+                "An environment variable name is %(length)d characters long; "
+                "at most %(max)d are allowed."
+            ) % {"length": len(str(name)), "max": MAX_ENV_NAME_CHARS}
+        if len(str(value)) > MAX_ENV_VALUE_CHARS:
+            return gettext(
+                "The value of %(name)s is %(length)d characters long; at most %(max)d are "
+                "allowed. Put longer data in a file in a mount."
+            ) % {"name": name, "length": len(str(value)), "max": MAX_ENV_VALUE_CHARS}
+    return None
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def pending(self) -> JobQuerySet:
         return self.filter(state__in=Job.WAITING_STATES)
@@ -234,6 +284,9 @@ class Job(models.Model):
         _("command"),
         help_text=_("The argument vector; a typed line is stored as /bin/sh -c and the line."),
     )
+    # command_shape_key of the command, computed once at submit: predicting a job's run
+    # time compares it with the owner's recent jobs' keys instead of reshaping each command.
+    command_shape_key = models.CharField(max_length=32, blank=True, editable=False)
     env = models.JSONField(_("environment"), default=dict, blank=True)
     mounts = models.ManyToManyField(VolumeMount, blank=True, related_name="jobs")
     gpus = models.PositiveSmallIntegerField(_("GPUs"), default=1)
@@ -319,6 +372,10 @@ class Job(models.Model):
     @property
     def command_display(self) -> str:
         return command_text(self.command)
+
+    def shape_command(self) -> None:
+        """Store the key that runtime prediction matches this job's command by."""
+        self.command_shape_key = command_shape_key(self.command_display)
 
     PENDING_REASONS = {
         "resources": _("Waiting for GPUs to free up."),

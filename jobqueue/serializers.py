@@ -3,10 +3,23 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.utils.functional import lazy
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from jobqueue.models import Job, JobEvent, Queue, VolumeMount
+from jobqueue.models import (
+    MAX_COMMAND_ARGS,
+    MAX_COMMAND_CHARS,
+    MAX_ENV_VALUE_CHARS,
+    Job,
+    JobEvent,
+    Queue,
+    VolumeMount,
+    command_limit_refusal,
+    env_limit_refusal,
+)
+from jobqueue.services import BATCH_TOO_LARGE, MAX_BATCH
 from labportal.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
 from slurm.serializers import SlurmJobSummarySerializer
 
@@ -96,15 +109,23 @@ class JobSerializer(CachedFieldsModelSerializer):
 class JobSubmitSerializer(CheapCopySerializer):
     """What a script sends to submit a job; the service checks the lab's rules."""
 
-    queue = serializers.CharField(default="normal")
-    image = serializers.CharField()
+    # Text fields are no longer than their columns (Queue.name, ContainerImage.reference,
+    # VolumeMount.name): a longer one is refused at once, not looked up.
+    queue = serializers.CharField(default="normal", max_length=32)
+    image = serializers.CharField(max_length=255)
     command = serializers.JSONField(
-        help_text="One string, run as typed by /bin/sh -c; or an argument list, run as is (exec form)."
+        help_text="One string, run as typed by /bin/sh -c; or an argument list, run as is "
+        f"(exec form). At most {MAX_COMMAND_CHARS} characters (a list: its arguments joined "
+        f"by spaces) and {MAX_COMMAND_ARGS} arguments."
     )
     gpus = serializers.IntegerField(default=1, min_value=1, max_value=64)
     shared_slot = serializers.BooleanField(default=False)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True), default=dict)
-    mounts = serializers.ListField(child=serializers.CharField(), default=list)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=MAX_ENV_VALUE_CHARS), default=dict
+    )
+    mounts = serializers.ListField(
+        child=serializers.CharField(max_length=40), default=list, max_length=100
+    )
     # Upper bounds are those of the columns (PositiveIntegerField, BigAutoField), so
     # that a too-large number is a clear 400 and never reaches the database.
     time_limit_s = serializers.IntegerField(required=False, min_value=1, max_value=MAX_INT32)
@@ -120,7 +141,18 @@ class JobSubmitSerializer(CheapCopySerializer):
     )
     preemptible = serializers.BooleanField(default=False)
 
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        refusal = env_limit_refusal(value)
+        if refusal is not None:
+            raise serializers.ValidationError(refusal)
+        return value
+
     def validate_command(self, value: Any) -> Any:
+        # Measured before anything walks the list: a million arguments is refused at once.
+        if isinstance(value, str | list):
+            refusal = command_limit_refusal(value)
+            if refusal is not None:
+                raise serializers.ValidationError(refusal)
         if isinstance(value, str) or (
             isinstance(value, list) and all(isinstance(p, str | int | float) for p in value)
         ):
@@ -135,10 +167,24 @@ class JobSubmitSerializer(CheapCopySerializer):
         )
 
 
+def _batch_too_large_text() -> str:
+    return gettext(BATCH_TOO_LARGE) % {"max": MAX_BATCH}
+
+
+# In the language of the request that is refused, not of the import.
+_batch_too_large = lazy(_batch_too_large_text, str)
+
+
 class JobBatchSerializer(serializers.Serializer[Any]):
     """Many jobs in one request, queued together or not at all."""
 
-    jobs = JobSubmitSerializer(many=True, allow_empty=False)
+    # Counted before any job is validated: a batch of a million is refused at once.
+    jobs = JobSubmitSerializer(  # type: ignore[call-arg]  # many=True passes max_length on
+        many=True,
+        allow_empty=False,
+        max_length=MAX_BATCH,
+        error_messages={"max_length": _batch_too_large()},
+    )
 
 
 class QueueEntrySerializer(serializers.Serializer[Any]):

@@ -52,7 +52,9 @@ from jobqueue.models import (
     Queue,
     SchedulingPolicy,
     VolumeMount,
+    command_limit_refusal,
     command_text,
+    env_limit_refusal,
 )
 from jobqueue.prediction import job_predict_runtime
 from labportal.durations import hours_minutes, lazy_hours_minutes
@@ -63,8 +65,6 @@ logger = logging.getLogger(__name__)
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABPORTAL_JOB_ID"}
-MAX_COMMAND_CHARS = 8000
-MAX_ENV_VARS = 64
 LOG_TAIL_CHARS = 64_000
 FIRST_STEP = min(JobEvent.STEPS.values())
 
@@ -142,12 +142,12 @@ def _plain(value: Any) -> Any:
 
 def _parse_command(command: str | Iterable[str]) -> list[str]:
     """A string is shell text, run as typed through `/bin/sh -c`; a list is an exec vector."""
+    if not isinstance(command, str):
+        command = list(command)
+    refusal = command_limit_refusal(command)
+    if refusal is not None:
+        raise JobRefused(refusal)
     if isinstance(command, str):
-        if len(command) > MAX_COMMAND_CHARS:
-            raise JobRefused(
-                _("The command is longer than %(n)d characters; put it in a script.")
-                % {"n": MAX_COMMAND_CHARS}
-            )
         if not command.strip():
             raise JobRefused(
                 _("The command is empty. Give the program to run, e.g. python train.py.")
@@ -174,10 +174,9 @@ def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
         return {}
     if not isinstance(env, Mapping):
         raise JobRefused(_("The environment must be a list of NAME=value pairs."))
-    if len(env) > MAX_ENV_VARS:
-        raise JobRefused(
-            _("At most %(n)d environment variables are allowed.") % {"n": MAX_ENV_VARS}
-        )
+    refusal = env_limit_refusal(dict(env))
+    if refusal is not None:
+        raise JobRefused(refusal)
     cleaned: dict[str, str] = {}
     for name, value in env.items():
         if not ENV_NAME.match(str(name)):
@@ -365,6 +364,7 @@ def job_submit(
         # No reason until the first pass has placed it: pages say "being scheduled".
         pending_reason="",
     )
+    job.shape_command()
     job.predicted_runtime_s = job_predict_runtime(job)
     job.save()
     if mount_objs:
@@ -401,6 +401,7 @@ def job_submit(
 
 
 MAX_BATCH = 500
+BATCH_TOO_LARGE = gettext_noop("A batch holds at most %(max)d jobs; split it into smaller batches.")
 
 
 @transaction.atomic
@@ -412,10 +413,7 @@ def jobs_submit_batch(*, owner: User, specs: list[dict[str, Any]]) -> list[Job]:
     if not specs:
         raise JobRefused(_("The batch is empty: send at least one job."))
     if len(specs) > MAX_BATCH:
-        raise JobRefused(
-            _("A batch holds at most %(max)d jobs; split it into smaller batches.")
-            % {"max": MAX_BATCH}
-        )
+        raise JobRefused(_(BATCH_TOO_LARGE) % {"max": MAX_BATCH})
     jobs = []
     # One transaction holds the whole batch and any refusal rolls it all back, so
     # each job needs no savepoint of its own (two statements fewer per job).

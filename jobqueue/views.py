@@ -18,6 +18,7 @@ from jobqueue import executors, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
 from labportal.errors import DomainError
+from labportal.form_pages import form_page_status
 from slurm.models import SlurmJob
 
 
@@ -56,7 +57,9 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, _("Job #%(id)d submitted.") % {"id": job.pk})
             return redirect("job_detail", pk=job.pk)
-    return render(request, "jobqueue/submit.html", {"form": form})
+    return render(
+        request, "jobqueue/submit.html", {"form": form}, status=form_page_status(request, form)
+    )
 
 
 @login_required

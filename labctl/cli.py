@@ -19,6 +19,7 @@ from typing import Any
 from labctl import __version__, config
 from labctl.client import Client
 from labctl.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, ApiRefusal, LabctlError, UsageError
+from labctl.limits import command_limit_refusal
 from labctl.output import dump_json, parse_iso, span, table, when
 from labctl.parsing import (
     argtype,
@@ -298,6 +299,9 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
         raise UsageError(
             "Give the command to run after --, e.g. labctl submit --image IMG -- python train.py"
         )
+    refusal = command_limit_refusal(args.argv)
+    if refusal is not None:
+        raise UsageError(refusal)
     payload: dict[str, Any] = {"image": args.image, "command": list(args.argv)}
     optional = {
         "queue": args.queue,

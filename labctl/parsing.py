@@ -7,7 +7,9 @@ import re
 from datetime import date, datetime, timedelta
 
 _DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|hr|h|min|m|sec|s)")
+# A part starts only where no digit or point comes before it: a long run of digits is
+# then tried once, not from each of its digits (which made findall quadratic).
+_DURATION_PART = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(d|hr|h|min|m|sec|s)")
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$", re.IGNORECASE)
 _SIZE_TO_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}

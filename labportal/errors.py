@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils.functional import Promise
+from django.utils.translation import gettext
 
 
 class DomainError(Exception):
@@ -14,6 +15,15 @@ class DomainError(Exception):
     def __init__(self, message: str | Promise) -> None:
         super().__init__(str(message))
         self.message = message
+
+
+def text_too_long(field: str, length: int, limit: int) -> str:
+    """The refusal of a text over its limit, naming the field, in the reader's language."""
+    return gettext("“%(field)s” is %(length)d characters long; at most %(max)d are allowed.") % {
+        "field": field,
+        "length": length,
+        "max": limit,
+    }
 
 
 class NotAllowed(DomainError):

@@ -48,7 +48,6 @@ from jobqueue.models import (
     Job,
     Queue,
     SchedulingPolicy,
-    command_text,
     parse_attained_thresholds,
 )
 from jobqueue.scheduling import engine_policy, engine_units, share_tree
@@ -57,7 +56,7 @@ from reports.periods import Period
 from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
-from scheduler.predict import JobFeatures, command_shape
+from scheduler.predict import JobFeatures
 from scheduler.simulate import SimJob, Simulation, Workload
 
 MAX_GPU_DELTA = 256
@@ -285,7 +284,7 @@ def workload_from_history(period: Period) -> tuple[Workload, list[SimJob]]:
             "preemptible",
             "gpu_model",
             "image__reference",
-            "command",
+            "command_shape_key",
             "emergency",
             "reservation_id",
         )
@@ -307,7 +306,7 @@ def workload_from_history(period: Period) -> tuple[Workload, list[SimJob]]:
         preemptible,
         model,
         image,
-        command,
+        shape,
         emergency,
         reservation_id,
     ) in jobs.iterator(chunk_size=5000):
@@ -328,7 +327,7 @@ def workload_from_history(period: Period) -> tuple[Workload, list[SimJob]]:
             # The limit it was accepted with: a job may run past it (warn, don't kill).
             time_limit=float(limit),
             preemptible=preemptible,
-            features=JobFeatures(user, image, command_shape(command_text(command)), gpus),
+            features=JobFeatures(user, image, shape, gpus),
             gpu_model=model or None,
         )
         entries.append((job.submit, 1, job, _epoch(started), _epoch(ended)))

@@ -9,6 +9,7 @@ from rest_framework import serializers
 from reports.models import ReportTask
 from reports.periods import KINDS
 from reports.selectors import FINAL_STATES
+from reports.services import MAX_GPU_MODEL_CHARS, MAX_LABEL_CHARS, MAX_OPTIONS
 
 
 class PeriodQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -94,9 +95,11 @@ class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ReplayOptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    label = serializers.CharField(max_length=80, required=False, allow_blank=True)  # type: ignore[assignment]
+    label = serializers.CharField(max_length=MAX_LABEL_CHARS, required=False, allow_blank=True)  # type: ignore[assignment]
     gpu_delta = serializers.IntegerField(required=False, default=0)
-    gpu_model = serializers.CharField(max_length=120, required=False, allow_blank=True)
+    gpu_model = serializers.CharField(
+        max_length=MAX_GPU_MODEL_CHARS, required=False, allow_blank=True
+    )
     policy_changes = serializers.DictField(
         child=serializers.FloatField(), required=False, help_text="weight_age, weight_fairshare, …"
     )
@@ -109,7 +112,9 @@ class ReportTaskCreateSerializer(serializers.Serializer):  # type: ignore[type-a
     from_ = serializers.DateField(required=False)
     to = serializers.DateField(required=False)
     language = serializers.ChoiceField(choices=["en", "zh-hans"], required=False, default="en")
-    options = ReplayOptionSerializer(many=True, required=False, help_text="Replays only.")
+    options = ReplayOptionSerializer(  # type: ignore[call-arg]  # many=True passes max_length on
+        many=True, required=False, max_length=MAX_OPTIONS, help_text="Replays only."
+    )
 
     def get_fields(self) -> dict[str, Any]:
         fields = super().get_fields()

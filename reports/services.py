@@ -14,7 +14,7 @@ from accounts.models import User
 from cluster.models import Gpu
 from cluster.services import gpu_set_shared_slots
 from jobqueue.models import Queue, SchedulingPolicy
-from labportal.errors import NotAllowed
+from labportal.errors import NotAllowed, text_too_long
 from reports.errors import BadReplay
 from reports.models import DemandForecast, PolicyChange, ReportTask
 from reports.periods import Period
@@ -35,6 +35,8 @@ from reports.replay import (
 
 log = logging.getLogger(__name__)
 MAX_OPTIONS = 6
+MAX_LABEL_CHARS = 80
+MAX_GPU_MODEL_CHARS = 120
 
 
 def _enqueue(task: ReportTask) -> None:
@@ -63,11 +65,18 @@ def replay_options_parse(raw: object) -> list[ReplayOption]:
             raise BadReplay(_("“policy_changes” must map setting names to numbers."))
         for name, value in changes.items():
             policy_knob_check(str(name), float(value))
+        label, gpu_model = str(item.get("label") or ""), str(item.get("gpu_model") or "")
+        for field, value, limit in (
+            ("label", label, MAX_LABEL_CHARS),
+            ("gpu_model", gpu_model, MAX_GPU_MODEL_CHARS),
+        ):
+            if len(value) > limit:
+                raise BadReplay(text_too_long(field, len(value), limit))
         options.append(
             ReplayOption(
-                label=str(item.get("label") or "")[:80],
+                label=label,
                 gpu_delta=delta,
-                gpu_model=str(item.get("gpu_model") or "")[:120],
+                gpu_model=gpu_model,
                 policy_changes={k: float(v) for k, v in changes.items()},
             )
         )

@@ -24,6 +24,7 @@ from reports.pdf import forecast_context, report_context
 from reports.periods import Period, period_from_params
 from reports.replay import lab_cluster, policy_knobs
 from reports.selectors import usage_report
+from reports.services import MAX_LABEL_CHARS
 from reports.tables import table_by_slug
 
 
@@ -141,13 +142,22 @@ def _replay_options_from_form(data: Any) -> list[dict[str, Any]]:
     options: list[dict[str, Any]] = [{"label": str(_("The lab's GPUs and policy"))}]
     if count:
         count = abs(count)
-        options.append({"label": f"+{count} {model}", "gpu_delta": count, "gpu_model": model})
+        # The labels are the portal's own, cut to fit; the model is the admin's, refused if long.
+        options.append(
+            {"label": f"+{count} {model}"[:MAX_LABEL_CHARS], "gpu_delta": count, "gpu_model": model}
+        )
         try:
             lab_cluster(gpu_delta=-count, gpu_model=model)
         except BadReplay:
             pass  # the lab has too few of them to take away; offer only the addition
         else:
-            options.append({"label": f"−{count} {model}", "gpu_delta": -count, "gpu_model": model})
+            options.append(
+                {
+                    "label": f"−{count} {model}"[:MAX_LABEL_CHARS],
+                    "gpu_delta": -count,
+                    "gpu_model": model,
+                }
+            )
     changes = {}
     for name, _label, _today in policy_knobs():
         raw = data.get(name)

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from labportal.durations import hours_minutes
 from labportal.errors import DomainError
+from labportal.form_pages import form_page_status
 from reservations import ical
 from reservations.errors import ReservationError
 from reservations.forms import BookingForm, ExtendForm, SuggestForm
@@ -149,7 +150,7 @@ def reservation_book(request: HttpRequest) -> HttpResponse:
         "suggestion_url": book_url_for_slot(suggestion) if suggestion else "",
     }
     template = "reservations/_book_form.html" if request.htmx else "reservations/book.html"  # type: ignore[attr-defined]
-    return render(request, template, context)
+    return render(request, template, context, status=form_page_status(request, form))
 
 
 @login_required

@@ -10,13 +10,18 @@ time do. No history: the time limit. Every prediction is capped at the limit.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import statistics
 from collections import deque
 from dataclasses import dataclass
 
-_PATH = re.compile(r"(?:[\w.-]*/)+[\w.-]*")
-_HEX = re.compile(r"\b[0-9a-f]{8,}\b")
+# Every pattern here is linear in the command's length: a path starts only where a run
+# of path characters starts (the lookbehind), and no quantifier gives back what it took
+# (*+, {8,}+), so a long word is scanned once, not once per character it holds (the old
+# ``(?:[\w.-]*/)+[\w.-]*`` took seconds on a 40,000-character word).
+_PATH = re.compile(r"(?<![\w./-])[\w.-]*+/[\w./-]*+")
+_HEX = re.compile(r"\b[0-9a-f]{8,}+\b")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
 _SPACE = re.compile(r"\s+")
 
@@ -30,13 +35,21 @@ def command_shape(command: str) -> str:
     return _SPACE.sub(" ", shape)
 
 
+def command_shape_key(command: str) -> str:
+    """A short, fixed-length key for the command's shape: equal for equal shapes, so it
+    can be stored with a job and compared without the (possibly long) shape itself."""
+    return hashlib.blake2b(command_shape(command).encode(), digest_size=16).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class JobFeatures:
     """What is known of a job before it runs."""
 
     user: str
     image: str
-    command: str
+    # An opaque key: jobs with the same one are runs of the same script (the portal
+    # passes command_shape_key of the command; the simulator, its own labels).
+    shape: str
     gpus: int
 
 
@@ -49,7 +62,7 @@ class RuntimePredictor:
         self._fractions: dict[str, deque[float]] = {}
 
     def _keys(self, features: JobFeatures) -> list[tuple[object, ...]]:
-        shape = command_shape(features.command)
+        shape = features.shape
         return [
             ("job", features.user, features.image, shape, features.gpus),
             ("shape", features.user, features.image, shape),

@@ -119,10 +119,30 @@ class SubmitRequest:
 _GPU_GRES = re.compile(r"(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?[:=](\d+)")
 
 
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at each comma that no ``)`` follows before a ``(`` (the ``,(S:0,1)``
+    inside a socket list stays), in one pass from the end: a lookahead for the ``)``
+    rescanned the rest of the text at every comma."""
+    cuts = []
+    closes_next = False  # the nearest parenthesis to the right is a ")"
+    for index in range(len(text) - 1, -1, -1):
+        char = text[index]
+        if char in "()":
+            closes_next = char == ")"
+        elif char == "," and not closes_next:
+            cuts.append(index)
+    parts, start = [], 0
+    for cut in reversed(cuts):
+        parts.append(text[start:cut])
+        start = cut + 1
+    parts.append(text[start:])
+    return parts
+
+
 def gpu_count(gres: str | None) -> tuple[int, str]:
     """GPUs and their type in a GRES/TRES string: ``gpu:a100:2(S:0)`` → (2, "a100")."""
     total, kind = 0, ""
-    for part in re.split(r",(?![^(]*\))", gres or ""):
+    for part in _top_level_parts(gres or ""):
         match = _GPU_GRES.match(part.strip())
         if match:
             total += int(match.group(2))

@@ -170,6 +170,6 @@ def test_a_member_suggests_a_change_and_every_admin_is_told(
 def test_an_empty_suggestion_is_refused_with_the_reason(client: Client, alice: Any) -> None:
     client.force_login(alice)
     response = client.post("/rules/", {"topic": "", "text": ""})
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "This field is required." in response.content.decode()
     assert not RuleSuggestion.objects.exists()

@@ -154,7 +154,7 @@ def test_the_grant_form_shows_a_service_refusal_next_to_the_form(client: Any, al
         "/jobs/grants/apply/",
         {"reason": "Experiments for the ICML camera-ready", "deadline": past, "gpus_expected": 1},
     )
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "The deadline must be in the future." in response.content.decode()
 
 

@@ -188,3 +188,17 @@ def test_status_with_a_limit_below_one_is_a_usage_error(labctl: Run, as_alice: s
     result = labctl("status", "--limit", "0")
     assert result.code == 2
     assert "whole number of 1 or more" in result.err
+
+
+def test_a_command_over_the_portals_limit_is_refused_before_it_is_sent(
+    labctl: Run, as_alice: str
+) -> None:
+    from jobqueue.models import Job
+
+    result = labctl("submit", "--image", IMAGE, "--", "python", "x" * 8000)
+    assert result.code == 2
+    assert result.err.strip().endswith(
+        "The command is 8007 characters long; at most 8000 are allowed. "
+        "Put the work in a script and run the script."
+    )
+    assert not Job.objects.exists()

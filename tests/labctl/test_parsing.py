@@ -42,6 +42,12 @@ def test_a_duration_that_is_not_one_is_refused_with_examples(text: str) -> None:
         parse_duration(text)
 
 
+def test_a_megabyte_of_digits_is_refused_as_a_duration_in_one_pass() -> None:
+    # Tried from each digit, as the old pattern was, this is 10^12 / 2 steps: hours.
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration("1" * 1_000_000 + "x")
+
+
 @pytest.mark.parametrize(
     ("text", "mib"),
     [
