@@ -10,9 +10,10 @@ import os
 
 from celery import Celery
 
-from agent.fs_broker import install as install_filesystem_broker
+from agent.broker import CONSUMER
+from agent.broker import install as install_broker_transports
 
-install_filesystem_broker()
+install_broker_transports()
 
 CONTROL_QUEUE = "control"
 
@@ -40,6 +41,8 @@ def create_app(broker_url: str | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
+        # A message it cannot take is dropped and reported, never raised (agent.broker).
+        worker_consumer=CONSUMER,
         broker_connection_retry_on_startup=True,
         # Redis re-delivers unacked messages after this long: keep it well
         # above the longest task (a stop with a long grace period).

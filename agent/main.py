@@ -167,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Imported here so that a config error costs no Celery import time.
     from agent import tasks
+    from agent.broker import rejections
     from agent.celery_app import configure, node_queue
     from agent.signing import CommandVerifier, NonceLedger
 
@@ -189,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     tasks.set_node_agent(node_agent)
+    # A message on node.<name> that is no command at all is dropped (agent.broker) and
+    # shown to the portal's admins like a forged command.
+    rejections.connect(
+        lambda dropped: reporter.refusal(
+            dropped.task or f"({dropped.kind})", dropped.kind, dropped.detail[:500]
+        )
+    )
 
     # The node_info call inside register() discovers GPUs before reconcile
     # checks anything against them.

@@ -7,8 +7,10 @@ Each task checks the signature, then calls a service. A refused message is logge
 messages) and the task returns normally, so the broker never redelivers it.
 A message that passes validation but fails to apply (a bug, a value the
 database refuses) is rolled back and recorded the same way, as `apply_failed`,
-so nothing an agent reports vanishes or crashes the worker. Every task is safe
-to run twice.
+so nothing an agent reports vanishes or crashes the worker. A message that is no
+task message of ours at all (not JSON, an unknown task, arguments that do not fit)
+never reaches a task: `agent.broker` drops it and `broker_message_dropped` records
+it the same way. Every task is safe to run twice.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
-from django.db import OperationalError, transaction
+from django.db import OperationalError, close_old_connections, transaction
 
+from agent.broker import Rejection
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
 from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
@@ -79,7 +82,9 @@ def _handle(
             node_name=node_name,
             message=message,
             reason=RejectedMessage.Reason.BAD_TOKEN,
-            detail=f"token {str(token)[:10]!r}… does not match an active token of this node",
+            detail="unsigned: the message carries no signature"
+            if token is None
+            else f"token {str(token)[:10]!r}… does not match an active token of this node",
         )
         return f"refused: {RejectedMessage.Reason.BAD_TOKEN.value}"
     failure: MessageRefused | None = None
@@ -101,6 +106,23 @@ def _handle(
         )
         return f"refused: {failure.reason.value}"
     return "ok"
+
+
+def broker_message_dropped(rejection: Rejection) -> None:
+    """A message on the control queue that was no task message of ours: show it to admins.
+
+    Nothing in it can be believed, so it is filed under no node; `message` is the task
+    it named when that task exists, else the kind of message (bounded either way).
+    """
+    # This runs in the worker's consumer, outside any task: drop a connection the
+    # database closed meanwhile, as Celery does around each task.
+    close_old_connections()
+    services.message_reject(
+        node_name="",
+        message=(rejection.task or f"({rejection.kind})").removeprefix("control.")[:40],
+        reason=RejectedMessage.Reason.MALFORMED,
+        detail=f"{rejection.kind} on queue {rejection.queue!r}: {rejection.detail}",
+    )
 
 
 def _apply_failed(message: str, node_name: str, exc: Exception) -> MessageRefused:

@@ -6,10 +6,11 @@ import os
 
 from celery import Celery
 
-from agent.fs_broker import install as install_filesystem_broker
+from agent.broker import install as install_broker_transports
 
-# The demo's serverless broker writes message files atomically (see agent/fs_broker.py).
-install_filesystem_broker()
+# Malformed messages are dropped, not raised, and the demo's serverless broker writes
+# message files atomically (see agent/broker.py).
+install_broker_transports()
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
 

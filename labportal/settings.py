@@ -281,6 +281,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
+# A message the worker cannot take is dropped and shown to admins, never raised.
+from agent.broker import CONSUMER  # noqa: E402
+
+CELERY_WORKER_CONSUMER = CONSUMER
 CELERY_TASK_ROUTES = {
     "control.*": {"queue": "control"},
     # agent.* tasks go to node.<name>; the dispatcher names the queue per call.

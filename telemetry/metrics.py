@@ -2,7 +2,7 @@
 
 A scrape costs a fixed handful of queries whatever the size of the lab (GPUs with
 their latest ECC/XID reading, allocations, nodes, jobs per queue, waits, credits,
-reservations, stored histograms); it never reads samples one by one. Member balances
+reservations, stored histograms, rejected agent messages); it never reads samples one by one. Member balances
 stay out: credits are totals per category.
 """
 
@@ -42,7 +42,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from accounts.models import LedgerEntry
-from cluster.models import Gpu, Node
+from cluster.models import Gpu, Node, RejectedMessage
 from jobqueue.models import Allocation, Job, Queue
 from reservations.models import Reservation
 from telemetry.models import GpuSample, ObservedHistogram
@@ -96,6 +96,7 @@ class PortalCollector(Collector):
         yield from self._queues()
         yield from self._scheduler()
         yield from self._credits()
+        yield from self._rejections()
 
     # --- GPUs ---------------------------------------------------------------
 
@@ -336,6 +337,22 @@ class PortalCollector(Collector):
             granted.add_metric([name], float(max(given, Decimal(0))))
             spent.add_metric([name], float(max(used, Decimal(0))))
         yield from (granted, spent)
+
+    # --- Agent messages -----------------------------------------------------
+
+    def _rejections(self) -> Iterator[Metric]:
+        # By reason only: node names and task names in the rows come from the senders.
+        rejected = CounterMetricFamily(
+            "labportal_agent_messages_rejected",
+            "Broker messages refused by the portal or an agent (admin: rejected agent "
+            "messages): wrong signatures, malformed or undecodable messages, forged commands.",
+            labels=["reason"],
+        )
+        for row in (
+            RejectedMessage.objects.values("reason").annotate(total=Sum("count")).order_by("reason")
+        ):
+            rejected.add_metric([row["reason"]], row["total"])
+        yield rejected
 
 
 def _add(family: Metric, labels: list[str], value: Any, scale: float = 1.0) -> None:

@@ -173,7 +173,7 @@ def test_filesystem_messages_appear_whole_or_not_at_all(
     """A consumer never sees a half-written message file: it is renamed into place."""
     from kombu import Connection
 
-    from agent.fs_broker import Channel, install
+    from agent.broker import FilesystemChannel, install
 
     install()
     options = {
@@ -193,7 +193,7 @@ def test_filesystem_messages_appear_whole_or_not_at_all(
 
     monkeypatch.setattr(os, "rename", rename)
     with Connection("filesystem://", transport_options=options) as conn:
-        assert isinstance(conn.default_channel, Channel)
+        assert isinstance(conn.default_channel, FilesystemChannel)
         queue = conn.SimpleQueue(name)
         queue.put({"n": 1})
         assert visible_before_rename == []

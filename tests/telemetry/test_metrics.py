@@ -19,8 +19,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import CreditAccount, LedgerEntry
+from agent.broker import UNDECODABLE, Rejection
 from cluster.models import Gpu, Node
-from cluster.tasks import samples_ingest
+from cluster.tasks import broker_message_dropped, node_heartbeat, samples_ingest
 from jobqueue.models import Allocation, Job
 from jobqueue.tasks import scheduling_pass_task
 from telemetry.metrics import metrics_registry, metrics_text
@@ -212,6 +213,22 @@ def test_scheduling_passes_are_counted_in_a_histogram(
     assert by_labels(passes, "_count") == 2
     assert by_labels(passes, "_bucket", le="+Inf") == 2
     assert by_labels(passes, "_sum") > 0
+
+
+def test_refused_and_dropped_agent_messages_are_counted_by_reason(
+    registered_node: Any, scrape_token: str
+) -> None:
+    for text in ("", "not json"):
+        broker_message_dropped(Rejection(UNDECODABLE, "control", f"not JSON: {text!r}"))
+    node_heartbeat("gpu01", None, {})
+
+    rejected = families(scrape_token)["labportal_agent_messages_rejected"]
+
+    assert rejected.type == "counter"
+    assert by_labels(rejected, "_total", reason="malformed") == 2
+    assert by_labels(rejected, "_total", reason="bad_token") == 1
+    # Node and task names come from the senders: they stay out of the labels.
+    assert {k for s in rejected.samples for k in s.labels} == {"reason"}
 
 
 def test_a_scrape_costs_the_same_queries_for_two_gpus_or_forty(
