@@ -143,7 +143,7 @@ def _report(
             raise
         countdown = min(RETRY_BACKOFF_MAX_S, 2 ** min(task.request.retries, 8))
         log.warning("%s from node %s waits for the database (%s)", message, node_name, exc)
-        raise task.retry(exc=exc, countdown=countdown, max_retries=None) from exc
+        raise task.retry(exc=exc, countdown=countdown) from exc
 
 
 def _retry_horizon_left(task: Any, token: object) -> bool:
@@ -159,6 +159,7 @@ def _retry_horizon_left(task: Any, token: object) -> bool:
 @shared_task(
     name="control.node_register",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
 )
@@ -188,6 +189,7 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
 @shared_task(
     name="control.job_event",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
 )
@@ -210,6 +212,7 @@ def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> s
 @shared_task(
     name="control.samples_ingest",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=120,
     soft_time_limit=100,
 )
@@ -229,6 +232,7 @@ def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str
 @shared_task(
     name="control.job_logs_report",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
 )
