@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ class Lab:
     node: str
     token: str
     shared: Path  # a directory the job (another uid) can read: the test's switch lives here
+    state_dir: Path  # the agent's
 
     def lab(self, *args: str) -> str:
         done = subprocess.run(
@@ -95,7 +97,7 @@ class Lab:
             broker=self.redis.url,
             runtime="local",
             gpus=1,
-            state_dir=self.shared.parent / "agent",
+            state_dir=self.state_dir,
             extra_env=env,
         )
         self.wait(
@@ -146,8 +148,10 @@ def start_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
             env.pop(leaked, None)  # the cache is the broker's Redis, as in production
         stack = Stack(env=env, log_dir=tmp_path / "logs")
         cleanups.insert(0, stack.stop)
-        shared = Path(tempfile.mkdtemp(prefix="labportal-outage-", dir=tmp_path))
+        # The job runs as a member's uid, which cannot enter pytest's own (0700) directories.
+        shared = Path(tempfile.mkdtemp(prefix="labportal-outage-"))
         shared.chmod(0o755)
+        cleanups.append(lambda: shutil.rmtree(shared, ignore_errors=True))
         lab = Lab(
             pg=pg,
             redis=redis,
@@ -155,6 +159,7 @@ def start_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
             node=f"out-{uuid.uuid4().hex[:6]}",
             token="",
             shared=shared,
+            state_dir=tmp_path / "agent",
         )
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "-v", "0"],
@@ -167,11 +172,6 @@ def start_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
         stack.control_worker(tmp_path / "beat-schedule")
         return lab
 
-    # The job runs as a member's uid: the test's directories must be open to it.
-    for parent in (tmp_path, *tmp_path.parents):
-        if parent == Path("/tmp") or parent == Path("/"):
-            break
-        parent.chmod(parent.stat().st_mode | 0o055)
     yield start
     for cleanup in cleanups:
         cleanup()
