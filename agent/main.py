@@ -173,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     app = configure(cfg.broker_url)
     app.conf.broker_transport_options = broker_transport_options(cfg.broker_url)
-    reporter = ControlReporter(app, cfg.name, cfg.token)
+    # Job events the broker could not take wait on disk, so a restart keeps them too.
+    reporter = ControlReporter(app, cfg.name, cfg.token, outbox_dir=cfg.state_dir / "outbox")
     node_agent = NodeAgent(
         node=cfg.name,
         backend=backend,

@@ -496,7 +496,12 @@ class NodeAgent:
         }
         if self.monitor_only:
             info["monitor_only"] = True
-        return self.reporter.heartbeat(info)
+        sent = self.reporter.heartbeat(info)
+        if sent and self.reporter.pending_events:
+            # The broker is back: the held events go now, not when the backoff ends, since
+            # this heartbeat no longer lists the jobs they end.
+            self.reporter.flush_outbox(now_or_never=True)
+        return sent
 
     def sample_once(self, now: float | None = None) -> None:
         """Take one reading of every device; send a batch every ``samples_per_batch`` rounds."""

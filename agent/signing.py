@@ -37,6 +37,9 @@ COMMAND_TTL_S = 15 * 60.0
 # Reports may wait in the broker through a control-worker outage; their effects
 # are idempotent (event ids), so a longer life loses nothing.
 REPORT_TTL_S = 24 * 3600.0
+# A heartbeat says the node is alive now: one that waited longer than this is refused,
+# and the portal keeps its nonce no longer.
+HEARTBEAT_TTL_S = 300.0
 
 
 class SignatureRefused(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -261,3 +261,76 @@ class RejectedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name} {self.message}: {self.reason} ×{self.count}"
+
+
+class ReportNonce(models.Model):
+    """A report's nonce, recorded in the transaction of the report's effect.
+
+    The database, not the broker's Redis, remembers them: whoever can write to the
+    broker can neither delete one nor replay its report. A report whose effect
+    rolls back (the database went away) leaves no nonce, so its retry is accepted.
+    Kept until the report could no longer be accepted anyway, then pruned.
+    """
+
+    nonce = models.CharField(_("nonce"), max_length=64, primary_key=True)
+    node_name = models.CharField(_("node name"), max_length=63)
+    expires_at = models.DateTimeField(_("expires at"), db_index=True)
+
+    class Meta:
+        verbose_name = _("report nonce")
+        verbose_name_plural = _("report nonces")
+
+    def __str__(self) -> str:
+        return f"{self.node_name} {self.nonce[:8]}…"
+
+    @classmethod
+    def claim(cls, *, nonce: str, node_name: str, expires_at: datetime) -> bool:
+        """True the first time `nonce` is recorded; False if it already is (a replay).
+
+        One statement that never raises on a duplicate, so the caller's transaction
+        stays usable; a concurrent copy waits for the first one's transaction to end.
+        """
+        table = connection.ops.quote_name(cls._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (nonce, node_name, expires_at) VALUES (%s, %s, %s)"
+                " ON CONFLICT (nonce) DO NOTHING",
+                [nonce, node_name, expires_at],
+            )
+            return bool(cursor.rowcount == 1)
+
+
+class ControlClock(models.Model):
+    """When the control worker last checked node liveness, and since when without a gap.
+
+    A gap (the database or the broker away, the worker stopped) means the control
+    side heard nothing, whatever the nodes sent: node silence is counted only since
+    it listens again (`listening_since`). One row.
+    """
+
+    last_check_at = models.DateTimeField(_("last liveness check"))
+    listening_since = models.DateTimeField(_("listening since"))
+
+    class Meta:
+        verbose_name = _("control clock")
+        verbose_name_plural = _("control clock")
+
+    def __str__(self) -> str:
+        return f"listening since {self.listening_since:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def tick(cls, *, now: datetime, gap: timedelta) -> datetime:
+        """Record a liveness check at `now`; return since when the control side has listened.
+
+        A check more than `gap` after the previous one follows a time the control side
+        could not hear (or did not run): it listens again from `now`.
+        """
+        clock, created = cls.objects.select_for_update().get_or_create(
+            pk=1, defaults={"last_check_at": now, "listening_since": now}
+        )
+        if not created:
+            if now - clock.last_check_at > gap:
+                clock.listening_since = now
+            clock.last_check_at = max(clock.last_check_at, now)
+            clock.save(update_fields=["last_check_at", "listening_since"])
+        return clock.listening_since

@@ -20,7 +20,7 @@ from django.utils.translation import gettext
 
 from cluster import selectors
 from cluster.errors import SlotsRefused
-from cluster.models import Gpu, Node, RejectedMessage
+from cluster.models import ControlClock, Gpu, Node, RejectedMessage
 from cluster.protocol import (
     MAX_LOG_CHARS,
     MAX_NODE_NAME_CHARS,
@@ -295,8 +295,11 @@ class LivenessReport:
 def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     """Mark silent nodes down; after the grace period, declare their running jobs lost, once.
 
-    Each step claims its node with a conditional UPDATE, so two overlapping beats
-    (or a heartbeat arriving meanwhile) never act twice.
+    Silence counts only while the control side listens: after a gap between checks (the
+    database or the broker away, the worker stopped), no node goes down before
+    LABPORTAL_NODE_DOWN_AFTER_S, nor loses its jobs before LABPORTAL_NODE_LOST_GRACE_S,
+    have passed since. Each step claims its node with a conditional UPDATE, so two
+    overlapping beats (or a heartbeat arriving meanwhile) never act twice.
     """
     now = now or timezone.now()
     report = LivenessReport()
@@ -304,7 +307,12 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
 
     if not portal_schedules():  # Slurm mode: node states come from Slurm (inventory sync)
         return report
+    gap = timedelta(seconds=2 * settings.LABPORTAL_LIVENESS_CHECK_S + 5)
+    with transaction.atomic():
+        listening_since = ControlClock.tick(now=now, gap=gap)
     down_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_DOWN_AFTER_S)
+    if listening_since > down_cutoff:
+        return report  # not listening long enough to call anyone silent
     for node_id, name in Node.objects.silent_since(down_cutoff).values_list("pk", "name"):
         claimed = (
             Node.objects.silent_since(down_cutoff)
@@ -316,6 +324,8 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
             report.marked_down.append(name)
 
     lost_cutoff = now - timedelta(seconds=settings.LABPORTAL_NODE_LOST_GRACE_S)
+    if listening_since > lost_cutoff:
+        return report
     candidates = Node.objects.down_with_jobs_not_yet_lost(lost_cutoff)
     for node_id, name, last_heartbeat in candidates.values_list("pk", "name", "last_heartbeat"):
         try:

@@ -2,8 +2,12 @@
 
 Commands to an agent are signed with the key of every active token of its node
 (the agent checks the one for its own token); reports from an agent must be
-signed with the key of one active token of that node, be current, and not be
-replays (nonces are remembered in the shared cache until they expire).
+signed with the key of one active token of that node, be current (signed no longer
+than `LABPORTAL_REPORT_MAX_AGE_S` ago), and not be replays. Report nonces are kept in
+the database (`ReportNonce`), inserted in the transaction of the report's effect:
+the shared cache is the broker's Redis in production, where anyone who can write to
+the broker could delete a nonce and replay its report, and a nonce recorded apart
+from its effect would refuse the retry of a report whose effect was rolled back.
 
 Checking a report or signing a command needs the node's keys, and agents report
 many times a second across a lab, so each process keeps them for at most `NODE_KEYS_CACHE_S`
@@ -20,6 +24,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,7 +32,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from agent.signing import SignatureRefused, check, key_from_hash, sign_command
-from cluster.models import NodeToken
+from cluster.models import NodeToken, ReportNonce
 
 NODE_KEYS_CACHE_S = 60.0
 _GENERATION_KEY = "labportal:node-keys-generation"
@@ -103,7 +108,10 @@ def command_auth(*, node_name: str, task: str, args: list[Any]) -> dict[str, Any
 def report_signature_refusal(
     *, node_name: str, task: str, args: list[Any], envelope: dict[str, Any]
 ) -> str | None:
-    """None if an active token of the node signed this report and it is new; else why not."""
+    """None if an active token of the node signed this report and it is current; else why not.
+
+    Whether it is new is `report_nonce_claim`'s to say, inside the report's transaction.
+    """
     kid = envelope.get("kid")
     if not isinstance(kid, str):
         return "the signature names no key ('kid')"
@@ -114,10 +122,39 @@ def report_signature_refusal(
         except SignatureRefused as exc:
             last = exc
             continue
-        remaining = max(1, int(float(envelope["exp"]) - float(envelope["ts"])) + 1)
-        if not cache.add(f"labportal:report-nonce:{envelope['nonce']}", 1, timeout=remaining):
-            return "replayed: this report was already received once"
+        age = time.time() - float(envelope["ts"])
+        if age > settings.LABPORTAL_REPORT_MAX_AGE_S:
+            return (
+                f"stale: signed {age:.0f}s ago, over LABPORTAL_REPORT_MAX_AGE_S "
+                f"({settings.LABPORTAL_REPORT_MAX_AGE_S}s); check the node's clock (NTP)"
+            )
         return None
     if last is not None:
         return f"{last.reason}: {last.detail}"
     return f"no active token of this node has the key id {kid[:10]!r}"
+
+
+# Nonces are kept a minute past the last moment their report could be accepted, for the
+# portal's own processes' clocks.
+NONCE_MARGIN = timedelta(minutes=1)
+
+
+def report_nonce_claim(*, node_name: str, envelope: dict[str, Any]) -> bool:
+    """Record a checked report's nonce; False if it was recorded before (a replay).
+
+    Call it inside the transaction of the report's effect: if that rolls back, so does
+    the nonce, and the report's retry is accepted.
+    """
+    ts = float(envelope["ts"])
+    last_accepted = min(float(envelope["exp"]), ts + settings.LABPORTAL_REPORT_MAX_AGE_S)
+    return ReportNonce.claim(
+        nonce=str(envelope["nonce"]),
+        node_name=node_name,
+        expires_at=datetime.fromtimestamp(last_accepted, tz=UTC) + NONCE_MARGIN,
+    )
+
+
+def report_nonces_prune(*, now: datetime) -> int:
+    """Forget the nonces of reports that would be refused anyway (expired or stale)."""
+    deleted, _by_model = ReportNonce.objects.filter(expires_at__lt=now).delete()
+    return deleted

@@ -11,32 +11,41 @@ so nothing an agent reports vanishes or crashes the worker. A message that is no
 task message of ours at all (not JSON, an unknown task, arguments that do not fit)
 never reaches a task: `agent.broker` drops it and `broker_message_dropped` records
 it the same way. Every task is safe to run twice.
+
+A report's nonce is recorded in the transaction of its effect (`ReportNonce`), so a
+report whose effect was rolled back because the database went away is retried, not
+refused as a replay. Such a report is retried, backing off up to
+`RETRY_BACKOFF_MAX_S`, until `LABPORTAL_REPORT_RETRY_S` after its agent signed it (at
+least the node-lost grace): an outage shorter than that loses no report.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from celery import shared_task
-from django.db import OperationalError, close_old_connections, transaction
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, transaction
+from django.utils import timezone
 
 from agent.broker import Rejection
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
 from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
-from cluster.signing import report_signature_refusal
+from cluster.signing import report_nonce_claim, report_nonces_prune, report_signature_refusal
 
 log = logging.getLogger(__name__)
 
-# A database that is briefly unreachable should not lose what the agent reported.
-RETRY_ON_DATABASE_ERRORS: dict[str, Any] = {
-    "autoretry_for": (OperationalError,),
-    "max_retries": 5,
-    "retry_backoff": True,
-    "retry_backoff_max": 60,
-}
+# What a database that is away for now raises: stopped or restarting (OperationalError),
+# or the connection it dropped, used again (InterfaceError).
+DATABASE_AWAY = (OperationalError, InterfaceError)
+# Retries wait 1, 2, 4, 8, then 15 s: a report held back by an outage lands within 15 s
+# of the database's return, inside the time a job may go unreported by its node before
+# it is lost (LABPORTAL_JOB_UNREPORTED_GRACE_S, 60 s by default).
+RETRY_BACKOFF_MAX_S = 15
 
 
 def _handle(
@@ -91,10 +100,17 @@ def _handle(
     try:
         with transaction.atomic():
             try:
+                if isinstance(token, dict) and not report_nonce_claim(
+                    node_name=node_name, envelope=token
+                ):
+                    raise MessageRefused(
+                        RejectedMessage.Reason.BAD_TOKEN,
+                        "replayed: this report was already received once",
+                    )
                 action(node_name)
             except MessageRefused as exc:
                 failure = exc
-    except OperationalError as exc:
+    except DATABASE_AWAY as exc:
         if may_retry:
             raise
         failure = _apply_failed(message, node_name, exc)
@@ -132,25 +148,51 @@ def _apply_failed(message: str, node_name: str, exc: Exception) -> MessageRefuse
     )
 
 
-def _retries_left(task: Any) -> bool:
-    return bool(task.request.retries < task.max_retries)
+def _report(
+    task: Any,
+    message: str,
+    node_name: object,
+    token: object,
+    action: Callable[[str], object],
+    args: list[Any],
+) -> str:
+    """`_handle` a report; while the database is away, retry it later (see the module)."""
+    may_retry = _retry_horizon_left(task, token)
+    try:
+        return _handle(message, node_name, token, action, args, may_retry=may_retry)
+    except DATABASE_AWAY as exc:
+        if not may_retry:
+            raise
+        countdown = min(RETRY_BACKOFF_MAX_S, 2 ** min(task.request.retries, 8))
+        log.warning("%s from node %s waits for the database (%s)", message, node_name, exc)
+        raise task.retry(exc=exc, countdown=countdown) from exc
+
+
+def _retry_horizon_left(task: Any, token: object) -> bool:
+    """Whether a report may still be retried: until LABPORTAL_REPORT_RETRY_S after it was signed."""
+    horizon = settings.LABPORTAL_REPORT_RETRY_S
+    signed_at = token.get("ts") if isinstance(token, dict) else None
+    if isinstance(signed_at, (int, float)) and not isinstance(signed_at, bool):
+        return time.time() - float(signed_at) < horizon
+    # A bare token (an agent of an earlier release) says nothing of when it was sent.
+    return bool(task.request.retries < horizon // RETRY_BACKOFF_MAX_S + 4)
 
 
 @shared_task(
     name="control.node_register",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
-    **RETRY_ON_DATABASE_ERRORS,
 )
 def node_register(self: Any, node_name: str, token: str, info: dict[str, Any]) -> str:
-    return _handle(
+    return _report(
+        self,
         "node_register",
         node_name,
         token,
         lambda name: services.node_register(node_name=name, info=register_info_parse(info)),
         [info],
-        may_retry=_retries_left(self),
     )
 
 
@@ -169,9 +211,9 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
 @shared_task(
     name="control.job_event",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
-    **RETRY_ON_DATABASE_ERRORS,
 )
 def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> str:
     from jobqueue.scheduling import passes_inline
@@ -179,51 +221,51 @@ def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> s
     # A job's end asks for a pass: it runs here, once the end is committed, so the freed
     # GPUs get their next jobs without a further trip through the broker.
     with passes_inline():
-        return _handle(
+        return _report(
+            self,
             "job_event",
             node_name,
             token,
             lambda name: services.job_event_accept(node_name=name, event=event),
             [event],
-            may_retry=_retries_left(self),
         )
 
 
 @shared_task(
     name="control.samples_ingest",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=120,
     soft_time_limit=100,
-    **RETRY_ON_DATABASE_ERRORS,
 )
 def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
     from telemetry.services import samples_ingest as ingest
 
-    return _handle(
+    return _report(
+        self,
         "samples_ingest",
         node_name,
         token,
         lambda name: ingest(node_name=name, samples=samples),
         [samples],
-        may_retry=_retries_left(self),
     )
 
 
 @shared_task(
     name="control.job_logs_report",
     bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
     time_limit=60,
     soft_time_limit=50,
-    **RETRY_ON_DATABASE_ERRORS,
 )
 def job_logs_report(self: Any, node_name: str, token: str, job_id: int, text: str) -> str:
-    return _handle(
+    return _report(
+        self,
         "job_logs_report",
         node_name,
         token,
         lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
         [job_id, text],
-        may_retry=_retries_left(self),
     )
 
 
@@ -247,6 +289,8 @@ def command_refused(node_name: str, token: str, task: str, reason: str, detail: 
 
 @shared_task(name="control.nodes_check_liveness", time_limit=60, soft_time_limit=50)
 def nodes_check_liveness() -> dict[str, Any]:
-    """Celery beat, every 15 s: silent nodes go down; after the grace, their jobs are lost."""
+    """Celery beat, every LABPORTAL_LIVENESS_CHECK_S: silent nodes go down; after the grace,
+    their jobs are lost. Also forgets the nonces of reports too old to be accepted."""
     report = services.nodes_check_liveness()
+    report_nonces_prune(now=timezone.now())
     return {"marked_down": report.marked_down, "jobs_lost": report.jobs_lost}

@@ -298,8 +298,15 @@ _FILESYSTEM_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 8 if _FILESYSTEM_BROKER else 1
 CELERY_TASK_ACKS_LATE = not _FILESYSTEM_BROKER
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# How often node liveness is checked. A check that comes more than two of these (and 5 s)
+# after the previous one follows a time the control side could not hear: node silence
+# is then counted from that check, not across the gap (docs/nodes.md, Liveness).
+LABPORTAL_LIVENESS_CHECK_S = env_int("LABPORTAL_LIVENESS_CHECK_S", 15, minimum=1)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "node-liveness": {"task": "control.nodes_check_liveness", "schedule": timedelta(seconds=15)},
+    "node-liveness": {
+        "task": "control.nodes_check_liveness",
+        "schedule": timedelta(seconds=LABPORTAL_LIVENESS_CHECK_S),
+    },
     "scheduling-pass": {"task": "control.scheduling_pass", "schedule": timedelta(seconds=10)},
     "time-limits": {"task": "control.jobs_enforce_time_limits", "schedule": timedelta(seconds=30)},
 }
@@ -359,6 +366,16 @@ ACCOUNT_RATE_LIMITS = {"login_failed": None, "login": "60/m/ip"}
 LABPORTAL_ALLOW_SIMULATION = env_bool("LABPORTAL_ALLOW_SIMULATION", DEBUG)
 LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum=5)
 LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
+# A report an outage of the database held back is retried, backing off up to 15 s, for
+# this long after the agent signed it: at least until its node could be declared lost.
+LABPORTAL_REPORT_RETRY_S = env_int(
+    "LABPORTAL_REPORT_RETRY_S",
+    LABPORTAL_NODE_DOWN_AFTER_S + LABPORTAL_NODE_LOST_GRACE_S,
+    minimum=LABPORTAL_NODE_DOWN_AFTER_S + LABPORTAL_NODE_LOST_GRACE_S,
+)
+# Reports signed, or samples taken, longer ago than this are refused as stale (their nonces
+# are kept this long, in the database).
+LABPORTAL_REPORT_MAX_AGE_S = env_int("LABPORTAL_REPORT_MAX_AGE_S", 24 * 3600, minimum=600)
 # Jobs against the node's heartbeats (docs/jobs.md, "Ways out"): a start the node has not
 # acknowledged after LABPORTAL_START_ACK_S is sent again, LABPORTAL_START_RETRIES times;
 # a job its node stops reporting is acted on after LABPORTAL_JOB_UNREPORTED_GRACE_S.

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Case, F, Field, Model, Q, Value, When
 from django.utils import timezone
@@ -287,6 +288,9 @@ def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:
         raise malformed(f"ts {ts!r:.40} is not a time") from exc
     if when > now + MAX_CLOCK_AHEAD:
         raise malformed(f"ts {when.isoformat()} is in the future: check the node's clock (NTP)")
+    if when < now - timedelta(seconds=settings.LABPORTAL_REPORT_MAX_AGE_S):
+        # As old as no report may be (LABPORTAL_REPORT_MAX_AGE_S): a wrong clock or a replay.
+        raise malformed(f"ts {when.isoformat()} is stale: check the node's clock (NTP)")
     metrics = {name: _metric(raw, name, *bounds) for name, bounds in METRIC_RANGES.items()}
     return ParsedSample(gpu_uuid=uuid, ts=when, metrics=metrics, processes=_processes(raw))
 

@@ -201,3 +201,106 @@ def test_filesystem_messages_appear_whole_or_not_at_all(
         assert message.payload == {"n": 1}
         message.ack()
         queue.close()
+
+
+def an_event(job_id: int, kind: str) -> dict[str, Any]:
+    return {"event_id": f"{job_id}:{kind}:c{job_id}", "job_id": job_id, "kind": kind}
+
+
+class Clock:
+    """A monotonic clock the test moves by hand (the reporter's backoff reads it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_job_events_held_by_a_broker_outage_survive_a_restart_of_the_agent_in_order(
+    tmp_path: Path,
+) -> None:
+    broker = RecordingApp()
+    broker.fail = True
+    reporter = ControlReporter(broker, "gpu01", "tok", outbox_dir=tmp_path / "outbox")
+    for job_id in (1, 2):
+        reporter.job_event(an_event(job_id, "started"))
+    reporter.job_event(an_event(1, "exited"))
+    assert reporter.pending_events == 3
+    del reporter  # the agent stops (or is killed) while the broker is away
+
+    broker.fail = False
+    restarted = ControlReporter(broker, "gpu01", "tok", outbox_dir=tmp_path / "outbox")
+    assert restarted.pending_events == 3
+    assert restarted.flush_outbox() == 0
+    restarted.job_event(an_event(2, "exited"))
+
+    assert [(e["job_id"], e["kind"]) for e in broker.events()] == [
+        (1, "started"),
+        (2, "started"),
+        (1, "exited"),
+        (2, "exited"),
+    ]
+    assert list((tmp_path / "outbox").iterdir()) == []
+    # Each went out signed at its try, not when it was first kept.
+    for _name, args, _options in broker.sent:
+        check(key_from_token("tok"), task=_name, node="gpu01", args=args[2:], envelope=args[1])
+
+
+def test_the_outbox_backs_off_to_a_cap_and_never_gives_up_on_an_event() -> None:
+    from agent.reporter import OUTBOX_BACKOFF_MAX_S
+
+    broker, clock = RecordingApp(), Clock()
+    broker.fail = True
+    reporter = ControlReporter(broker, "gpu01", "tok", clock=clock)
+    reporter.job_event(an_event(7, "exited"))
+    attempts = []
+
+    class Counting(RecordingApp):
+        def send_task(self, name: str, args: Any = None, **options: Any) -> None:
+            attempts.append(clock.now)
+            raise ConnectionError("broker unreachable (test)")
+
+    reporter._app = Counting()
+    # An hour of outage, looked at every second: far past the node-lost grace.
+    for _ in range(3600):
+        clock.now += 1
+        reporter.flush_outbox()
+    gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    assert gaps[:5] == [2, 4, 8, 16, 30]
+    assert set(gaps[5:]) == {OUTBOX_BACKOFF_MAX_S}
+    assert reporter.pending_events == 1
+
+    reporter._app = broker
+    broker.fail = False
+    clock.now += OUTBOX_BACKOFF_MAX_S
+    assert reporter.flush_outbox() == 0
+    assert [e["kind"] for e in broker.events()] == ["exited"]
+
+
+def test_a_heartbeat_that_gets_through_sends_the_held_events_at_once(
+    installed_agent: tuple[NodeAgent, RecordingApp, FakeRuntime],
+) -> None:
+    node_agent, recorder, _runtime = installed_agent
+    recorder.fail = True
+    node_agent.reporter.job_event(an_event(3, "exited"))
+    node_agent.reporter.flush_outbox()  # fails: the next try waits for the backoff
+
+    recorder.fail = False
+    assert node_agent.heartbeat_once() is True
+
+    assert [e["kind"] for e in recorder.events()] == ["exited"]
+    assert node_agent.reporter.pending_events == 0
+
+
+def test_heartbeats_are_signed_to_live_minutes_and_job_events_a_day() -> None:
+    from agent.signing import HEARTBEAT_TTL_S, REPORT_TTL_S
+
+    recorder = RecordingApp()
+    reporter = ControlReporter(recorder, "gpu01", "tok")
+    reporter.heartbeat({"ts": 1.0, "running_job_ids": []})
+    reporter.job_event(an_event(1, "exited"))
+
+    lives = [args[1]["exp"] - args[1]["ts"] for _name, args, _ in recorder.sent]
+    assert lives == pytest.approx([HEARTBEAT_TTL_S, REPORT_TTL_S])
+    assert HEARTBEAT_TTL_S <= 300

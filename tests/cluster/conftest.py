@@ -6,12 +6,13 @@ import importlib
 import sys
 import types
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from cluster.models import Node, NodeToken
+from cluster.models import ControlClock, Node, NodeToken
 from tests.factories import GpuFactory, NodeFactory
 
 
@@ -57,6 +58,18 @@ def registered_node(issue_token: Any) -> Any:
     secret = issue_token("gpu01")
     node_register("gpu01", secret, register_info(gpu_entry("GPU-aaa", 0), gpu_entry("GPU-bbb", 1)))
     return Node.objects.get(name="gpu01"), secret
+
+
+@pytest.fixture
+def control_heard_throughout(db: Any, settings: Any) -> None:
+    """The control side heard every liveness beat between the test's jumps in time.
+
+    Without it a jump reads as a gap in which nothing could be heard (see
+    `ControlClock`), and node silence counts only from the jump.
+    """
+    settings.LABPORTAL_LIVENESS_CHECK_S = 10**6
+    week_ago = timezone.now() - timedelta(days=7)
+    ControlClock.objects.create(pk=1, last_check_at=week_ago, listening_since=week_ago)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Run on PostgreSQL too (the `postgres` pass of CI): NUL is what PostgreSQL refuse
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -125,11 +126,12 @@ def test_a_sample_whose_gpu_uuid_or_container_holds_nul_is_refused_alone(
     registered_node: Any,
 ) -> None:
     _node, secret = registered_node
-    good = {"gpu_uuid": "GPU-aaa", "ts": 1.7e9, "util_pct": 50}
-    bad_uuid = {"gpu_uuid": "GPU-\x00aaa", "ts": 1.7e9, "util_pct": 50}
+    now = time.time()
+    good = {"gpu_uuid": "GPU-aaa", "ts": now, "util_pct": 50}
+    bad_uuid = {"gpu_uuid": "GPU-\x00aaa", "ts": now, "util_pct": 50}
     bad_process = {
         "gpu_uuid": "GPU-bbb",
-        "ts": 1.7e9,
+        "ts": now,
         "processes": [{"pid": 1, "used_mb": 1, "container_id": "c\x00", "job_id": None}],
     }
 

@@ -13,7 +13,10 @@ from cluster.services import node_set_drain
 from cluster.tasks import node_heartbeat, nodes_check_liveness
 from tests.factories import NodeFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("jobqueue_calls")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("jobqueue_calls", "control_heard_throughout"),
+]
 
 HEARTBEAT = {"ts": 0.0, "running_job_ids": []}
 

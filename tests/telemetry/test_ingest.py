@@ -65,7 +65,8 @@ def test_samples_are_stored_in_one_bulk_insert_and_update_the_latest_status(
 
 
 def test_a_batch_delivered_twice_is_stored_once(registered_node: Any) -> None:
-    batch = [a_sample("GPU-aaa", 1.7e9), a_sample("GPU-bbb", 1.7e9)]
+    now = time.time()
+    batch = [a_sample("GPU-aaa", now), a_sample("GPU-bbb", now)]
 
     samples_ingest("gpu01", registered_node[1], batch)
     samples_ingest("gpu01", registered_node[1], batch)
