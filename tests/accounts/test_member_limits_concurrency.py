@@ -84,15 +84,21 @@ def only_refusals(errors: list[BaseException]) -> list[BaseException]:
     return errors
 
 
-def test_twenty_bookings_at_once_stay_within_the_weekly_cap(
-    alice: Any, at_once: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run, read = at_once
+@pytest.fixture
+def four_free_gpus(alice: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """One node of 4 GPUs, free of charge; alice may book 48 GPU-hours a week."""
     monkeypatch.setattr("reservations.services.credit_policy_reservation_rate", lambda: 0)
-    node = NodeFactory(name="gpu01")
-    gpus: list[Any] = [GpuFactory(node=node, index=i) for i in range(4)]
     alice.category.max_booked_hours_per_week = 48
     alice.category.save()
+    node = NodeFactory(name="gpu01")
+    return [GpuFactory(node=node, index=i) for i in range(4)]
+
+
+def test_twenty_bookings_at_once_stay_within_the_weekly_cap(
+    alice: Any, four_free_gpus: list[Any], at_once: Any
+) -> None:
+    run, read = at_once
+    gpus = four_free_gpus
 
     def book(i: int) -> Callable[[], Any]:
         # 8 GPU-hours each, on distinct GPUs and hours of one week: only the cap stops them.
@@ -110,20 +116,14 @@ def test_twenty_bookings_at_once_stay_within_the_weekly_cap(
 
 
 def test_extensions_at_once_stay_within_the_weekly_cap(
-    alice: Any, at_once: Any, monkeypatch: pytest.MonkeyPatch
+    alice: Any, four_free_gpus: list[Any], at_once: Any
 ) -> None:
     run, read = at_once
-    monkeypatch.setattr("reservations.services.credit_policy_reservation_rate", lambda: 0)
-    node = NodeFactory(name="gpu01")
-    alice.category.max_booked_hours_per_week = 48
-    alice.category.save()
     with time_machine.travel(T0, tick=False):
         # 4 bookings of 4 GPU-hours; each extension adds 10, and only 3 of them fit in 48.
         booked = [
-            reservation_create(
-                user=alice, gpu_ids=[GpuFactory(node=node, index=i).pk], start=at(1), end=at(5)
-            )
-            for i in range(4)
+            reservation_create(user=alice, gpu_ids=[gpu.pk], start=at(1), end=at(5))
+            for gpu in four_free_gpus
         ]
 
         def extend(reservation: Reservation) -> Callable[[], Any]:
