@@ -7,7 +7,28 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
+
+
+def refusal(
+    request: HttpRequest,
+    *,
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> HttpResponse:
+    """An answer given before (or without) the view: JSON under /api/, else a page.
+
+    The page is rendered without the request, so that no context processor, session or
+    user lookup runs: it must render while the database is down.
+    """
+    if request.path_info.startswith("/api/"):
+        return JsonResponse({"detail": detail, "code": code}, status=status, headers=headers)
+    page = render_to_string("refusal.html", {"status": status, "title": title, "detail": detail})
+    return HttpResponse(page, status=status, headers=headers)
 
 
 class FriendlyNotFoundMiddleware:
