@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
@@ -105,8 +106,16 @@ class SecurityHeadersMiddleware:
         policy = settings.LABPORTAL_CONTENT_SECURITY_POLICY
         if policy and "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = policy
-        user = getattr(request, "user", None)
-        signed_in = user is not None and user.is_authenticated
-        if signed_in or "HTTP_AUTHORIZATION" in request.META:
+        if _maybe_signed_in(request) or "HTTP_AUTHORIZATION" in request.META:
             patch_cache_control(response, private=True, no_store=True)
         return response
+
+
+def _maybe_signed_in(request: HttpRequest) -> bool:
+    """Whether the request is a signed-in member's; when the database is away the session
+    cannot be read, and the answer is kept out of caches as if it were."""
+    user = getattr(request, "user", None)
+    try:
+        return user is not None and user.is_authenticated
+    except DatabaseError:
+        return True

@@ -117,6 +117,7 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "labportal.error_pages.FriendlyNotFoundMiddleware",
+    "labportal.error_pages.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "labportal.urls"
