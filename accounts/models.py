@@ -108,6 +108,19 @@ class User(AbstractUser):
     def can_log_in(self) -> bool:
         return self.is_active and self.approval == self.Approval.APPROVED
 
+    def lock_for_limits(self) -> None:
+        """Hold this member's row until the transaction ends; taken before a limit is read,
+        requests of one member that check a per-member limit (waiting jobs, weekly booked
+        hours, pending requests, emergencies) run one after another, and none can pass a
+        limit the others used up.
+
+        The lock is PostgreSQL's FOR NO KEY UPDATE: rows that point at the member (a job, an
+        event, a ledger entry) are still written by others without waiting for it. On SQLite
+        the whole database is locked instead (transactions begin IMMEDIATE).
+        """
+        locked = User.objects.select_for_update(no_key=True).filter(pk=self.pk)
+        list(locked.values_list("pk", flat=True))
+
     def ensure_unix_ids(self) -> tuple[int, int]:
         """The member's uid/gid for containers, allocated from the configured range if unset."""
         if self.unix_uid is None:

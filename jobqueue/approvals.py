@@ -154,6 +154,7 @@ def grant_apply(
     queue: Queue | None = None,
 ) -> PriorityGrant:
     """A member asks to use a grant-only queue (`high`) until `deadline`; staff are told."""
+    user.lock_for_limits()
     queue = queue or grant_queues().order_by("tier").first()
     if queue is None or not queue.requires_grant:
         raise NoGrantQueue(
@@ -212,7 +213,9 @@ def grant_decide(
     """Staff approve or reject a pending grant, with an optional comment; the member is told."""
     _require_staff(decided_by)
     grant = (
-        PriorityGrant.objects.select_for_update().select_related("user", "queue").get(pk=grant_id)
+        PriorityGrant.objects.select_for_update(of=("self",))
+        .select_related("user", "queue")
+        .get(pk=grant_id)
     )
     if grant.state != PriorityGrant.State.PENDING:
         raise AlreadyDecided(
@@ -350,8 +353,7 @@ def emergency_request_create(
             _("Jobs %(ids)s are not waiting jobs of yours; name only your pending or held jobs.")
             % {"ids": ", ".join(f"#{i}" for i in missing)}
         )
-    # Lock the member's row so two requests at once cannot both slip under the limit.
-    User.objects.select_for_update().filter(pk=user.pk).first()
+    user.lock_for_limits()
     if emergency_uses_left(user) <= 0:
         raise EmergencyLimitReached(
             _(
@@ -383,7 +385,11 @@ def emergency_decide(
 ) -> EmergencyRequest:
     """Staff approve (top priority until now + hours) or reject a pending emergency; the member is told."""
     _require_staff(decided_by)
-    request = EmergencyRequest.objects.select_for_update().select_related("user").get(pk=request_id)
+    request = (
+        EmergencyRequest.objects.select_for_update(of=("self",))
+        .select_related("user")
+        .get(pk=request_id)
+    )
     if request.state != EmergencyRequest.State.PENDING:
         raise AlreadyDecided(
             _("This request is already %(state)s; only pending requests can be decided.")

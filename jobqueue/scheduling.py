@@ -768,9 +768,11 @@ def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
 def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: datetime) -> list[int]:
     if not starts:
         return []
+    # Only the jobs' rows: locking their owners too (FOR UPDATE of the joined rows) would
+    # deadlock with a submit that holds its owner's row for the limit checks.
     jobs = {
         j.pk: j
-        for j in Job.objects.select_for_update()
+        for j in Job.objects.select_for_update(of=("self",))
         .filter(pk__in=[s.job_id for s in starts], state=Job.State.PENDING)
         .select_related("owner", "image", "queue")
     }

@@ -240,6 +240,7 @@ def job_submit(
     preemptible: bool = False,
 ) -> Job:
     """Validate a job against the lab's rules and queue it; every refusal says what to change."""
+    owner.lock_for_limits()
     queue_obj = _queue_for_submit(queue)
     image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
     if image_obj is None:

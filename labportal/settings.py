@@ -105,7 +105,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
-    # After LocaleMiddleware, so that its refusal is in the member's language.
+    # After LocaleMiddleware, so that their refusals are in the member's language; the
+    # size check first, before anything reads the body.
+    "labportal.middleware.BoundedRequestBodyMiddleware",
     "labportal.middleware.RejectNulCharactersMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -115,6 +117,7 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "labportal.error_pages.FriendlyNotFoundMiddleware",
+    "labportal.error_pages.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "labportal.urls"
@@ -481,6 +484,12 @@ LOGGING = {
         "level": env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),
     },
 }
+
+# --- Request size -----------------------------------------------------------
+# The largest body a member sends is a batch of jobs: 500 with 8,000-character
+# commands is about 4.2 MB. Larger bodies get a 413 before they are read.
+LABPORTAL_MAX_REQUEST_BYTES = env_int("LABPORTAL_MAX_REQUEST_BYTES", 5 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = LABPORTAL_MAX_REQUEST_BYTES
 
 # --- Security headers -------------------------------------------------------
 # HSTS is sent only on https responses (behind a proxy: X-Forwarded-Proto https).

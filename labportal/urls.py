@@ -8,6 +8,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from labportal import views as portal_views
 from telemetry import views as telemetry_views
 
+handler500 = "labportal.error_pages.server_error"
+
 admin.site.site_header = _("LabPortal administration")
 admin.site.site_title = _("LabPortal admin")
 admin.site.index_title = _("Lab settings, people and machines")

@@ -3,20 +3,23 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.i18n import set_language as django_set_language
 
+from labportal.health import health_report
 from labportal.home import home_for
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness for load balancers: the process answers and the database is reachable."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
+    """For load balancers and the container healthcheck: 200 and "ok" only while every
+    dependency answers (database, cache, broker, and Slurm in Slurm mode), else 503;
+    `checks` says which one is down."""
+    up, checks = health_report()
+    return JsonResponse(
+        {"status": "ok" if up else "down", "checks": checks}, status=200 if up else 503
+    )
 
 
 @login_required

@@ -292,6 +292,7 @@ def reservation_create(
     """
     from cluster.models import Node
 
+    user.lock_for_limits()
     now = timezone.now()
     rules = BookingRule.for_user(user)
     if maintenance and not user.is_staff:
@@ -491,6 +492,7 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
     if new_end <= reservation.end:
         raise BookingRuleViolation(_("The new end must be after the current end."))
     user = reservation.user
+    user.lock_for_limits()
     rules = BookingRule.for_user(user)
     gpu_ids = sorted(reservation.gpus.values_list("pk", flat=True))
     if not user.is_staff and not (actor is not None and actor.is_staff):

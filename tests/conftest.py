@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connections
 from rest_framework.test import APIClient
 
 from tests.factories import CategoryFactory, UserFactory
@@ -70,6 +72,32 @@ def api_as(user: Any) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     return client
+
+
+def run_concurrently(
+    workers: list[Callable[[], Any]], *, connect: Callable[[], None] = lambda: None
+) -> list[BaseException]:
+    """Start every worker at one barrier, each in its own thread with its own database
+    connection (made by `connect`, where the default one will not do); returns what they raised."""
+    barrier = threading.Barrier(len(workers), timeout=60)
+    errors: list[BaseException] = []
+
+    def wrap(fn: Callable[[], Any]) -> None:
+        try:
+            connect()
+            barrier.wait()
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted on
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=wrap, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return errors
 
 
 def require_in_ci(what: str) -> None:

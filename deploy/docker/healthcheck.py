@@ -1,5 +1,6 @@
-"""The portal image's healthcheck: the web role answers /healthz (which also reaches the
-database); the worker role answers a Celery ping on the broker."""
+"""The portal image's healthcheck: the web role answers /healthz with 200 (which it does
+only while the database, the cache, the broker and, in Slurm mode, Slurm answer); the
+worker role answers a Celery ping on the broker."""
 
 from __future__ import annotations
 

@@ -13,30 +13,10 @@ from django.db import connection, connections
 from jobqueue.models import Allocation, Job
 from jobqueue.scheduling import scheduling_pass
 from jobqueue.services import job_cancel
+from tests.conftest import run_concurrently
 from tests.jobqueue.test_submit import submit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def run_concurrently(workers: list[Callable[[], Any]]) -> list[BaseException]:
-    barrier = threading.Barrier(len(workers))
-    errors: list[BaseException] = []
-
-    def wrap(fn: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted on
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=wrap, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return errors
 
 
 def assert_no_gpu_twice() -> None:
