@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from accounts import selectors, services
 from accounts.auth import request_user
+from accounts.forms import MONTH_PATTERN
 from accounts.models import LedgerEntry, Notification, User
 from accounts.serializers import (
     CreditSummarySerializer,
@@ -98,7 +99,7 @@ class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
             qs = qs.filter(kind=kind)
         month = params.get("month")
         if month:
-            if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", month):
+            if not re.fullmatch(MONTH_PATTERN, month):
                 raise ValidationError({"month": _("Give the month as YYYY-MM, e.g. 2025-03.")})
             first = date(int(month[:4]), int(month[5:]), 1)
             qs = qs.filter(created_at__year=first.year, created_at__month=first.month)

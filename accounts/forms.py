@@ -22,6 +22,11 @@ class TokenCreateForm(forms.Form):
     )
 
 
+# A month as YYYY-MM, from year 1000 on: "0000-01" matched \d{4} and then failed to
+# become a date (a 500).
+MONTH_PATTERN = r"[1-9]\d{3}-(0[1-9]|1[0-2])"
+
+
 class LedgerFilterForm(forms.Form):
     """Filters of the My credits ledger: one kind and/or one month (YYYY-MM)."""
 
@@ -29,7 +34,7 @@ class LedgerFilterForm(forms.Form):
     month = forms.RegexField(
         label=_("Month"),
         required=False,
-        regex=r"^\d{4}-(0[1-9]|1[0-2])$",
+        regex=rf"^{MONTH_PATTERN}$",
         error_messages={"invalid": _("Give the month as YYYY-MM, e.g. 2025-03.")},
     )
 

@@ -43,6 +43,9 @@ def test_the_ledger_filters_by_kind_and_month(client: Any, alice: Any) -> None:
     )
     bad = client.get("/account/credits/?month=March")
     assert bad.status_code == 200 and "Give the month as YYYY-MM" in bad.content.decode()
+    year_zero = client.get("/account/credits/?month=0000-01")
+    assert year_zero.status_code == 200
+    assert "Give the month as YYYY-MM" in year_zero.content.decode()
 
 
 def test_the_layout_shows_the_balance_in_the_header(client: Any, alice: Any) -> None:
@@ -69,3 +72,5 @@ def test_bad_ledger_filters_get_a_clear_400(alice: Any) -> None:
     client = api_as(alice)
     assert "use one of" in client.get("/api/ledger/?kind=bonus").json()["kind"]
     assert "YYYY-MM" in client.get("/api/ledger/?month=2025-13").json()["month"]
+    year_zero = client.get("/api/ledger/?month=0000-01")
+    assert year_zero.status_code == 400 and "YYYY-MM" in year_zero.json()["month"]
