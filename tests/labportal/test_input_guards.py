@@ -83,6 +83,23 @@ def test_a_nul_anywhere_in_a_json_body_is_a_400(
     assert "NUL" in body(response)["detail"]
 
 
+@pytest.mark.parametrize("depth", [65, 990, 5000, 100_000])
+def test_json_nested_too_deep_is_a_400_that_says_how_deep(alice: Any, depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    response = api_as(alice).post("/api/jobs/", nested, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "deeper than 64 levels" in body(response)["detail"]
+
+
+def test_json_nested_within_the_bound_still_reaches_the_view(alice: Any) -> None:
+    payload: Any = "x"
+    for _level in range(60):
+        payload = [payload]
+    response = api_as(alice).post("/api/jobs/", {"image": "i", "command": payload}, format="json")
+    assert response.status_code == 400
+    assert "deeper than" not in response.content.decode()
+
+
 def test_a_nul_in_a_form_body_is_refused_for_pages_and_api(alice: Any, cluster: Any) -> None:
     client = Client()
     client.force_login(alice)
