@@ -143,6 +143,9 @@ def backup_create(*, now: datetime | None = None, directory: Path | None = None)
                 tar.add(work / member, arcname=member)
             if media is not None:
                 tar.add(media, arcname="media")
+        # The archive holds every member's data and token hashes: only its owner reads it
+        # (it was written with the umask's 0644). The folder we write in is 0700.
+        partial.chmod(0o600)
         checksum = _sha256(partial)
         partial.replace(final)
     archive = Archive(path=final, created=now)

@@ -241,3 +241,9 @@ def test_the_nightly_task_writes_an_archive_and_applies_retention(
 
     assert written.is_file() and backups.verify_archive(written)["engine"] == connection.vendor
     assert not old.path.exists() and not old.checksum_path.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_archive_is_readable_by_its_owner_only(alice: Any, queues: Any, tmp_path: Path) -> None:
+    archive = backups.backup_create(directory=tmp_path)
+    assert archive.path.stat().st_mode & 0o777 == 0o600
