@@ -1,8 +1,6 @@
 from django.contrib import admin
-from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
-from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from labportal import views as portal_views
@@ -15,7 +13,7 @@ admin.site.site_title = _("LabPortal admin")
 admin.site.index_title = _("Lab settings, people and machines")
 
 urlpatterns = [
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("favicon.ico", portal_views.favicon),
     path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
     path("healthz", portal_views.healthz, name="healthz"),

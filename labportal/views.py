@@ -3,13 +3,22 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.i18n import set_language as django_set_language
 
 from labportal.health import health_report
 from labportal.home import home_for
+
+
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """/favicon.ico, for browsers that ask for it, is the SVG icon. Its hashed name is
+    looked up when asked for, not when the URLs load: with DEBUG=false the manifest
+    exists only after collectstatic, and `migrate` (which loads the URLs for its
+    checks) runs before it."""
+    return HttpResponsePermanentRedirect(static("favicon.svg"))
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
