@@ -63,9 +63,12 @@ def test_prediction_matches_the_history_by_its_stored_keys_without_reshaping_a_c
     finished_jobs(alice, ["x" * 8000] * HISTORY, 900, command_shape_key=key)
     shaped: list[str] = []
     real_shape = scheduler.predict.command_shape
-    monkeypatch.setattr(
-        scheduler.predict, "command_shape", lambda c: shaped.append(c) or real_shape(c)
-    )
+
+    def counting_shape(command: str) -> str:
+        shaped.append(command)
+        return real_shape(command)
+
+    monkeypatch.setattr(scheduler.predict, "command_shape", counting_shape)
     job = submit(alice, command="python train.py")
     assert job.predicted_runtime_s == 900
     assert shaped == ["python train.py"]  # the new job's command, once; none of the history
