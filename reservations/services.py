@@ -39,6 +39,11 @@ DEFAULT_RESERVATION_RATE = Decimal("1")
 DEFAULT_NO_SHOW_MINUTES = 15
 # The ledger keeps credits to three decimals; charges and refunds are rounded alike.
 CREDIT_QUANTUM = Decimal("0.001")
+# Staff book over the category rules, within these bounds: a start up to a day back (to
+# record maintenance already under way) and an end within a year. A booking from 1970
+# was accepted and charged 1.14 M credits.
+STAFF_BACKDATE = timedelta(days=1)
+STAFF_HORIZON = timedelta(days=366)
 # A GPU counts as used when a sample of it shows at least this utilisation.
 NO_SHOW_UTIL_PCT = 5.0
 
@@ -301,8 +306,17 @@ def reservation_create(
         raise BookingRuleViolation(_("Choose either GPUs, or a node and a number of GPUs."))
     if end <= start:
         raise BookingRuleViolation(_("The end must be after the start."))
-    if start < floor_to_grid(now, rules.granularity) and not user.is_staff:
+    current_slot = floor_to_grid(now, rules.granularity)
+    if start < current_slot and not user.is_staff:
         raise BookingRuleViolation(_("The start is in the past; choose a time from now on."))
+    if start < current_slot - STAFF_BACKDATE:
+        raise BookingRuleViolation(
+            _("The start is more than a day in the past; choose a time from yesterday on.")
+        )
+    if end > now + STAFF_HORIZON:
+        raise BookingRuleViolation(
+            _("The end is more than a year ahead; book at most a year in advance.")
+        )
     if end <= now:
         raise BookingRuleViolation(_("The slot is already over; choose a time from now on."))
 
@@ -379,7 +393,10 @@ def reservation_create(
     )
     reservation.gpus.set(gpu_ids)
     _insert_slots(reservation, gpu_ids)
-    cost = (gpu_hours(len(gpu_ids), end - start) * rate).quantize(CREDIT_QUANTUM)
+    # Time already past when it is booked is not charged (a release refunds from the
+    # next slot boundary, so a charge for the past would never come back).
+    charged_from = max(start, current_slot)
+    cost = (gpu_hours(len(gpu_ids), end - charged_from) * rate).quantize(CREDIT_QUANTUM)
     if cost > 0:
         _ledger_post(
             user=user,

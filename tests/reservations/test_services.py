@@ -206,6 +206,26 @@ class TestCategoryRules:
         assert reservation.is_maintenance
         assert contracts.ledger == []  # maintenance is free
 
+    def test_admins_may_not_book_from_long_ago_or_more_than_a_year_ahead(
+        self, admin_user: Any, gpus: list[Any], contracts: Any
+    ) -> None:
+        with pytest.raises(BookingRuleViolation, match="more than a day in the past"):
+            book(admin_user, gpus[:1], -25, 1)
+        with pytest.raises(BookingRuleViolation, match="more than a year ahead"):
+            book(admin_user, gpus[:1], 1, 367 * 24)
+        assert contracts.ledger == [] and not Reservation.objects.exists()
+
+    def test_an_admin_booking_that_started_earlier_is_charged_from_now_and_released_to_zero(
+        self, admin_user: Any, gpus: list[Any], contracts: Any
+    ) -> None:
+        reservation = book(admin_user, gpus[:1], -10, 2)
+        # 1 GPU x the 2 hours from now on x rate 2: the 10 hours already past are free.
+        assert reservation.charged == Decimal("4")
+        reservation_release_early(reservation_id=reservation.pk, actor=admin_user)
+        reservation.refresh_from_db()
+        assert reservation.charged < Decimal("4")
+        assert sum(entry["amount"] for entry in contracts.ledger) == -reservation.charged
+
     def test_members_may_not_mark_maintenance(self, alice: Any, gpus: list[Any]) -> None:
         with pytest.raises(NotAllowed):
             book(alice, gpus[:1], 1, 2, maintenance=True)
