@@ -387,6 +387,9 @@ StorageLoc=slurm_acct_db
         done = subprocess.run(
             [str(_which(argv[0])), *argv[1:]],
             env=self.env,
+            # Jobs start in sbatch's working directory: our own, which every member's
+            # unix user may enter (the caller's may not be: a home, a private checkout).
+            cwd=self.dir,
             capture_output=True,
             text=True,
             check=False,

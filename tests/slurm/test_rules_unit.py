@@ -541,3 +541,30 @@ def test_my_bookings_say_what_slurm_reserved_in_the_members_language(
     # English last: a request leaves its language active in the thread for later tests.
     page = client.get("/reservations/mine/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert "Slurm: cores reserved, GPUs not fenced" in page
+
+
+def test_the_private_slurm_runs_its_commands_in_a_folder_every_member_may_enter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sbatch --wait as `nobody` failed where the caller's folder was private: the job
+    could not chdir there. Slurm's commands run in the instance's own 0755 folder."""
+    import shutil
+    import subprocess
+
+    from slurm.local import LocalSlurm
+
+    seen: dict[str, object] = {}
+
+    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.update(kwargs)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr("slurm.local._which", lambda name: name)
+    monkeypatch.setattr(subprocess, "run", run)
+    slurm = LocalSlurm()
+    try:
+        slurm.run_as("nobody", "sbatch", "--wrap=true")
+        assert seen["cwd"] == slurm.dir
+        assert slurm.dir.stat().st_mode & 0o777 == 0o755
+    finally:
+        shutil.rmtree(slurm.dir)
