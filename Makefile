@@ -48,6 +48,7 @@ BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/labportal
 BENCH_BROKER_URL ?= redis://127.0.0.1:6379/0
 bench: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality --held-out --sim-speed
+	$(PY) -m scheduler.bench_shape
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
@@ -56,6 +57,7 @@ bench: install
 
 bench-json: install
 	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
+	$(PY) -m scheduler.bench_shape --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
