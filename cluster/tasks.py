@@ -28,7 +28,13 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from agent.broker import Rejection
@@ -131,8 +137,10 @@ def broker_message_dropped(rejection: Rejection) -> None:
     it named when that task exists, else the kind of message (bounded either way).
     """
     # This runs in the worker's consumer, outside any task: drop a connection the
-    # database closed meanwhile, as Celery does around each task.
-    close_old_connections()
+    # database closed meanwhile, as Celery does around each task. Never inside a
+    # transaction (a caller's, or a test's): Django would close its connection.
+    if not connection.in_atomic_block:
+        close_old_connections()
     services.message_reject(
         node_name="",
         message=(rejection.task or f"({rejection.kind})").removeprefix("control.")[:40],
