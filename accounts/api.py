@@ -26,7 +26,7 @@ from accounts.serializers import (
     LedgerEntrySerializer,
     NotificationSerializer,
 )
-from labportal.api_schema import SingleObjectAutoSchema
+from core.api_schema import SingleObjectAutoSchema
 
 USER_PARAM = OpenApiParameter("user", str, description="Staff only: another member's username.")
 NO_SUCH_MEMBER = OpenApiResponse(

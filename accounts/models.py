@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from labportal.tokens import hash_secret, new_secret
+from core.tokens import hash_secret, new_secret
 
 
 class Category(models.Model):

@@ -15,7 +15,7 @@ from accounts import selectors, services
 from accounts.auth import request_user
 from accounts.forms import LedgerFilterForm, TokenCreateForm
 from accounts.models import CreditPolicy, Notification, PersonalAccessToken
-from labportal.form_pages import form_page_status
+from core.form_pages import form_page_status
 
 
 @login_required

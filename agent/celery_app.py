@@ -10,8 +10,8 @@ import os
 
 from celery import Celery
 
-from agent.broker import CONSUMER
-from agent.broker import install as install_broker_transports
+from protocol.broker import CONSUMER
+from protocol.broker import install as install_broker_transports
 
 install_broker_transports()
 
@@ -41,7 +41,7 @@ def create_app(broker_url: str | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
-        # A message it cannot take is dropped and reported, never raised (agent.broker).
+        # A message it cannot take is dropped and reported, never raised (protocol.broker).
         worker_consumer=CONSUMER,
         broker_connection_retry_on_startup=True,
         # Redis re-delivers unacked messages after this long: keep it well

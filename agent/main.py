@@ -167,9 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Imported here so that a config error costs no Celery import time.
     from agent import tasks
-    from agent.broker import rejections
     from agent.celery_app import configure, node_queue
-    from agent.signing import CommandVerifier, NonceLedger
+    from protocol.broker import rejections
+    from protocol.signing import CommandVerifier, NonceLedger
 
     app = configure(cfg.broker_url)
     app.conf.broker_transport_options = broker_transport_options(cfg.broker_url)
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     tasks.set_node_agent(node_agent)
-    # A message on node.<name> that is no command at all is dropped (agent.broker) and
+    # A message on node.<name> that is no command at all is dropped (protocol.broker) and
     # shown to the portal's admins like a forged command.
     rejections.connect(
         lambda dropped: reporter.refusal(

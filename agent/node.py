@@ -31,7 +31,7 @@ from agent.runtime.base import (
     device_uuid,
     device_uuids,
 )
-from agent.signing import CommandVerifier, SignatureRefused
+from protocol.signing import CommandVerifier, SignatureRefused
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Sends the agent's reports to the portal: tasks by name on the ``control`` queue.
 
 Every message's first two arguments are the node name and a signature over the
-whole message made with the node token's key (``agent.signing``); the token
+whole message made with the node token's key (``protocol.signing``); the token
 itself never travels on the broker. The portal checks both before it believes
 anything else in the message.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.celery_app import CONTROL_QUEUE
-from agent.signing import HEARTBEAT_TTL_S, REPORT_TTL_S, key_from_token, sign, token_kid
+from protocol.signing import HEARTBEAT_TTL_S, REPORT_TTL_S, key_from_token, sign, token_kid
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ def get_node_agent() -> NodeAgent:
     return _node_agent
 
 
-# Every command must carry the portal's signature (``auth``, see agent.signing);
+# Every command must carry the portal's signature (``auth``, see protocol.signing);
 # an unsigned, forged, expired or replayed one is refused before anything runs.
 
 

@@ -8,10 +8,10 @@ class ClusterConfig(AppConfig):
     verbose_name = _("Machines")
 
     def ready(self) -> None:
-        from agent.broker import rejections
         from cluster.models import NodeToken
         from cluster.signing import node_tokens_changed
         from cluster.tasks import broker_message_dropped
+        from protocol.broker import rejections
 
         # What the control worker drops off the broker is shown to admins like refused reports.
         rejections.connect(broker_message_dropped)

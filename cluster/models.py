@@ -8,7 +8,7 @@ from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from labportal.tokens import hash_secret, new_secret
+from core.tokens import hash_secret, new_secret
 
 
 class NodeQuerySet(models.QuerySet["Node"]):

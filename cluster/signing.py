@@ -1,4 +1,4 @@
-"""The portal's side of signed agent messages (the envelope itself: `agent.signing`).
+"""The portal's side of signed agent messages (the envelope itself: `protocol.signing`).
 
 Commands to an agent are signed with the key of every active token of its node
 (the agent checks the one for its own token); reports from an agent must be
@@ -31,8 +31,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from agent.signing import SignatureRefused, check, key_from_hash, sign_command
 from cluster.models import NodeToken, ReportNonce
+from protocol.signing import SignatureRefused, check, key_from_hash, sign_command
 
 NODE_KEYS_CACHE_S = 60.0
 _GENERATION_KEY = "labportal:node-keys-generation"

@@ -2,14 +2,14 @@
 
 Agents send these tasks by name to the `control` queue; the first two arguments
 are always the node name and a signature over the whole message made with the
-node token's key (`agent.signing`; the token itself never travels on the broker).
+node token's key (`protocol.signing`; the token itself never travels on the broker).
 Each task checks the signature, then calls a service. A refused message is logged and counted (admin: rejected agent
 messages) and the task returns normally, so the broker never redelivers it.
 A message that passes validation but fails to apply (a bug, a value the
 database refuses) is rolled back and recorded the same way, as `apply_failed`,
 so nothing an agent reports vanishes or crashes the worker. A message that is no
 task message of ours at all (not JSON, an unknown task, arguments that do not fit)
-never reaches a task: `agent.broker` drops it and `broker_message_dropped` records
+never reaches a task: `protocol.broker` drops it and `broker_message_dropped` records
 it the same way. Every task is safe to run twice.
 
 A report's nonce is recorded in the transaction of its effect (`ReportNonce`), so a
@@ -37,11 +37,11 @@ from django.db import (
 )
 from django.utils import timezone
 
-from agent.broker import Rejection
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
 from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
 from cluster.signing import report_nonce_claim, report_nonces_prune, report_signature_refusal
+from protocol.broker import Rejection
 
 log = logging.getLogger(__name__)
 

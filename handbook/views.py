@@ -8,11 +8,11 @@ from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from core.form_pages import form_page_status
 from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
 from handbook.selectors import lab_rules
 from handbook.services import onboarding_mark, rule_suggestion_create
-from labportal.form_pages import form_page_status
 
 
 def help_index(request: HttpRequest) -> HttpResponse:

@@ -15,9 +15,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from accounts.auth import request_user
+from core.errors import DomainError
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, PriorityGrant
-from labportal.errors import DomainError
 
 
 class ApprovalAdmin(admin.ModelAdmin[Any]):

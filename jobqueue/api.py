@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.auth import request_user
+from core.api_params import choices_param, choices_schema_param
 from jobqueue import executors, selectors, services
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
@@ -21,7 +22,6 @@ from jobqueue.serializers import (
     QueueEntrySerializer,
     QueueSerializer,
 )
-from labportal.api_params import choices_param, choices_schema_param
 
 
 @extend_schema_view(

@@ -20,10 +20,10 @@ from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
 from accounts.models import CreditPolicy, User
+from core.errors import DomainError, text_too_long
+from core.form_pages import form_page_status
 from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
-from labportal.errors import DomainError, text_too_long
-from labportal.form_pages import form_page_status
 
 # --- Forms: input checks only; the rules live in jobqueue.approvals ----------------
 

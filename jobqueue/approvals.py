@@ -20,8 +20,8 @@ from django.utils.translation import gettext as _
 
 from accounts.models import CreditPolicy, Notification, User
 from accounts.services import in_language_of, notify
+from core.errors import DomainError, NotAllowed
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
-from labportal.errors import DomainError, NotAllowed
 
 log = logging.getLogger(__name__)
 

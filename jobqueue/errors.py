@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labportal.errors import DomainError, NotAllowed
+from core.errors import DomainError, NotAllowed
 
 
 class JobRefused(DomainError):

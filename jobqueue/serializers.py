@@ -8,6 +8,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from core.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
 from jobqueue.models import (
     MAX_COMMAND_ARGS,
     MAX_COMMAND_CHARS,
@@ -20,7 +21,6 @@ from jobqueue.models import (
     env_limit_refusal,
 )
 from jobqueue.services import BATCH_TOO_LARGE, MAX_BATCH
-from labportal.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
 from slurm.serializers import SlurmJobSummarySerializer
 
 MAX_INT32 = 2**31 - 1

@@ -27,6 +27,9 @@ from accounts import services as credit_services
 from accounts.models import User
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import MessageRefused, db_text
+from core.durations import hours_minutes, lazy_hours_minutes
+from core.errors import DomainError
+from core.i18n import lazy_text
 from jobqueue import dispatch, executors
 from jobqueue.errors import (
     GrantRequired,
@@ -57,9 +60,6 @@ from jobqueue.models import (
     env_limit_refusal,
 )
 from jobqueue.prediction import job_predict_runtime
-from labportal.durations import hours_minutes, lazy_hours_minutes
-from labportal.errors import DomainError
-from labportal.i18n import lazy_text
 
 logger = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from django.views.decorators.http import require_POST
 from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from alerts.selectors import alerts_for_job
+from core.errors import DomainError
+from core.form_pages import form_page_status
 from jobqueue import executors, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
-from labportal.errors import DomainError
-from labportal.form_pages import form_page_status
 from slurm.models import SlurmJob
 
 

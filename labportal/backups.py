@@ -28,7 +28,7 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from labportal.errors import DomainError
+from core.errors import DomainError
 
 ARCHIVE_PREFIX = "labportal-"
 ARCHIVE_SUFFIX = ".tar"

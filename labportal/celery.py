@@ -6,10 +6,10 @@ import os
 
 from celery import Celery
 
-from agent.broker import install as install_broker_transports
+from protocol.broker import install as install_broker_transports
 
 # Malformed messages are dropped, not raised, and the demo's serverless broker writes
-# message files atomically (see agent/broker.py).
+# message files atomically (see protocol/broker.py).
 install_broker_transports()
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")

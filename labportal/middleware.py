@@ -46,7 +46,7 @@ class RejectNulCharactersMiddleware:
 
     PostgreSQL text cannot hold a NUL, so a lookup or filter with one would fail
     deep in the database with a 500. JSON bodies are checked by the API's parsers
-    (labportal.parsers), where a NUL inside a string is visible after decoding.
+    (core.parsers), where a NUL inside a string is visible after decoding.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

@@ -15,7 +15,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from labportal.envvars import (
+from core.envvars import (
     env_bool,
     env_choice,
     env_int,
@@ -236,15 +236,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "labportal.api_schema.LabPortalAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api_schema.LabPortalAutoSchema",
     "DEFAULT_PARSER_CLASSES": [
-        "labportal.parsers.StrictJSONParser",
+        "core.parsers.StrictJSONParser",
         "rest_framework.parsers.FormParser",
-        "labportal.parsers.StrictMultiPartParser",
+        "core.parsers.StrictMultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "labportal.pagination.BoundedLimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
-    "EXCEPTION_HANDLER": "labportal.api_errors.domain_exception_handler",
+    "EXCEPTION_HANDLER": "core.api_errors.domain_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LabPortal API",
@@ -285,7 +285,7 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 # A message the worker cannot take is dropped and shown to admins, never raised.
-from agent.broker import CONSUMER  # noqa: E402
+from protocol.broker import CONSUMER  # noqa: E402
 
 CELERY_WORKER_CONSUMER = CONSUMER
 CELERY_TASK_ROUTES = {

@@ -13,8 +13,8 @@ from django.utils.translation import gettext as _
 from accounts.models import User
 from cluster.models import Gpu
 from cluster.services import gpu_set_shared_slots
+from core.errors import NotAllowed, text_too_long
 from jobqueue.models import Queue, SchedulingPolicy
-from labportal.errors import NotAllowed, text_too_long
 from reports.errors import BadReplay
 from reports.models import DemandForecast, PolicyChange, ReportTask
 from reports.periods import Period

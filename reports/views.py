@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
 from cluster.models import Gpu
-from labportal.errors import DomainError
+from core.errors import DomainError
 from reports import charts, services
 from reports.errors import BadPeriod, BadReplay
 from reports.forecast import Forecast, latest_forecast

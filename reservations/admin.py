@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from labportal.errors import DomainError
+from core.errors import DomainError
 from reservations.models import BookingRule, Reservation, ReservationSlot
 
 

@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from labportal.api_params import choices_param, choices_schema_param
+from core.api_params import choices_param, choices_schema_param
 from reservations.errors import ReservationError
 from reservations.models import CalendarFeed, Reservation
 from reservations.selectors import reservation_suggest

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from django.utils.functional import Promise
 
-from labportal.errors import DomainError, NotAllowed
+from core.errors import DomainError, NotAllowed
 
 if TYPE_CHECKING:
     from reservations.slotfinder import FreeSlot

@@ -17,9 +17,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from labportal.durations import hours_minutes
-from labportal.errors import DomainError
-from labportal.form_pages import form_page_status
+from core.durations import hours_minutes
+from core.errors import DomainError
+from core.form_pages import form_page_status
 from reservations import ical
 from reservations.errors import ReservationError
 from reservations.forms import BookingForm, ExtendForm, SuggestForm

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from labportal.api_serializers import CachedFieldsModelSerializer
+from core.api_serializers import CachedFieldsModelSerializer
 from slurm.models import SlurmJob
 
 

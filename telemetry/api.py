@@ -17,8 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cluster.models import Gpu
+from core.api_schema import ERROR_BODY
 from jobqueue.selectors import jobs_visible_to
-from labportal.api_schema import ERROR_BODY
 from telemetry import selectors
 from telemetry.serializers import (
     RANGES,

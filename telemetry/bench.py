@@ -111,10 +111,10 @@ def bench_ingest(samples_total: int) -> dict[str, Any]:
                 ],
             )
         )
-    from agent.signing import REPORT_TTL_S, key_from_token, sign, token_kid
+    from protocol.signing import REPORT_TTL_S, key_from_token, sign, token_kid
 
     keys = {name: (key_from_token(secret), token_kid(secret)) for name, secret in secrets.items()}
-    # Signed as live agents sign them (agent.signing), on their own machines: the signing
+    # Signed as live agents sign them (protocol.signing), on their own machines: the signing
     # is timed apart, and only the portal's side (check, validation, store) counts.
     began = time.perf_counter()
     signed = [

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from labportal.tokens import hash_secret, new_secret
+from core.tokens import hash_secret, new_secret
 
 
 class GpuSample(models.Model):

@@ -5,8 +5,8 @@ from typing import Any
 
 from django import template
 
+from core.durations import hours_minutes as _hours_minutes
 from jobqueue.models import Job
-from labportal.durations import hours_minutes as _hours_minutes
 
 register = template.Library()
 

@@ -20,9 +20,9 @@ import time_machine
 from django.db import connection, connections
 from django.utils import timezone
 
+from core.errors import DomainError
 from jobqueue import approvals
 from jobqueue.models import Job, PriorityGrant
-from labportal.errors import DomainError
 from reservations.models import Reservation
 from reservations.services import reservation_create, reservation_extend
 from tests.conftest import run_concurrently

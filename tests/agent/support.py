@@ -13,7 +13,7 @@ from agent.gpu import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
 from agent.runtime import ContainerRuntime, JobSpec, JobStatus, RuntimeStartError, StartOutcome
-from agent.signing import COMMAND_TTL_S, key_from_token, sign_command, token_kid
+from protocol.signing import COMMAND_TTL_S, key_from_token, sign_command, token_kid
 
 TEST_IMAGE = os.environ.get("LABPORTAL_TEST_IMAGE", "labportal/busybox:test")
 SETUP_HINT = "run `bash .ci/docker-setup.sh` to start dockerd and build the test image"

@@ -14,7 +14,7 @@ from agent.gpu import SimulatedBackend
 from agent.main import main
 from agent.node import AgentTiming, NodeAgent
 from agent.reporter import ControlReporter
-from agent.signing import CommandVerifier
+from protocol.signing import CommandVerifier
 from tests.agent.support import RecordingApp, job_spec, signed
 
 NODE, TOKEN = "gpu01", "lpn_monitor-only-node-token"

@@ -24,7 +24,7 @@ from agent.gpu import SimulatedBackend
 from agent.main import broker_transport_options
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
-from agent.signing import CommandVerifier, NonceLedger, SignatureRefused, sign_command
+from protocol.signing import CommandVerifier, NonceLedger, SignatureRefused, sign_command
 from tests.agent.support import FakeRuntime, RecordingApp, drain_queue, job_spec, signed
 
 TOKEN = "lpn_node-token-for-signing-tests"
@@ -115,7 +115,7 @@ def test_replay_protection_survives_an_agent_restart(tmp_path: Path) -> None:
 
 def test_a_node_with_two_active_tokens_checks_the_signature_of_its_own() -> None:
     args = [job_spec(1)]
-    from agent.signing import key_from_token, token_kid
+    from protocol.signing import key_from_token, token_kid
 
     keys = {token_kid(t): key_from_token(t) for t in (TOKEN, "lpn_the-other-token-of-gpu01")}
     auth = sign_command(keys, task="agent.start_job", node="gpu01", args=args)

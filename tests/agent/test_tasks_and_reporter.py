@@ -17,7 +17,7 @@ from agent.celery_app import CONTROL_QUEUE, app, create_app, node_queue
 from agent.gpu import SimulatedBackend
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
-from agent.signing import CommandVerifier, check, key_from_token
+from protocol.signing import CommandVerifier, check, key_from_token
 from tests.agent.support import FakeRuntime, RecordingApp, job_spec, signed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def test_filesystem_messages_appear_whole_or_not_at_all(
     """A consumer never sees a half-written message file: it is renamed into place."""
     from kombu import Connection
 
-    from agent.broker import FilesystemChannel, install
+    from protocol.broker import FilesystemChannel, install
 
     install()
     options = {
@@ -294,7 +294,7 @@ def test_a_heartbeat_that_gets_through_sends_the_held_events_at_once(
 
 
 def test_heartbeats_are_signed_to_live_minutes_and_job_events_a_day() -> None:
-    from agent.signing import HEARTBEAT_TTL_S, REPORT_TTL_S
+    from protocol.signing import HEARTBEAT_TTL_S, REPORT_TTL_S
 
     recorder = RecordingApp()
     reporter = ControlReporter(recorder, "gpu01", "tok")

@@ -15,9 +15,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agent.signing import key_from_token, sign, token_kid
 from jobqueue.models import Job
 from jobqueue.scheduling import scheduling_pass
+from protocol.signing import key_from_token, sign, token_kid
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

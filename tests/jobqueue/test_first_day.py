@@ -12,11 +12,11 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from accounts.models import Notification
+from core.durations import hours_minutes
 from jobqueue import errors
 from jobqueue.models import Job, JobEvent, PriorityGrant, Queue
 from jobqueue.scheduling import scheduling_pass
 from jobqueue.services import job_event_apply, job_hold, job_release
-from labportal.durations import hours_minutes
 from tests.jobqueue.test_lifecycle import dispatched, event, node_name
 from tests.jobqueue.test_submit import submit
 

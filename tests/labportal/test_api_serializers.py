@@ -1,4 +1,4 @@
-"""Serializer fields copied per use (labportal.api_serializers.copy_fields) behave as deep copies."""
+"""Serializer fields copied per use (core.api_serializers.copy_fields) behave as deep copies."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from rest_framework.renderers import JSONRenderer
 
+from core import api_serializers
 from jobqueue.serializers import JobSerializer, JobSubmitSerializer
-from labportal import api_serializers
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db

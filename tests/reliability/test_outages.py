@@ -286,7 +286,7 @@ def test_a_captured_heartbeat_replayed_after_the_broker_is_wiped_is_refused(
     lab.wait(lambda: refused("node_heartbeat", "replayed%"), timeout_s=60, what="a refusal")
     assert last_heartbeat() == before
 
-    from agent.signing import key_from_token, sign, token_kid
+    from protocol.signing import key_from_token, sign, token_kid
 
     info = {"ts": 1.0, "running_job_ids": []}
     old = sign(

@@ -11,8 +11,8 @@ from django.test import Client
 
 from cluster.errors import SlotsRefused
 from cluster.models import Gpu
+from core.errors import NotAllowed
 from jobqueue.models import Allocation, EmergencyRequest, Job, Queue, SchedulingPolicy
-from labportal.errors import NotAllowed
 from reports.errors import BadReplay
 from reports.models import PolicyChange, ReportTask
 from reports.periods import period_of

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cluster.models import Gpu, Node
+from core.errors import DomainError
 from jobqueue.models import Job
 from jobqueue.services import job_cancel, job_hold
-from labportal.errors import DomainError
 from slurm.cli import JobInfo, NodeInfo, PartitionInfo, SlurmError, SubmitRequest
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
 from slurm.services import (

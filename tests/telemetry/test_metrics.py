@@ -19,11 +19,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import CreditAccount, LedgerEntry
-from agent.broker import UNDECODABLE, Rejection
 from cluster.models import Gpu, Node
 from cluster.tasks import broker_message_dropped, node_heartbeat, samples_ingest
 from jobqueue.models import Allocation, Job
 from jobqueue.tasks import scheduling_pass_task
+from protocol.broker import UNDECODABLE, Rejection
 from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from tests.cluster.conftest import job_on

@@ -42,7 +42,7 @@ class LabPortalAutoSchema(AutoSchema):
         if "{" in self.path:
             errors["404"] = (ERROR_BODY, "No such object, or not visible to this member.")
         if self.method != "GET":
-            # Services refuse with named domain errors (labportal.api_errors).
+            # Services refuse with named domain errors (core.api_errors).
             errors["409"] = (
                 ERROR_BODY,
                 "Conflicts with the current state (e.g. an overlapping booking, "

@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from labportal.errors import DomainError
+from core.errors import DomainError
 
 
 def domain_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -1,7 +1,7 @@
 """The broker's side of the control worker and the agents: whatever is in a queue, they keep running.
 
 Anyone who can reach the broker can put anything in a queue (the threat model of
-``agent.signing``). kombu and Celery decode what they read in the worker's event
+``protocol.signing``). kombu and Celery decode what they read in the worker's event
 loop, so one message that was not JSON, not a kombu message or not a task message
 stopped the control worker or an agent ("Unrecoverable error"), before any
 signature was checked, and again after every restart. Here such a message is
@@ -52,7 +52,7 @@ UNKNOWN_TASK = "unknown_task"  # a task message naming no task of this process
 INVALID_TASK = "invalid_task"  # a known task, with a body or arguments that do not fit it
 
 # Celery's `worker_consumer` setting of both processes.
-CONSUMER = "agent.broker:GuardedConsumer"
+CONSUMER = "protocol.broker:GuardedConsumer"
 
 # How much of a dropped message the log and the admins see.
 SHOWN_CHARS = 200
@@ -223,9 +223,9 @@ class FilesystemTransport(filesystem.Transport):
 
 def install() -> None:
     """Route ``redis://``, ``rediss://`` and ``filesystem://`` broker URLs to these transports."""
-    TRANSPORT_ALIASES["redis"] = "agent.broker:RedisTransport"
-    TRANSPORT_ALIASES["rediss"] = "agent.broker:RedisTransport"
-    TRANSPORT_ALIASES["filesystem"] = "agent.broker:FilesystemTransport"
+    TRANSPORT_ALIASES["redis"] = "protocol.broker:RedisTransport"
+    TRANSPORT_ALIASES["rediss"] = "protocol.broker:RedisTransport"
+    TRANSPORT_ALIASES["filesystem"] = "protocol.broker:FilesystemTransport"
 
 
 def task_message_problem(message: Any, tasks: Any) -> str | None:

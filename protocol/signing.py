@@ -52,7 +52,7 @@ class SignatureRefused(Exception):
 
 
 def token_hash(token: str) -> str:
-    """The SHA-256 the portal stores for a node token (``labportal.tokens.hash_secret``)."""
+    """The SHA-256 the portal stores for a node token (``core.tokens.hash_secret``)."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
