@@ -256,7 +256,7 @@ def _leak_cleanup_request(alert: Alert, *, now: datetime) -> None:
     Alert.objects.filter(pk=alert.pk).update(params=params)
     alert.params = params
     AlertEvent.objects.create(alert=alert, kind="cleanup_requested", data={"job_ids": job_ids})
-    from jobqueue.dispatch import send_cleanup
+    from scheduling.dispatch import send_cleanup
 
     send_cleanup(node=node, job_ids=job_ids)  # signed, after commit; the next evaluation retries
 

@@ -272,7 +272,7 @@ def node_heartbeat_record(*, node_name: str, info: object) -> None:
         log.info("node %s is back after a silence", node.name)
     # Refused after the liveness is recorded: a bad job list does not make the node silent.
     heartbeat = heartbeat_parse(info)
-    from jobqueue.executors import portal_schedules
+    from jobqueue.executor import portal_schedules
 
     # In Slurm mode the agent only monitors: Slurm, not the node's job list, says what runs.
     if heartbeat.running_job_ids is not None and portal_schedules():
@@ -303,7 +303,7 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     """
     now = now or timezone.now()
     report = LivenessReport()
-    from jobqueue.executors import portal_schedules
+    from jobqueue.executor import portal_schedules
 
     if not portal_schedules():  # Slurm mode: node states come from Slurm (inventory sync)
         return report

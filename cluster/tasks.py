@@ -224,7 +224,7 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
     soft_time_limit=50,
 )
 def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> str:
-    from jobqueue.scheduling import passes_inline
+    from scheduling.passes import passes_inline
 
     # A job's end asks for a pass: it runs here, once the end is committed, so the freed
     # GPUs get their next jobs without a further trip through the broker.

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from core.api_params import choices_param, choices_schema_param
-from jobqueue import executors, selectors, services
+from jobqueue import executor, selectors, services
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
     JobBatchSerializer,
@@ -107,7 +107,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         """The latest output lines; ?refresh=1 asks the node (or reads Slurm's output file) again."""
         job = self.get_object()
         refresh = request.query_params.get("refresh") in ("1", "true")
-        log_tail = executors.current().job_output(job, refresh=refresh)
+        log_tail = executor.current().job_output(job, refresh=refresh)
         return Response({"job": job.pk, "state": job.state, "log_tail": log_tail})
 
     @extend_schema(responses=JobEventSerializer(many=True))

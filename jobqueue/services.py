@@ -30,7 +30,7 @@ from cluster.protocol import MessageRefused, db_text
 from core.durations import hours_minutes, lazy_hours_minutes
 from core.errors import DomainError
 from core.i18n import lazy_text
-from jobqueue import dispatch, executors
+from jobqueue import executor
 from jobqueue.errors import (
     GrantRequired,
     ImageNotAllowed,
@@ -60,6 +60,7 @@ from jobqueue.models import (
     env_limit_refusal,
 )
 from jobqueue.prediction import job_predict_runtime
+from scheduling import dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ def job_submit(
             % {"category": category.name, "max": category.max_concurrent_gpus}
         )
     # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
-    slurm_places = min_gpu_memory_mb > 0 and not executors.portal_schedules()
+    slurm_places = min_gpu_memory_mb > 0 and not executor.portal_schedules()
     capacity = largest_node_capacity(
         shared_slot=shared_slot,
         min_memory_mb=min_gpu_memory_mb,
@@ -386,7 +387,7 @@ def job_submit(
             ),
             params={"mem": min_gpu_memory_mb},
         )
-    executors.current().job_queued(job)
+    executor.current().job_queued(job)
     # A new job has no GPUs yet and only the mounts just set: whoever shows it
     # (the API's answer) need not ask the database again.
     job._prefetched_objects_cache = {  # type: ignore[attr-defined]
@@ -503,11 +504,7 @@ def request_scheduling_pass() -> None:
 
     Where the executor schedules itself (Slurm), the portal runs no pass.
     """
-    if not executors.portal_schedules():
-        return
-    from jobqueue.scheduling import scheduling_pass_request
-
-    scheduling_pass_request()
+    executor.current().wake()
 
 
 # --- Cancel, stop, requeue ---------------------------------------------------
@@ -532,7 +529,7 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
-    executors.current().job_cancel(job, actor=actor)
+    executor.current().job_cancel(job, actor=actor)
     return job
 
 
@@ -559,7 +556,7 @@ def cancel_on_agents(job: Job, *, actor: User) -> None:
 
 
 def _refuse_in_slurm_mode() -> None:
-    if not executors.portal_schedules():
+    if not executor.portal_schedules():
         raise InvalidTransition(
             _(
                 "Slurm schedules the jobs here: hold or release a job in Slurm (scontrol hold / scontrol release)."
@@ -643,8 +640,7 @@ def _request_stop(
             job, "stop_requested", message, params=params, actor=actor, data={"reason": reason}
         )
     grace = SchedulingPolicy.current().stop_grace_s
-    if job.node is not None:
-        dispatch.send_stop(node=job.node, job_id=job.pk, grace_s=grace, reason=reason)
+    executor.current().job_stop(job, grace_s=grace, reason=reason)
 
 
 @transaction.atomic

@@ -16,7 +16,7 @@ from accounts.selectors import credits_charged_for_job
 from alerts.selectors import alerts_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
-from jobqueue import executors, selectors, services
+from jobqueue import executor, selectors, services
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
 from slurm.models import SlurmJob
@@ -111,7 +111,7 @@ def _page_number(raw: str | None) -> int:
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
-    executors.current().job_output(job, refresh=False)
+    executor.current().job_output(job, refresh=False)
     context = {
         "job": job,
         "slurm_job": SlurmJob.objects.filter(job=job).first(),
@@ -157,7 +157,7 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def job_refresh_logs(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(selectors.jobs_visible_to(request.user), pk=pk)
     if job.state in Job.ACTIVE_STATES:
-        executors.current().job_output(job, refresh=True)
+        executor.current().job_output(job, refresh=True)
         messages.info(
             request, _("Asked the node for the latest log lines; they appear in a few seconds.")
         )

@@ -264,7 +264,7 @@ def page_load(
 def pass_times(repeats: int = 5) -> dict[str, Any]:
     """A scheduling pass in the portal (load, plan, store) with the big lab's queue, in ms."""
     from jobqueue.models import Job
-    from jobqueue.scheduling import scheduling_pass
+    from scheduling.passes import scheduling_pass
 
     waiting = Job.objects.filter(state__in=Job.WAITING_STATES).count()
     times = []

@@ -95,6 +95,7 @@ LOCAL_APPS = [
     "reports",
     "handbook",
     "alerts",
+    "scheduling",
     "slurm",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
@@ -398,6 +399,13 @@ LABPORTAL_UID_RANGE_START = env_int("LABPORTAL_UID_RANGE_START", 20000, minimum=
 # Who runs the jobs: LabPortal's own agents (the default), or an existing Slurm cluster
 # (Slurm schedules and runs; the portal submits as each member's unix user and syncs back).
 LABPORTAL_EXECUTOR = env_choice("LABPORTAL_EXECUTOR", "agents", ("agents", "slurm"))
+# The executor classes by name (jobqueue/executor.py); a lab's own executor is named by
+# its dotted path in LABPORTAL_EXECUTOR_CLASS and implements jobqueue.executor.Executor.
+LABPORTAL_EXECUTORS = {
+    "agents": "scheduling.executor.AgentsExecutor",
+    "slurm": "slurm.executor.SlurmExecutor",
+}
+LABPORTAL_EXECUTOR_CLASS = env_str("LABPORTAL_EXECUTOR_CLASS") or ""
 # slurmrestd's address (preferred): the portal signs a short-lived JWT for the member's unix
 # user with Slurm's HS256 key (slurm.conf AuthAltParameters=jwt_key=...). Without it the
 # portal runs the Slurm commands on its own host, sbatch/scancel through LABPORTAL_SLURM_RUN_AS.

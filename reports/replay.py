@@ -50,7 +50,6 @@ from jobqueue.models import (
     SchedulingPolicy,
     parse_attained_thresholds,
 )
-from jobqueue.scheduling import engine_policy, engine_units, share_tree
 from reports.errors import BadReplay
 from reports.periods import Period
 from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
@@ -58,6 +57,7 @@ from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures
 from scheduler.simulate import SimJob, Simulation, Workload
+from scheduling.passes import engine_policy, engine_units, share_tree
 
 MAX_GPU_DELTA = 256
 PER_ADDED_NODE = 8

@@ -21,6 +21,13 @@ class SlurmExecutor:
     def job_cancel(self, job: Job, *, actor: User) -> None:
         services.slurm_job_cancel(job=job, actor=actor)
 
+    def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
+        # Slurm signals the job itself (SIGTERM, then SIGKILL after its KillWait).
+        services.slurm_job_stop(job=job)
+
+    def wake(self) -> None:
+        """Slurm schedules by itself: the portal runs no pass."""
+
     def sync(self) -> dict[str, Any]:
         result = services.slurm_jobs_sync()
         return {"seen": result.seen, "created": result.created, "changed": result.changed}

@@ -176,6 +176,16 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
     )
 
 
+def slurm_job_stop(*, job: Job, client: SlurmClient | None = None) -> None:
+    """A stop the portal decided (a booking ended, an idle job, a hard limit): scancel as the
+    job's unix user; the job's own record of the stop is the job queue's, the end Slurm's."""
+    record = SlurmJob.objects.filter(job=job).first()
+    if record is None:
+        return
+    with _slurm_errors(lambda exc: _("Slurm could not stop the job: %(error)s") % {"error": exc}):
+        (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
+
+
 def slurm_job_output(*, job: Job, lines: int = 200) -> str:
     """The last ``lines`` of the job's Slurm output file, stored on the job; '' if unreadable."""
     record = SlurmJob.objects.filter(job=job).first()

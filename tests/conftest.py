@@ -125,7 +125,7 @@ class SentTasks(list):  # type: ignore[type-arg]
 @pytest.fixture(autouse=True)
 def usage_summed_each_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Passes reuse fair-share usage for a minute; tests see every change at once."""
-    from jobqueue import scheduling
+    from scheduling import passes as scheduling
 
     scheduling.usage_forget()
     monkeypatch.setattr(scheduling, "USAGE_REUSE_S", 0.0)
@@ -147,7 +147,7 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         sent.kwargs.append(dict(kwargs or {}))
 
     monkeypatch.setattr(app, "send_task", send_task)
-    from jobqueue.tasks import scheduling_pass_task
+    from scheduling.tasks import scheduling_pass_task
 
     def record_pass(*_a: Any, **_k: Any) -> None:
         sent.append(("control.scheduling_pass", [], "control"))

@@ -237,7 +237,7 @@ def test_a_member_with_zero_credits_still_gets_gpus_on_an_idle_cluster(
 ) -> None:
     from django.utils import timezone
 
-    from jobqueue.scheduling import build_engine_input, scheduling_pass
+    from scheduling.passes import build_engine_input, scheduling_pass
     from tests.jobqueue.test_submit import submit
 
     ledger_post(user=alice, amount=Decimal("-5"), kind="adjustment", idempotency_key="debt")

@@ -95,7 +95,7 @@ def test_members_at_or_below_zero_are_listed_without_credit(
     post(bob, "-1", "b", "charge")
     from django.utils import timezone
 
-    from jobqueue.scheduling import build_engine_input
+    from scheduling.passes import build_engine_input
 
     state, _policy, _gpus = build_engine_input(timezone.now())
     assert state.users_without_credit == frozenset({"bob", "charlie"})

@@ -11,7 +11,7 @@ from cluster.errors import SlotsRefused
 from cluster.models import Gpu
 from cluster.services import gpu_set_shared_slots
 from jobqueue.models import Allocation, Job
-from jobqueue.scheduling import scheduling_pass
+from scheduling.passes import scheduling_pass
 from tests.conftest import PASSWORD
 from tests.jobqueue.test_submit import submit
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 from cluster.models import NodeToken, RejectedMessage
 from cluster.signing import NODE_KEYS_CACHE_S
 from cluster.tasks import command_refused, node_heartbeat, node_register
-from jobqueue import dispatch
 from protocol.signing import CommandVerifier, key_from_token, sign, token_kid
+from scheduling import dispatch
 from tests.cluster.conftest import gpu_entry, job_on, register_info
 
 HEARTBEAT = {"ts": 1.0, "running_job_ids": []}

@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobqueue import services
 from jobqueue.models import Job
-from jobqueue.scheduling import scheduling_pass
+from scheduling.passes import scheduling_pass
 from tests.jobqueue.measure_job_events import next_job_events
 from tests.jobqueue.test_submit import submit
 

@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobqueue.models import Job
-from jobqueue.scheduling import scheduling_pass
 from protocol.signing import key_from_token, sign, token_kid
+from scheduling.passes import scheduling_pass
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

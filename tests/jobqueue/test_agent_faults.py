@@ -34,7 +34,7 @@ from agent.runtime import JobSpec, JobStatus, StartOutcome
 from agent.runtime.local import LocalProcessRuntime
 from cluster.models import NodeToken, RejectedMessage
 from jobqueue.models import Job
-from jobqueue.scheduling import scheduling_pass
+from scheduling.passes import scheduling_pass
 from tests.agent.support import wait_until
 from tests.jobqueue.test_submit import submit
 

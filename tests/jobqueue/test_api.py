@@ -215,7 +215,7 @@ def test_a_batch_asks_for_one_scheduling_pass_not_one_per_job(
     monkeypatch: pytest.MonkeyPatch,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from jobqueue import tasks
+    from scheduling import tasks
 
     enqueued: list[int] = []
     monkeypatch.setattr(tasks.scheduling_pass_task, "apply_async", lambda: enqueued.append(1))

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection, connections
 
 from jobqueue.models import Allocation, Job
-from jobqueue.scheduling import scheduling_pass
 from jobqueue.services import job_cancel
+from scheduling.passes import scheduling_pass
 from tests.conftest import run_concurrently
 from tests.jobqueue.test_submit import submit
 
@@ -74,7 +74,7 @@ def test_a_submit_committed_while_a_pass_runs_gets_a_pass_of_its_own(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lost wake-up: the submit's request must not be swallowed by the pass already running."""
-    import jobqueue.scheduling as scheduling
+    import scheduling.passes as scheduling
 
     submit(alice, gpus=1)  # requests a pass, as the one below
     assert len(sent_tasks.named("control.scheduling_pass")) == 1

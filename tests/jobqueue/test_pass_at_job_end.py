@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobqueue import scheduling
 from jobqueue.models import Allocation, Job, SchedulerLock
-from jobqueue.scheduling import passes_inline, scheduling_pass
 from jobqueue.services import job_event_apply
+from scheduling import passes as scheduling
+from scheduling.passes import passes_inline, scheduling_pass
 from tests.jobqueue.test_submit import submit
 
 # Real commits: what runs after a commit is what is tested.

@@ -10,7 +10,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from jobqueue.models import Allocation, Job
-from jobqueue.scheduling import scheduling_pass
+from scheduling.passes import scheduling_pass
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from cluster.models import Gpu, Node
 from jobqueue.models import Allocation, EmergencyRequest, Job
-from jobqueue.scheduling import scheduling_pass
+from scheduling.passes import scheduling_pass
 from tests.jobqueue.test_submit import submit
 
 pytestmark = pytest.mark.django_db
@@ -295,7 +295,7 @@ def _finished(owner: Any, *, hours_ago: float, hours: float, gpus: int = 1) -> J
 def test_usage_summed_by_postgresql_equals_the_engines_decay(
     alice: Any, bob: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobqueue import scheduling
+    from scheduling import passes as scheduling
 
     _finished(alice, hours_ago=1, hours=5, gpus=2)
     _finished(alice, hours_ago=24 * 20, hours=30)
@@ -317,7 +317,7 @@ def test_usage_summed_by_postgresql_equals_the_engines_decay(
 def test_a_pass_reuses_usage_for_a_minute_then_sums_it_again(
     alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobqueue import scheduling
+    from scheduling import passes as scheduling
 
     monkeypatch.setattr(scheduling, "USAGE_REUSE_S", 60.0)
     _finished(alice, hours_ago=1, hours=5)
@@ -357,7 +357,7 @@ def test_the_pass_reads_emergencies_credit_and_gpus_with_the_rows_not_on_their_o
 ) -> None:
     """What the engine is given is unchanged; only the round trips to read it are fewer."""
     from accounts.models import CreditAccount
-    from jobqueue.scheduling import build_engine_input
+    from scheduling.passes import build_engine_input
 
     running = submit(alice, gpus=2)
     scheduling_pass()

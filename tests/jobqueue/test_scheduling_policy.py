@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from jobqueue.models import SchedulingPolicy, parse_attained_thresholds
-from jobqueue.scheduling import build_engine_input
 from scheduler import model as sm
+from scheduling.passes import build_engine_input
 
 pytestmark = pytest.mark.django_db
 

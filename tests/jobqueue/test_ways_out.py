@@ -37,7 +37,7 @@ from jobqueue.services import (
     jobs_escalate_stops,
     jobs_reconcile_with_node,
 )
-from jobqueue.tasks import jobs_enforce_time_limits_task
+from scheduling.tasks import jobs_enforce_time_limits_task
 from tests.conftest import PASSWORD, api_as
 from tests.jobqueue.test_lifecycle import dispatched, event, node_name
 

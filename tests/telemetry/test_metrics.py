@@ -22,8 +22,8 @@ from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu, Node
 from cluster.tasks import broker_message_dropped, node_heartbeat, samples_ingest
 from jobqueue.models import Allocation, Job
-from jobqueue.tasks import scheduling_pass_task
 from protocol.broker import UNDECODABLE, Rejection
+from scheduling.tasks import scheduling_pass_task
 from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from tests.cluster.conftest import job_on

@@ -1,4 +1,4 @@
-"""Celery tasks of the jobs part: thin, take ids, safe to run twice."""
+"""Celery tasks of LabPortal's own executor: thin, take ids, safe to run twice."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 from celery import shared_task
 
-from jobqueue import executors, scheduling, services
+from jobqueue import executor, services
+from scheduling import passes
 from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
 
 
@@ -14,9 +15,9 @@ from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogra
     name="control.scheduling_pass", time_limit=120, soft_time_limit=100, ignore_result=True
 )
 def scheduling_pass_task() -> dict[str, Any]:
-    if not executors.portal_schedules():  # Slurm mode: Slurm schedules, slurm.sync reconciles
+    if not executor.portal_schedules():  # Slurm mode: Slurm schedules, slurm.sync reconciles
         return {"skipped": "executor schedules itself"}
-    result = scheduling.scheduling_pass()
+    result = passes.scheduling_pass()
     histogram_observe(
         name=SCHEDULING_PASS, value=result.duration_ms / 1000, bounds=SCHEDULING_PASS_BUCKETS
     )
@@ -29,7 +30,7 @@ def scheduling_pass_task() -> dict[str, Any]:
 
 @shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
 def jobs_enforce_time_limits_task() -> dict[str, int]:
-    if not executors.portal_schedules():  # Slurm enforces --time itself
+    if not executor.portal_schedules():  # Slurm enforces --time itself
         return {}
     # A job whose stop was already asked is not stopped twice by the limits, but the
     # escalation makes sure it is not skipped for ever.

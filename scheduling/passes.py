@@ -39,7 +39,6 @@ from django.utils.translation import gettext_noop
 from accounts.models import Category, User
 from accounts.selectors import has_credit
 from cluster.models import Gpu, Node
-from jobqueue import dispatch
 from jobqueue.models import (
     Allocation,
     EmergencyRequest,
@@ -54,6 +53,7 @@ from reservations.selectors import reservation_rows_for_scheduler
 from scheduler import model as sm
 from scheduler.engine import plan as engine_plan
 from scheduler.fairshare import UsageRecord, decayed_usage
+from scheduling import dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def _pass_inline() -> None:
 
 
 def _send_pass() -> None:
-    from jobqueue.tasks import scheduling_pass_task
+    from scheduling.tasks import scheduling_pass_task
 
     try:
         scheduling_pass_task.apply_async()

@@ -1,0 +1,67 @@
+"""Who runs the portal's jobs: the interface every executor implements, and ``current()``.
+
+The job services call the executor where running a job differs (a job was queued, is
+cancelled or must stop, something changed that may let jobs start, the periodic pass,
+a job's output), so pages, the API and labctl never
+know which one runs. The executors themselves live above the job queue and nothing
+below imports them: ``scheduling.executor.AgentsExecutor`` (LabPortal's engine and node
+agents) and ``slurm.executor.SlurmExecutor`` (an existing Slurm). ``current()`` loads
+the class named in settings, ``LABPORTAL_EXECUTORS[LABPORTAL_EXECUTOR]`` or, for a
+lab's own plug-in, the dotted path in ``LABPORTAL_EXECUTOR_CLASS``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from accounts.models import User
+    from jobqueue.models import Job
+
+
+class Executor(Protocol):
+    name: str
+    # True where the portal's own engine places jobs (agents); False where the executor
+    # schedules them itself (Slurm): then no scheduling pass and no agent dispatch run.
+    portal_schedules: bool
+
+    def job_queued(self, job: Job) -> None:
+        """A validated job was saved (same transaction): send it on its way, or raise a JobRefused."""
+
+    def job_cancel(self, job: Job, *, actor: User) -> None:
+        """Cancel a job that has not ended (locked by the caller)."""
+
+    def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
+        """Ask a running job to stop: SIGTERM, then SIGKILL after ``grace_s`` seconds."""
+
+    def wake(self) -> None:
+        """Something changed that may let pending jobs start (a job ended, was released)."""
+
+    def sync(self) -> dict[str, Any]:
+        """The periodic pass: safe to run twice, returns what it did."""
+
+    def job_output(self, job: Job, *, refresh: bool) -> str:
+        """The latest output lines of the job."""
+
+
+@cache
+def _executor_class(path: str) -> type[Executor]:
+    cls: type[Executor] = import_string(path)
+    return cls
+
+
+def current() -> Executor:
+    """The executor the settings name (LabPortal's agents by default)."""
+    path = (
+        settings.LABPORTAL_EXECUTOR_CLASS
+        or settings.LABPORTAL_EXECUTORS[settings.LABPORTAL_EXECUTOR]
+    )
+    return _executor_class(path)()
+
+
+def portal_schedules() -> bool:
+    return current().portal_schedules

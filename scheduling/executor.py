@@ -1,0 +1,46 @@
+"""LabPortal's engine places jobs; the control worker dispatches them to node agents."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accounts.models import User
+    from jobqueue.models import Job
+
+
+class AgentsExecutor:
+    name = "agents"
+    portal_schedules = True
+
+    def job_queued(self, job: Job) -> None:
+        self.wake()
+
+    def job_cancel(self, job: Job, *, actor: User) -> None:
+        from jobqueue.services import cancel_on_agents
+
+        cancel_on_agents(job, actor=actor)
+
+    def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
+        from scheduling import dispatch
+
+        if job.node is not None:
+            dispatch.send_stop(node=job.node, job_id=job.pk, grace_s=grace_s, reason=reason)
+
+    def wake(self) -> None:
+        from scheduling.passes import scheduling_pass_request
+
+        scheduling_pass_request()
+
+    def sync(self) -> dict[str, Any]:
+        from scheduling.passes import scheduling_pass
+
+        result = scheduling_pass()
+        return {"started": result.started, "preempted": result.preempted}
+
+    def job_output(self, job: Job, *, refresh: bool) -> str:
+        from scheduling import dispatch
+
+        if refresh and job.node is not None and job.state in job.ACTIVE_STATES:
+            dispatch.send_logs_request(node=job.node, job_id=job.pk)
+        return job.log_tail
