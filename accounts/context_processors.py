@@ -13,21 +13,7 @@ def portal(request: HttpRequest) -> dict[str, Any]:
         "SIGNUP_OPEN": settings.LABPORTAL_SIGNUP_MODE == "approval",
         "credit_balance": _credit_balance(request),
         "unread_notifications": _unread_notifications(request),
-        "pending_approvals": _pending_approvals(request),
     }
-
-
-def _pending_approvals(request: HttpRequest) -> int:
-    """For staff, how many grant and emergency requests await a decision (shown in the nav)."""
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated or not user.is_staff:
-        return 0
-    from jobqueue.models import EmergencyRequest, PriorityGrant
-
-    return (
-        PriorityGrant.objects.filter(state=PriorityGrant.State.PENDING).count()
-        + EmergencyRequest.objects.filter(state=EmergencyRequest.State.PENDING).count()
-    )
 
 
 def _credit_balance(request: HttpRequest) -> Any:

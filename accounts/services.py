@@ -1,4 +1,5 @@
-"""Credits and notifications: the append-only ledger, charging, grants, rewards and refunds.
+"""Credits and notifications: the append-only ledger and the monthly grant (charging jobs
+is credits/services.py).
 
 Every function that moves credits goes through `_post`, which locks the member's
 account row (SELECT … FOR UPDATE on PostgreSQL; SQLite serialises writers with
@@ -12,16 +13,15 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import Avg, Count, Exists, F, OuterRef, Sum
+from django.db.models import F
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone, translation
 from django.utils.functional import Promise
@@ -33,14 +33,10 @@ from accounts.models import (
     CREDIT_QUANTUM,
     CreditAccount,
     CreditPolicy,
-    JobEfficiency,
     LedgerEntry,
     Notification,
     User,
 )
-
-if TYPE_CHECKING:
-    from jobqueue.models import Job
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +60,7 @@ def absolute_url(path: str) -> str:
     return f"{settings.LABPORTAL_SITE_URL}{path}"
 
 
-def _url(name: str, *args: Any) -> str:
+def portal_url(name: str, *args: Any) -> str:
     try:
         return reverse(name, args=args)
     except NoReverseMatch:  # the page is not mounted (e.g. in a partial deployment)
@@ -155,11 +151,11 @@ def notifications_mark_read(*, user: User, notification_ids: list[int] | None = 
 # --- The ledger -----------------------------------------------------------------
 
 
-def _quantize(value: Decimal) -> Decimal:
+def credits_quantize(value: Decimal) -> Decimal:
     return value.quantize(CREDIT_QUANTUM, rounding=ROUND_HALF_UP)
 
 
-def _account_locked(user: User) -> CreditAccount:
+def account_locked(user: User) -> CreditAccount:
     """The member's account, created if missing, locked for the rest of the transaction."""
     account, _created = CreditAccount.objects.get_or_create(user=user)
     return CreditAccount.objects.select_for_update().get(pk=account.pk)
@@ -177,7 +173,7 @@ def ledger_post(
     amount: Decimal,
     kind: str,
     idempotency_key: str,
-    job: Job | None = None,
+    job: Any = None,
     reservation: Any = None,
     note: str = "",
     note_params: dict[str, Any] | None = None,
@@ -188,7 +184,7 @@ def ledger_post(
     The same idempotency key twice posts once and returns the first entry. Crossing
     the low-credit threshold or zero notifies the member.
     """
-    return _post(
+    return ledger_entry_post(
         user=user,
         amount=amount,
         kind=kind,
@@ -203,13 +199,13 @@ def ledger_post(
 
 
 @transaction.atomic
-def _post(
+def ledger_entry_post(
     *,
     user: User,
     amount: Decimal,
     kind: str,
     idempotency_key: str,
-    job: Job | None = None,
+    job: Any = None,
     reservation: Any = None,
     note: str = "",
     note_params: dict[str, Any] | None = None,
@@ -230,11 +226,11 @@ def _post(
         )
     if not idempotency_key:
         raise InvalidAmount(_("Every ledger entry needs an idempotency key."))
-    amount = _quantize(Decimal(amount))
+    amount = credits_quantize(Decimal(amount))
     existing = LedgerEntry.objects.filter(idempotency_key=idempotency_key).first()
     if existing is not None:
         return existing
-    account = _account_locked(user)
+    account = account_locked(user)
     # A concurrent poster of the same key may have committed while we waited for the lock.
     existing = LedgerEntry.objects.filter(idempotency_key=idempotency_key).first()
     if existing is not None:
@@ -296,7 +292,7 @@ def ledger_post_batch(*, user: User, postings: Sequence[Posting]) -> int:
             )
     if not postings:
         return 0
-    account = _account_locked(user)
+    account = account_locked(user)
     keys = [p.idempotency_key for p in postings]
     posted = set(
         LedgerEntry.objects.filter(idempotency_key__in=keys).values_list(
@@ -309,7 +305,7 @@ def ledger_post_batch(*, user: User, postings: Sequence[Posting]) -> int:
         if posting.idempotency_key in posted:
             continue
         posted.add(posting.idempotency_key)
-        amount = _quantize(posting.amount)
+        amount = credits_quantize(posting.amount)
         balance += amount
         rows.append(
             LedgerEntry(
@@ -353,7 +349,7 @@ def _warn_on_threshold(user: User, before: Decimal, after: Decimal) -> None:
                     "still have credits. Your next grant comes on %(date)s."
                 )
                 % {"balance": after, "date": next_grant.isoformat()},
-                url=_url("credits"),
+                url=portal_url("credits"),
             )
         elif before > policy.low_credit_threshold >= after > 0:
             notify(
@@ -366,277 +362,8 @@ def _warn_on_threshold(user: User, before: Decimal, after: Decimal) -> None:
                     "grant comes on %(date)s."
                 )
                 % {"balance": after, "date": next_grant.isoformat()},
-                url=_url("credits"),
+                url=portal_url("credits"),
             )
-
-
-# --- Charging jobs ------------------------------------------------------------------
-
-
-def _job_model() -> Any:
-    return apps.get_model("jobqueue", "Job")
-
-
-def _run_tag(job: Job) -> str:
-    """Charges are counted per run, so a requeued job's new run starts from zero."""
-    assert job.started_at is not None
-    return f"job:{job.pk}:run:{int(job.started_at.timestamp())}"
-
-
-def gpu_cost(*, gpus: int, seconds: int, rate: Decimal) -> Decimal:
-    """GPU-hours times the rate, to the credit quantum (agents mode and Slurm mode alike)."""
-    return _quantize(Decimal(gpus) * Decimal(max(0, seconds)) / Decimal(3600) * rate)
-
-
-def _job_cost(job: Job, until: datetime) -> Decimal:
-    """GPU-hours from the job's start to `until`, times its queue's rate."""
-    assert job.started_at is not None
-    seconds = int((until - job.started_at).total_seconds())
-    return gpu_cost(gpus=job.gpus, seconds=seconds, rate=job.queue.credit_rate)
-
-
-def _cost_note(job: Job, until: datetime) -> str:
-    assert job.started_at is not None
-    hours = max(0.0, (until - job.started_at).total_seconds() / 3600)
-    return f"{job.gpus} GPU × {hours:.3f} h × {job.queue.credit_rate}/GPU-h"
-
-
-def charged_for_run(run_tag: str) -> Decimal:
-    """What the run under `run_tag` has been charged so far (a positive number)."""
-    total = LedgerEntry.objects.filter(
-        kind=LedgerEntry.Kind.CHARGE, idempotency_key__startswith=run_tag + ":"
-    ).aggregate(s=Sum("amount"))["s"]
-    return -(total or ZERO)
-
-
-def _taken_for_run(job: Job) -> Decimal:
-    """What this run of the job has been charged so far (a positive number)."""
-    return charged_for_run(_run_tag(job))
-
-
-def charge_window_floor(now: datetime, minutes: int) -> datetime:
-    """The start of the charging window `now` falls in (windows of `minutes`, from the epoch)."""
-    step = minutes * 60
-    return datetime.fromtimestamp(int(now.timestamp()) // step * step, tz=UTC)
-
-
-def credits_charge_running_jobs(*, now: datetime | None = None) -> int:
-    """Charge every running job up to the current charging window; returns how many were charged.
-
-    The window's end is both the amount's limit and the idempotency key, so a
-    re-delivered or overlapping run charges nothing twice.
-    """
-    now = now or timezone.now()
-    upto = charge_window_floor(now, CreditPolicy.current().charge_interval_minutes)
-    Job = _job_model()
-    job_ids = Job.objects.filter(
-        state=Job.State.RUNNING, started_at__isnull=False, started_at__lt=upto
-    ).values_list("id", flat=True)
-    return sum(1 for job_id in list(job_ids) if _charge_job_upto(job_id=job_id, upto=upto))
-
-
-@transaction.atomic
-def _charge_job_upto(*, job_id: int, upto: datetime) -> bool:
-    Job = _job_model()
-    owner_id = Job.objects.filter(pk=job_id).values_list("owner_id", flat=True).first()
-    if owner_id is None:
-        return False
-    _account_locked(User.objects.get(pk=owner_id))
-    # Read the job after taking the lock: a settlement that ran meanwhile wins.
-    job = Job.objects.select_related("queue", "owner").get(pk=job_id)
-    if job.state != Job.State.RUNNING or job.started_at is None:
-        return False
-    owed = _job_cost(job, upto) - _taken_for_run(job)
-    if owed <= 0:
-        return False
-    _post(
-        user=job.owner,
-        amount=-owed,
-        kind=LedgerEntry.Kind.CHARGE,
-        idempotency_key=f"{_run_tag(job)}:upto:{upto.isoformat()}",
-        job=job,
-        note=_cost_note(job, upto),
-        watch_thresholds=True,
-    )
-    return True
-
-
-# A job's end settles its credits right after its commit (jobqueue's ``_after_final``); the
-# sweep below makes up any settle lost on the way (a worker killed after the commit, a
-# failure), once this long has passed, for jobs that ended within SETTLE_SWEEP_WINDOW_S.
-SETTLE_SWEEP_GRACE_S = 60
-SETTLE_SWEEP_WINDOW_S = 7 * 86400
-
-
-def credits_settle_ended_jobs(*, now: datetime | None = None) -> int:
-    """Settle (or, if lost, refund) the recently ended jobs whose settle never happened.
-
-    A settled job has its efficiency verdict (written by every settle); a refunded lost job
-    its refund entry. Both services are idempotent under the owner's account lock, so a
-    sweep that meets a settle running at the same moment charges nothing twice.
-    Returns how many jobs it settled or refunded.
-    """
-    now = now or timezone.now()
-    Job = _job_model()
-    window = Job.objects.filter(
-        ended_at__gte=now - timedelta(seconds=SETTLE_SWEEP_WINDOW_S),
-        ended_at__lt=now - timedelta(seconds=SETTLE_SWEEP_GRACE_S),
-    )
-    unsettled = list(
-        window.filter(
-            state__in=[s for s in Job.FINAL_STATES if s != Job.State.LOST],
-            started_at__isnull=False,
-            efficiency__isnull=True,
-        ).values_list("pk", flat=True)
-    )
-    charged = LedgerEntry.objects.filter(job=OuterRef("pk"), kind=LedgerEntry.Kind.CHARGE)
-    refunded = LedgerEntry.objects.filter(job=OuterRef("pk"), kind=LedgerEntry.Kind.REFUND)
-    unrefunded = list(
-        window.filter(state=Job.State.LOST)
-        .filter(Exists(charged))
-        .exclude(Exists(refunded))
-        .values_list("pk", "end_reason")
-    )
-    for job_id in unsettled:
-        credits_settle_job(job_id=job_id)
-    for job_id, reason in unrefunded:
-        credits_refund_job(job_id=job_id, reason=reason or gettext_noop("system failure"))
-    if unsettled or unrefunded:
-        log.warning(
-            "settled %d and refunded %d ended job(s) whose settle had not happened",
-            len(unsettled),
-            len(unrefunded),
-        )
-    return len(unsettled) + len(unrefunded)
-
-
-@transaction.atomic
-def credits_settle_job(*, job_id: int) -> None:
-    """Reconcile a finished job's charge and judge its efficiency; safe to call repeatedly.
-
-    A lost job is refunded instead. A job that never started costs nothing.
-    """
-    Job = _job_model()
-    job = Job.objects.select_related("queue", "owner").filter(pk=job_id).first()
-    if job is None:
-        log.warning("credits_settle_job: job %s does not exist", job_id)
-        return
-    if job.state == Job.State.LOST:
-        credits_refund_job(job_id=job_id, reason=job.end_reason or "lost")
-        return
-    if job.state not in Job.FINAL_STATES or job.started_at is None:
-        return
-    _account_locked(job.owner)
-    ended = job.ended_at or timezone.now()
-    final_key = f"{_run_tag(job)}:final"
-    if not LedgerEntry.objects.filter(idempotency_key=final_key).exists():
-        owed = _job_cost(job, ended) - _taken_for_run(job)
-        if owed != 0:
-            _post(
-                user=job.owner,
-                amount=-owed,
-                kind=LedgerEntry.Kind.CHARGE,
-                idempotency_key=final_key,
-                job=job,
-                note=_cost_note(job, ended),
-                watch_thresholds=True,
-            )
-    if not JobEfficiency.objects.filter(job=job).exists():
-        _judge_efficiency(job, ended)
-
-
-def _mean_utilisation(job: Job, ended: datetime) -> tuple[float | None, int]:
-    """The mean GPU utilisation of the job's samples, and how many there were."""
-    try:
-        GpuSample = apps.get_model("telemetry", "GpuSample")
-    except LookupError:
-        return None, 0
-    agg = GpuSample.objects.filter(
-        job_id=job.pk, util_pct__isnull=False, ts__gte=job.started_at, ts__lte=ended
-    ).aggregate(mean=Avg("util_pct"), n=Count("id"))
-    return agg["mean"], agg["n"] or 0
-
-
-def _judge_efficiency(job: Job, ended: datetime) -> None:
-    policy = CreditPolicy.current()
-    mean, samples = _mean_utilisation(job, ended)
-    charged = -(
-        LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.CHARGE).aggregate(
-            s=Sum("amount")
-        )["s"]
-        or ZERO
-    )
-    if mean is None:
-        verdict = JobEfficiency.Verdict.UNKNOWN
-    elif mean >= policy.efficiency_threshold_pct:
-        verdict = JobEfficiency.Verdict.REWARDED
-        reward = _quantize(charged * policy.efficiency_reward_share)
-        if reward > 0:
-            _post(
-                user=job.owner,
-                amount=reward,
-                kind=LedgerEntry.Kind.REWARD,
-                idempotency_key=f"job:{job.pk}:reward",
-                job=job,
-                note=f"{mean:.1f}% ≥ {policy.efficiency_threshold_pct:g}%",
-                watch_thresholds=False,
-            )
-    elif mean < policy.idle_threshold_pct:
-        verdict = JobEfficiency.Verdict.IDLE
-    else:
-        verdict = JobEfficiency.Verdict.ORDINARY
-    try:
-        with transaction.atomic():
-            JobEfficiency.objects.create(
-                job=job, mean_util_pct=mean, sample_count=samples, verdict=verdict
-            )
-    except IntegrityError:
-        return
-    if verdict == JobEfficiency.Verdict.IDLE:
-        with in_language_of(job.owner):
-            notify(
-                user=job.owner,
-                kind="job_idle",
-                title=_("Job #%(id)s sat idle on its GPUs") % {"id": job.pk},
-                body=_(
-                    "Job #%(id)s used its GPUs at %(util).1f%% on average. Idle GPUs keep "
-                    "others waiting: please check that the job really uses the GPU, or "
-                    "use the debug queue for interactive work."
-                )
-                % {"id": job.pk, "util": mean},
-                url=_url("job_detail", job.pk),
-                dedupe_key=f"job:{job.pk}:idle",
-            )
-
-
-@transaction.atomic
-def credits_refund_job(*, job_id: int, reason: str) -> None:
-    """Give back everything a job was charged (less rewards), once: it was lost through the system."""
-    Job = _job_model()
-    job = Job.objects.select_related("owner").filter(pk=job_id).first()
-    if job is None:
-        log.warning("credits_refund_job: job %s does not exist", job_id)
-        return
-    _account_locked(job.owner)
-    net = (
-        LedgerEntry.objects.filter(
-            job=job,
-            kind__in=[LedgerEntry.Kind.CHARGE, LedgerEntry.Kind.REWARD, LedgerEntry.Kind.REFUND],
-        ).aggregate(s=Sum("amount"))["s"]
-        or ZERO
-    )
-    if net >= 0:
-        return
-    _post(
-        user=job.owner,
-        amount=-net,
-        kind=LedgerEntry.Kind.REFUND,
-        idempotency_key=f"job:{job.pk}:refund",
-        job=job,
-        note=str(reason or gettext_noop("system failure"))[:300],
-        note_params={},
-        watch_thresholds=False,
-    )
 
 
 # --- The monthly grant --------------------------------------------------------------
@@ -665,12 +392,12 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
     key = f"grant:{first:%Y-%m}:user:{user.pk}"
     if LedgerEntry.objects.filter(idempotency_key=key).exists():
         return False
-    account = _account_locked(user)
+    account = account_locked(user)
     if LedgerEntry.objects.filter(idempotency_key=key).exists():
         return False
     kept = policy.carried_over(account.balance)
     if kept != account.balance:
-        _post(
+        ledger_entry_post(
             user=user,
             amount=kept - account.balance,
             kind=LedgerEntry.Kind.EXPIRY,
@@ -680,7 +407,7 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
             watch_thresholds=False,
         )
     amount = policy.grant_for(user)
-    _post(
+    ledger_entry_post(
         user=user,
         amount=amount,
         kind=LedgerEntry.Kind.GRANT,
@@ -697,7 +424,7 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
                 "You received %(amount)s credits for %(month)s. Your balance is now %(balance)s."
             )
             % {"amount": amount, "month": f"{first:%Y-%m}", "balance": kept + amount},
-            url=_url("credits"),
+            url=portal_url("credits"),
             dedupe_key=key,
         )
     return True

@@ -1,4 +1,4 @@
-"""Celery tasks of credits and approvals: thin, take ids, safe to run twice."""
+"""Celery tasks of the ledger, the monthly grant and notifications: thin, safe to run twice."""
 
 from __future__ import annotations
 
@@ -13,42 +13,11 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(
-    name="control.credits_charge_running_jobs",
-    time_limit=240,
-    soft_time_limit=200,
-    ignore_result=True,
-)
-def credits_charge_running_jobs_task() -> int:
-    return services.credits_charge_running_jobs()
-
-
-@shared_task(
     name="control.credits_monthly_grant", time_limit=600, soft_time_limit=540, ignore_result=True
 )
 def credits_monthly_grant_task() -> int:
     # Beat runs this hourly: the first run of a month grants, later runs find nothing to do.
     return services.credits_monthly_grant()
-
-
-@shared_task(name="control.credits_settle_job", time_limit=120, ignore_result=True)
-def credits_settle_job_task(job_id: int) -> None:
-    services.credits_settle_job(job_id=job_id)
-
-
-@shared_task(
-    name="control.credits_settle_ended_jobs",
-    time_limit=300,
-    soft_time_limit=240,
-    ignore_result=True,
-)
-def credits_settle_ended_jobs_task() -> int:
-    # Beat, every minute: a settle lost after a job's end (see jobqueue's _after_final).
-    return services.credits_settle_ended_jobs()
-
-
-@shared_task(name="control.credits_refund_job", time_limit=120, ignore_result=True)
-def credits_refund_job_task(job_id: int, reason: str) -> None:
-    services.credits_refund_job(job_id=job_id, reason=reason)
 
 
 @shared_task(name="control.credits_check_ledger", time_limit=300, ignore_result=True)
@@ -72,13 +41,3 @@ def credits_check_ledger_task() -> int:
 def notification_email_task(notification_id: int) -> None:
     # Idempotent: a notification already emailed (emailed_at set) is not sent again.
     services.notification_email_send(notification_id)
-
-
-@shared_task(name="control.approvals_expire", time_limit=120, ignore_result=True)
-def approvals_expire_task() -> dict[str, int]:
-    from jobqueue import approvals
-
-    return {
-        "grants": approvals.grants_expire(),
-        "emergencies": approvals.emergencies_expire(),
-    }

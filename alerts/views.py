@@ -10,8 +10,8 @@ from django.views.decorators.http import require_POST
 from accounts.auth import request_user
 from alerts import selectors, services
 from alerts.models import Alert
+from approvals.views import staff_required
 from core.errors import DomainError
-from jobqueue.approval_views import staff_required
 
 
 @staff_required

@@ -7,9 +7,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from accounts.auth import request_user
-
-# Priority grants and emergency requests register their own admins with approval actions.
-from jobqueue import admin_approvals  # noqa: E402, F401
 from jobqueue.models import (
     Allocation,
     ContainerImage,

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from accounts import services as credit_services
+from accounts import services as account_services
 from accounts.models import User
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.protocol import MessageRefused, db_text
@@ -60,6 +60,7 @@ from jobqueue.models import (
     env_limit_refusal,
 )
 from jobqueue.prediction import job_predict_runtime
+from jobqueue.signals import job_ended
 from scheduling import dispatch
 
 logger = logging.getLogger(__name__)
@@ -748,7 +749,7 @@ def _notify_job_end(job: Job) -> None:
     }
     transaction.on_commit(
         partial(
-            credit_services.notify,
+            account_services.notify,
             user=job.owner,
             kind=f"job_{job.state}",
             title=lazy_text(title, **params),
@@ -761,23 +762,12 @@ def _notify_job_end(job: Job) -> None:
 
 
 def _after_final(job: Job) -> None:
-    """Credits settle after the commit: a charge for work done, a full refund for a lost job.
+    """Tell the apps above (credits settle after the commit) that the job ended.
 
-    Registered after the end's pass request, so a pass run inline (see ``passes_inline``)
-    dispatches the next jobs first. A settle lost here (the worker died after the commit,
-    or it failed) is made up by beat's ``credits_settle_ended_jobs``; both are idempotent.
+    Sent after the end's pass request, so a pass run inline (see ``passes_inline``)
+    dispatches the next jobs first.
     """
-    job_id, state, started = job.pk, job.state, job.started_at is not None
-
-    def settle() -> None:
-        if state == Job.State.LOST:
-            credit_services.credits_refund_job(
-                job_id=job_id, reason=gettext_noop("The node running it was lost.")
-            )
-        elif started:
-            credit_services.credits_settle_job(job_id=job_id)
-
-    transaction.on_commit(settle, robust=True)
+    job_ended.send(sender=Job, job=job)
 
 
 # --- Agent events -------------------------------------------------------------
@@ -1353,4 +1343,4 @@ def _warn_soft_limit(job: Job, policy: SchedulingPolicy) -> None:
 
 def notify_user(user: User, *, kind: str, title: Any, body: Any, url: str = "") -> None:
     """In the app and by email."""
-    credit_services.notify(user=user, kind=kind, title=title, body=body, url=url)
+    account_services.notify(user=user, kind=kind, title=title, body=body, url=url)

@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import path
 
 from jobqueue import views
 
@@ -9,5 +9,4 @@ urlpatterns = [
     path("<int:pk>/", views.job_detail, name="job_detail"),
     path("<int:pk>/cancel/", views.job_cancel, name="job_cancel"),
     path("<int:pk>/logs/", views.job_refresh_logs, name="job_refresh_logs"),
-    path("", include("jobqueue.approval_urls")),
 ]

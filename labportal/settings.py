@@ -90,6 +90,8 @@ LOCAL_APPS = [
     "accounts",
     "cluster",
     "jobqueue",
+    "credits",
+    "approvals",
     "reservations",
     "telemetry",
     "reports",
@@ -136,6 +138,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
                 "accounts.context_processors.portal",
+                "approvals.context_processors.pending_approvals",
             ],
             # {% help_link "slug" %} links a page to its part of the manual, on any page.
             "builtins": ["handbook.templatetags.handbook"],

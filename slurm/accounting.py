@@ -32,15 +32,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import CreditPolicy, LedgerEntry, User
-from accounts.services import (
-    Posting,
-    charge_window_floor,
-    charged_for_run,
-    credits_settle_job,
-    gpu_cost,
-    ledger_post,
-    ledger_post_batch,
-)
+from accounts.services import Posting, ledger_post, ledger_post_batch
+from credits.services import charge_window_floor, charged_for_run, credits_settle_job, gpu_cost
 from jobqueue.models import Job, Queue
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin

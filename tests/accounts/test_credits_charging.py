@@ -11,13 +11,8 @@ import time_machine
 
 from accounts.models import CreditAccount, CreditPolicy, JobEfficiency, LedgerEntry, Notification
 from accounts.selectors import credit_summary
-from accounts.services import (
-    credits_charge_running_jobs,
-    credits_monthly_grant,
-    credits_refund_job,
-    credits_settle_job,
-    ledger_post,
-)
+from accounts.services import credits_monthly_grant, ledger_post
+from credits.services import credits_charge_running_jobs, credits_refund_job, credits_settle_job
 from jobqueue.models import Job
 from tests.factories import ContainerImageFactory, GpuFactory, default_queue
 

@@ -20,8 +20,8 @@ import time_machine
 from django.db import connection, connections
 from django.utils import timezone
 
+from approvals import services as approvals
 from core.errors import DomainError
-from jobqueue import approvals
 from jobqueue.models import Job, PriorityGrant
 from reservations.models import Reservation
 from reservations.services import reservation_create, reservation_extend

@@ -56,13 +56,12 @@ def test_django_free_packages_import_no_django(graph: importgraph.Graph, package
         if module.split(".")[0] != package:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
             offenders += [
                 f"{module}:{node.lineno} {n}"
                 for n in names

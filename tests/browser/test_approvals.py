@@ -15,7 +15,7 @@ from tests.browser.conftest import log_in
 from tests.conftest import PASSWORD
 
 # Until the includes are merged into jobqueue/urls.py, mount the approval pages here.
-urlpatterns = [path("jobs/", include("jobqueue.approval_urls")), *portal_urlpatterns]
+urlpatterns = [path("jobs/", include("approvals.urls")), *portal_urlpatterns]
 
 pytestmark = [
     pytest.mark.browser,

@@ -10,7 +10,7 @@ import time_machine
 from django.utils import timezone
 
 from accounts.models import CreditPolicy, Notification
-from jobqueue import approvals
+from approvals import services as approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
 from tests.factories import ContainerImageFactory, default_queue
 
@@ -215,7 +215,7 @@ def test_every_request_and_decision_is_kept_for_audit(alice: Any, admin_user: An
     assert (request.state, request.decided_by, request.comment) == ("expired", admin_user, "ok")
     from django.contrib.admin.sites import site
 
-    from jobqueue import admin_approvals  # noqa: F401 - registers the admin
+    from approvals import admin as admin_approvals  # noqa: F401 - registers the admin
 
     assert not site._registry[EmergencyRequest].has_delete_permission(None)  # type: ignore[arg-type]
 

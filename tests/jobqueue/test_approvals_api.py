@@ -16,8 +16,8 @@ from tests.factories import ContainerImageFactory, default_queue
 
 # Until the includes are merged into jobqueue/urls.py and labportal/urls.py, mount them here.
 urlpatterns = [
-    path("jobs/", include("jobqueue.approval_urls")),
-    path("api/", include("jobqueue.approval_api_urls")),
+    path("jobs/", include("approvals.urls")),
+    path("api/", include("approvals.api_urls")),
     *portal_urlpatterns,
 ]
 

@@ -192,11 +192,12 @@ def test_the_control_worker_runs_the_pass_where_it_applies_an_agents_end(
 def test_the_next_start_goes_out_before_the_ends_settle_and_notification(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accounts import services as credit_services
+    from accounts import services as account_services
     from accounts.models import Notification
+    from credits import services as credit_services
 
     running, waiting = fill_cluster(alice, waiting=1)
-    settle, notify = credit_services.credits_settle_job, credit_services.notify
+    settle, notify = credit_services.credits_settle_job, account_services.notify
 
     def settle_recorded(**kwargs: Any) -> None:
         sent_tasks.append(("settle", [kwargs["job_id"]], ""))
@@ -207,7 +208,7 @@ def test_the_next_start_goes_out_before_the_ends_settle_and_notification(
         return notify(**kwargs)
 
     monkeypatch.setattr(credit_services, "credits_settle_job", settle_recorded)
-    monkeypatch.setattr(credit_services, "notify", notify_recorded)
+    monkeypatch.setattr(account_services, "notify", notify_recorded)
 
     end_inline(running[0])
 
@@ -221,8 +222,8 @@ def test_the_next_start_goes_out_before_the_ends_settle_and_notification(
 def test_a_settle_lost_after_the_end_is_made_up_once_by_the_sweep(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accounts import services as credit_services
     from accounts.models import JobEfficiency, LedgerEntry, Notification
+    from credits import services as credit_services
 
     running, waiting = fill_cluster(alice, waiting=1)
     ended = running[0]
@@ -258,8 +259,8 @@ def test_a_settle_lost_after_the_end_is_made_up_once_by_the_sweep(
 def test_the_sweep_leaves_a_job_settled_at_its_end_alone(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any
 ) -> None:
-    from accounts import services as credit_services
     from accounts.models import LedgerEntry
+    from credits import services as credit_services
 
     running, _waiting = fill_cluster(alice, waiting=0)
     an_hour_ago = timezone.now() - timedelta(hours=1)

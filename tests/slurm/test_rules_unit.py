@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from accounts.models import CreditAccount, LedgerEntry
-from accounts.services import credits_charge_running_jobs, ledger_post
+from accounts.services import ledger_post
+from credits.services import credits_charge_running_jobs
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 from slurm.accounting import (
     accounting_reconcile,

@@ -15,8 +15,8 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from accounts.auth import request_user
+from approvals import services as approvals
 from core.errors import DomainError
-from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, PriorityGrant
 
 

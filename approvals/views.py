@@ -20,12 +20,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
 from accounts.models import CreditPolicy, User
+from approvals import services as approvals
 from core.errors import DomainError, text_too_long
 from core.form_pages import form_page_status
-from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant
 
-# --- Forms: input checks only; the rules live in jobqueue.approvals ----------------
+# --- Forms: input checks only; the rules live in approvals.services ----------------
 
 
 class GrantApplyForm(forms.Form):

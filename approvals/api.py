@@ -12,8 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.auth import request_user
+from approvals import services as approvals
 from core.api_params import choices_param, choices_schema_param
-from jobqueue import approvals
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 

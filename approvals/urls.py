@@ -1,8 +1,8 @@
-"""Approval pages, mounted under /jobs/ by jobqueue/urls.py."""
+"""Approval pages, mounted under /jobs/ by labportal/urls.py."""
 
 from django.urls import path
 
-from jobqueue import approval_views
+from approvals import views as approval_views
 
 urlpatterns = [
     path("grants/apply/", approval_views.grant_apply, name="grant_apply"),

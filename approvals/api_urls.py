@@ -2,7 +2,7 @@
 
 from rest_framework.routers import SimpleRouter
 
-from jobqueue.approval_api import EmergencyViewSet, GrantViewSet
+from approvals.api import EmergencyViewSet, GrantViewSet
 
 router = SimpleRouter()
 router.register("grants", GrantViewSet, basename="grant")
