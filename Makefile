@@ -47,22 +47,22 @@ typecheck: install
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/labportal
 BENCH_BROKER_URL ?= redis://127.0.0.1:6379/0
 bench: install
-	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --quality --held-out --sim-speed
-	$(PY) -m scheduler.bench_shape
-	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench
-	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting
+	$(PY) -m benchmarks.scheduler --pending 10000 --gpus 1024 --reservations 200 --quality --held-out --sim-speed
+	$(PY) -m benchmarks.scheduler_shape
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.portal
+	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.telemetry
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.alerts
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting
 
 bench-json: install
-	$(PY) -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json
-	$(PY) -m scheduler.bench_shape --json
-	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m labportal.bench --json
-	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m telemetry.bench --json
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m alerts.bench --json
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench --json
-	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m slurm.bench_accounting --json
+	$(PY) -m benchmarks.scheduler --pending 10000 --gpus 1024 --reservations 200 --json
+	$(PY) -m benchmarks.scheduler_shape --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.portal --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.telemetry --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.alerts --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

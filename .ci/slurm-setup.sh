@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Slurm tests' packages: Debian's Slurm 22.05 (slurmctld, slurmd, slurmdbd, slurmrestd
 # with JWT), munge and MariaDB for accounting. Installs only what is missing; the tests start
-# private instances of each in a temporary directory (slurm/local.py), never the system's.
+# private instances of each in a temporary directory (benchmarks/local_slurm.py), never the system's.
 set -euo pipefail
 need=()
 command -v slurmctld >/dev/null || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)

@@ -7,6 +7,7 @@ DEBUG=false, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and CELERY_BROKER_URL.
 
 from __future__ import annotations
 
+import importlib.util
 from datetime import timedelta
 from pathlib import Path
 
@@ -100,6 +101,10 @@ LOCAL_APPS = [
     "scheduling",
     "slurm",
 ]
+# The demo lab's commands (seed_demo, seed_demo_history, rundemo): a checkout has the
+# demo/ package, the installed wheel does not ship it.
+if importlib.util.find_spec("demo") is not None:
+    LOCAL_APPS.append("demo")
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
 MIDDLEWARE = [

@@ -4,8 +4,6 @@ lists only shrink. Empty lists are the goal (docs/architecture.md)."""
 
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        ("alerts.bench", "labportal.bench"),
-        ("alerts.bench", "labportal.celery"),
         ("cluster.services", "jobqueue.executor"),
         ("cluster.services", "jobqueue.models"),
         ("cluster.services", "jobqueue.services"),
@@ -18,13 +16,7 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         ("jobqueue.services", "scheduling.dispatch"),
         ("jobqueue.views", "alerts.selectors"),
         ("jobqueue.views", "slurm.models"),
-        ("labportal.bench", "agent.gpu.simulated"),
-        ("labportal.management.commands.seed_demo", "agent.gpu.simulated"),
-        ("reports.bench", "labportal.bench"),
         ("scheduling.dispatch", "labportal.celery"),
-        ("slurm.bench", "labportal.bench"),
-        ("slurm.bench_accounting", "labportal.bench"),
-        ("telemetry.bench", "labportal.bench"),
         ("telemetry.metrics", "labportal.backups"),
         ("telemetry.services", "slurm.models"),
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.bench import main as bench_main
+from benchmarks.scheduler import main as bench_main
 from scheduler.simulate import POLICIES, main, round_up_to_standard_limit, simulate
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba2023_openb_gpu.csv"
@@ -103,7 +103,7 @@ def test_a_missing_trace_is_a_usage_error_that_names_it(
 def test_the_bench_finds_the_shared_trace_from_any_working_directory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from scheduler.bench import DEFAULT_TRACE
+    from benchmarks.scheduler import DEFAULT_TRACE
 
     monkeypatch.chdir(tmp_path)
     assert DEFAULT_TRACE.resolve() == TRACE.resolve()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from slurm.local import LocalSlurm, Ports
+from benchmarks.local_slurm import LocalSlurm, Ports
 from tests.conftest import require_in_ci
 
 # Members' unix users in the tests: system users every Debian machine has, so the tests

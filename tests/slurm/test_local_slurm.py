@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.local_slurm import LocalSlurm
 from slurm.cli import RestClient
-from slurm.local import LocalSlurm
 
 pytestmark = pytest.mark.slurm
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from accounts.models import LedgerEntry
 from accounts.services import ledger_post
+from benchmarks.local_slurm import LocalSlurm
 from cluster.models import Gpu
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 from jobqueue.services import job_submit
@@ -22,7 +23,6 @@ from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin
 from slurm.cli import CommandsClient, JobInfo
-from slurm.local import LocalSlurm
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import slurm_policy_sync
 from slurm.reservations import slurm_reservations_sync

@@ -552,7 +552,7 @@ def test_the_private_slurm_runs_its_commands_in_a_folder_every_member_may_enter(
     import shutil
     import subprocess
 
-    from slurm.local import LocalSlurm
+    from benchmarks.local_slurm import LocalSlurm
 
     seen: dict[str, object] = {}
 
@@ -560,7 +560,7 @@ def test_the_private_slurm_runs_its_commands_in_a_folder_every_member_may_enter(
         seen.update(kwargs)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr("slurm.local._which", lambda name: name)
+    monkeypatch.setattr("benchmarks.local_slurm._which", lambda name: name)
     monkeypatch.setattr(subprocess, "run", run)
     slurm = LocalSlurm()
     try:

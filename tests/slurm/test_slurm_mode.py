@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.local_slurm import LocalSlurm
 from cluster.models import Node
 from jobqueue.models import Job
-from slurm.local import LocalSlurm
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
 from slurm.services import slurm_inventory_sync, slurm_jobs_sync
 from tests.conftest import api_as

@@ -1,6 +1,6 @@
 """Benchmark: one reconciliation pass of Slurm accounting holding 10,000 jobs.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m slurm.bench_accounting
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m benchmarks.slurm_accounting
 
 It creates (and afterwards drops) a database ``<name>_acctbench`` next to the one in
 DATABASE_URL, with 100 members (95 with a unix login; the other 5 unix users are
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from labportal.bench import (
+    from benchmarks.portal import (
         bench_database_url,
         production_settings_environment,
         recreate_database,
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
         print(
-            "slurm.bench_accounting needs PostgreSQL: set DATABASE_URL=postgres://…",
+            "benchmarks.slurm_accounting needs PostgreSQL: set DATABASE_URL=postgres://…",
             file=sys.stderr,
         )
         return 2

@@ -1,11 +1,11 @@
 """In-process CPU per API submit: POST /api/jobs/ with a token, through Django's whole stack.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal \\
-    python -m labportal.bench_submit [--submits 300] [--rounds 3] [--profile N] [--queries]
+    python -m benchmarks.portal_submit [--submits 300] [--rounds 3] [--profile N] [--queries]
 
 It creates (and afterwards drops) a database `<name>_bench_submit` next to the one in
 DATABASE_URL, with production settings (DEBUG=false), and sends the bench's submit
-(labportal.bench) through Django's test client, which runs every middleware, DRF's
+(benchmarks.portal) through Django's test client, which runs every middleware, DRF's
 authentication, the view, job_submit and the rendering, but no socket and no web
 server. It prints the process CPU time per submit of each round (the best is the
 least disturbed by other work on the machine), the SQL statements of one submit, and,
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from labportal.bench import bench_database_url, recreate_database, seed_member
+from benchmarks.portal import bench_database_url, recreate_database, seed_member
 
 PAYLOAD = {
     "image": "labportal/demo:local",
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
-        print("labportal.bench_submit needs DATABASE_URL=postgres://…", file=sys.stderr)
+        print("benchmarks.portal_submit needs DATABASE_URL=postgres://…", file=sys.stderr)
         return 2
     url, admin, name = bench_database_url(source, "bench_submit")
     recreate_database(admin, name)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _seed() -> str:
-    """The bench's lab (labportal.bench._seed): a member with a token, an image, 4 GPUs."""
+    """The bench's lab (benchmarks.portal._seed): a member with a token, an image, 4 GPUs."""
     from cluster.models import Gpu, Node
 
     secret = seed_member()

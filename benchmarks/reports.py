@@ -1,6 +1,6 @@
 """Reports benchmarks: the usage report of a year, and a what-if replay of a quarter.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m reports.bench --json
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m benchmarks.reports --json
 
 It creates (and afterwards drops) a database `<name>_bench` next to the one in
 DATABASE_URL and fills it with a made-up year of a 64-GPU lab (8 nodes of 8 GPUs,
@@ -37,7 +37,7 @@ from html import unescape
 from pathlib import Path
 from typing import Any
 
-from labportal.bench import bench_database_url, recreate_database
+from benchmarks.portal import bench_database_url, recreate_database
 
 NODES, PER_NODE = 8, 8
 LOAD_SCALE = 0.68  # run times × this: the year's offered load is about 69% of the GPUs
@@ -295,7 +295,8 @@ def _timed(call: Any, repeat: int) -> float:
 def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
     """The year report's and page's figures of commit `ref`, measured by this bench on
     this (kept) database: a `git archive` of it in a temporary folder with this file as its
-    reports/bench.py, run by this Python."""
+    benchmarks/reports.py (and this checkout's benchmarks/portal.py, whose database helpers
+    it uses: an older commit may have no benchmarks/), run by this Python."""
     import subprocess
     import tempfile
 
@@ -322,10 +323,13 @@ def _baseline(ref: str, bench_url: str, repeat: int) -> dict[str, Any]:
         archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
         # The same measurements of both: this bench, run on the older commit's code.
-        Path(tree, "reports", "bench.py").write_text(Path(__file__).read_text())
+        here = Path(__file__).resolve().parent
+        Path(tree, "benchmarks").mkdir(exist_ok=True)
+        for name in ("__init__.py", "portal.py", "reports.py"):
+            Path(tree, "benchmarks", name).write_text((here / name).read_text())
         # Its DATABASE_URL names the kept database's base name: it appends "_bench" itself.
         env = {**os.environ, "DATABASE_URL": bench_url.removesuffix("_bench")}
-        command = [sys.executable, "-m", "reports.bench", "--keep", "--no-replay", "--json"]
+        command = [sys.executable, "-m", "benchmarks.reports", "--keep", "--no-replay", "--json"]
         done = subprocess.run(
             [*command, "--repeat", str(repeat)],
             cwd=tree,
@@ -462,7 +466,7 @@ def _page_timings(staff: Any, period: Any, repeat: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reports", description=__doc__)
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
@@ -485,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
-        sys.exit("reports.bench needs DATABASE_URL=postgres://… (the 2 s target is for PostgreSQL)")
+        sys.exit(
+            "benchmarks.reports needs DATABASE_URL=postgres://… (the 2 s target is for PostgreSQL)"
+        )
     bench_url, admin_url, bench_name = bench_database_url(url)
     reuse = args.keep and _filled(admin_url, bench_name)
     if not reuse:

@@ -2,12 +2,12 @@
 
 1. Submit throughput: jobs per second through the portal's API in Slurm mode (validation,
    the job row, a JWT, slurmrestd, the Slurm job row), against plain ``sbatch`` and against
-   slurmrestd called directly, on the same private Slurm (slurm.local). The partition is
+   slurmrestd called directly, on the same private Slurm (benchmarks.local_slurm). The partition is
    down, so every job stays pending and nothing else competes for the CPUs.
 2. Reconciliation: one sync pass over 10,000 Slurm jobs (scripted answers, no Slurm
    needed): the first pass records them all, the second finds nothing to change.
 
-    python -m slurm.bench [--jobs 200] [--sync-jobs 10000] [--json]
+    python -m benchmarks.slurm [--jobs 200] [--sync-jobs 10000] [--json]
 
 Without Slurm installed (or not root) the submit figures print "not measured".
 Ports: LABPORTAL_BENCH_SLURM_PORT_BASE (4 in a row, default 8815). The portal's
@@ -31,7 +31,7 @@ def _django(var_dir: str) -> tuple[str, str] | None:
     source = os.environ.get("DATABASE_URL", "")
     dropped: tuple[str, str] | None = None
     if source.startswith("postgres"):
-        from labportal.bench import bench_database_url, recreate_database
+        from benchmarks.portal import bench_database_url, recreate_database
 
         bench_url, admin_url, name = bench_database_url(source, "slurmbench")
         recreate_database(admin_url, name)
@@ -61,9 +61,9 @@ def _submit_figures(jobs: int) -> dict[str, Any]:
     from rest_framework.test import APIClient
 
     from accounts.models import User
+    from benchmarks.local_slurm import LocalSlurm, Ports
     from jobqueue.models import ContainerImage, Queue
     from slurm.cli import RestClient, SubmitRequest
-    from slurm.local import LocalSlurm, Ports
     from slurm.models import QueueMapping, SlurmJob, UnixLogin
     from slurm.services import slurm_inventory_sync
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from slurm.local import LocalSlurm
+    from benchmarks.local_slurm import LocalSlurm
 
     var_dir = tempfile.mkdtemp(prefix="labportal-slurmbench-")
     dropped = _django(var_dir)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
         connection.close()
         if dropped:
-            from labportal.bench import recreate_database
+            from benchmarks.portal import recreate_database
 
             recreate_database(*dropped, drop_only=True)
     if args.json:

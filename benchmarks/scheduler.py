@@ -1,6 +1,6 @@
 """Engine benchmarks: the cost of one full pass, and (``--quality``) the trace quality.
 
-``python -m scheduler.bench --pending 10000 --gpus 1024 --reservations 200 --json``
+``python -m benchmarks.scheduler --pending 10000 --gpus 1024 --reservations 200 --json``
 
 A pass is one ``plan()`` call with everything on: ordering, limits, placement, EASY
 backfill and estimated starts for every pending job. The synthetic cluster is busy
@@ -207,7 +207,7 @@ def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point: speed for several sizes, then optionally quality."""
     parser = argparse.ArgumentParser(
-        prog="python -m scheduler.bench",
+        prog="python -m benchmarks.scheduler",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

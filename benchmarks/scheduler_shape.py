@@ -6,7 +6,7 @@ owner's last ``history`` commands with the backtracking pattern
 ``(?:[\\w.-]*/)+[\\w.-]*``. Today a submit shapes its own command once, with the linear
 patterns of ``scheduler.predict``, and matches history by the stored key.
 
-    python -m scheduler.bench_shape [--json]
+    python -m benchmarks.scheduler_shape [--json]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: one evaluation of every alert rule over 1,024 GPUs and 2,000 running jobs.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m alerts.bench --json
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal python -m benchmarks.alerts --json
 
 It creates (and afterwards drops) a database `<name>_alertsbench` next to the one
 in DATABASE_URL and fills it like a department: 1,024 GPUs on 128 nodes, 600 jobs on
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="measure the kept database again")
     args = parser.parse_args(argv)
 
-    from labportal.bench import (
+    from benchmarks.portal import (
         bench_database_url,
         production_settings_environment,
         recreate_database,
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
-        print("alerts.bench needs PostgreSQL: set DATABASE_URL=postgres://…", file=sys.stderr)
+        print("benchmarks.alerts needs PostgreSQL: set DATABASE_URL=postgres://…", file=sys.stderr)
         return 2
     bench_url, admin_url, name = bench_database_url(source, "alertsbench")
     if not args.reuse:

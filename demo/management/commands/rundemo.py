@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from demo.management.commands.seed_demo import DEMO_PASSWORD
 from labportal.devstack import Stack, wait_for_port
-from labportal.management.commands.seed_demo import DEMO_PASSWORD
 
 
 class Command(BaseCommand):

@@ -1,11 +1,11 @@
 """`make bench`: each LabPortal target with its anchor measured in the same run.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal \\
-    CELERY_BROKER_URL=redis://127.0.0.1:6379/0 python -m labportal.bench [--json]
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/0 python -m benchmarks.portal [--json]
 
 It creates (and afterwards drops) a database `<name>_bench` next to the one in
 DATABASE_URL and serves the portal with gunicorn (production settings). When
-Slurm is installed it first starts a private one (slurm.local: one
+Slurm is installed it first starts a private one (benchmarks.local_slurm: one
 node, Gres=gpu:4) and runs the same workloads on it; otherwise every Slurm
 column says "not measured". Then, for the portal:
 
@@ -16,7 +16,7 @@ column says "not measured". Then, for the portal:
   4 simulated GPUs and the local-process runtime): p50/p95/max; anchor: sbatch;
 - makespan of 500 × `sleep 1`, 1 GPU each, on those 4 GPUs, against the ideal
   (jobs × length / 4) and a Slurm job array; jobs that did not complete are counted;
-- a big lab's database (labportal.bench_load): a scheduling pass with 2,000
+- a big lab's database (benchmarks.portal_load): a scheduling pass with 2,000
   waiting, each page's CPU cost and SQL count, pages under 20 concurrent clients,
   and telemetry ingest against a bare bulk insert of the same rows.
 """
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     source = os.environ.get("DATABASE_URL", "")
     if not source.startswith("postgres"):
         print(
-            "labportal.bench needs PostgreSQL: set DATABASE_URL=postgres://… (it creates its own _bench database).",
+            "benchmarks.portal needs PostgreSQL: set DATABASE_URL=postgres://… (it creates its own _bench database).",
             file=sys.stderr,
         )
         return 2
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
-    from labportal import bench_load
+    from benchmarks import portal_load
     from labportal.devstack import Stack, free_port, wait_for_port
 
     call_command("migrate", verbosity=0)
@@ -276,20 +276,20 @@ def main(argv: list[str] | None = None) -> int:
             return _report(results, args)
 
         began = time.perf_counter()
-        lab = bench_load.big_lab(finished=args.finished_jobs, samples=args.samples)
+        lab = portal_load.big_lab(finished=args.finished_jobs, samples=args.samples)
         portal["big_database_s"] = round(time.perf_counter() - began, 1)
-        portal["pass"] = bench_load.pass_times()
-        portal["page_cost"] = bench_load.page_costs(lab["members"])
+        portal["pass"] = portal_load.pass_times()
+        portal["page_cost"] = portal_load.page_costs(lab["members"])
         port = free_port()
         stack.web(port, workers=args.web_workers)
         wait_for_port(port)
-        portal["pages_under_load"] = bench_load.page_load(
+        portal["pages_under_load"] = portal_load.page_load(
             f"http://127.0.0.1:{port}",
             lab["members"],
             clients=args.page_clients,
             seconds=args.page_seconds,
         )
-        portal["ingest"] = bench_load.ingest_rates()
+        portal["ingest"] = portal_load.ingest_rates()
     finally:
         stack.stop()
         from django.db import connections
@@ -309,7 +309,7 @@ def _report(results: dict[str, Any], args: argparse.Namespace) -> int:
 
 def _slurm_anchor(args: argparse.Namespace) -> dict[str, Any]:
     """The same workloads on a private Slurm, or why it was not measured."""
-    from slurm.local import LocalSlurm, summary
+    from benchmarks.local_slurm import LocalSlurm, summary
 
     missing = "skipped with --no-slurm" if args.no_slurm else LocalSlurm.missing()
     if missing:
@@ -590,7 +590,7 @@ def _time_to_start(stack: Any, base: str, session: Any, count: int) -> dict[str,
                     f"job {job_id} did not start within 60 s:\n{stack.tail('control')}"
                 )
             time.sleep(0.02)
-    from slurm.local import summary
+    from benchmarks.local_slurm import summary
 
     time.sleep(1)  # let the last one end: the next figure starts on an idle cluster
     return {**summary(waits), "jobs": len(waits)}

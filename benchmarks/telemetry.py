@@ -1,7 +1,7 @@
 """Telemetry benchmarks on PostgreSQL: ingest, rollup, /metrics and the chart endpoint.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/labportal CACHE_URL=redis://127.0.0.1:6379/0 \
-        python -m telemetry.bench [--json] [--only ingest|rollup|metrics|chart]
+        python -m benchmarks.telemetry [--json] [--only ingest|rollup|metrics|chart]
 
 It creates (and afterwards drops) a database `<name>_telemetry_bench` next to the one in
 DATABASE_URL, and measures, each against a baseline taken in the same run:
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from labportal.bench import bench_database_url, recreate_database
+from benchmarks.portal import bench_database_url, recreate_database
 
 GPUS_PER_NODE = 8
 
@@ -369,13 +369,13 @@ def main(argv: list[str] | None = None) -> int:
 
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
-        print("telemetry.bench needs DATABASE_URL=postgres://…", file=sys.stderr)
+        print("benchmarks.telemetry needs DATABASE_URL=postgres://…", file=sys.stderr)
         return 2
     cache_url = os.environ.get("CACHE_URL") or os.environ.get("CELERY_BROKER_URL", "")
     if "ingest" in wanted and not cache_url.startswith(("redis://", "rediss://")):
         # Report nonces go to the shared cache; production's is Redis, the demo's a file.
         print(
-            "telemetry.bench: ingest without CACHE_URL=redis://… measures the demo's file cache",
+            "benchmarks.telemetry: ingest without CACHE_URL=redis://… measures the demo's file cache",
             file=sys.stderr,
         )
     bench_url, admin_url, name = bench_database_url(url, "telemetry_bench")
