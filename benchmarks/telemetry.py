@@ -73,8 +73,8 @@ def _lab(gpus: int) -> list[Any]:
 def bench_ingest(samples_total: int) -> dict[str, Any]:
     """Samples per second through the real ingest task, and through a bare bulk_create."""
     from cluster.models import Gpu, NodeToken
-    from cluster.tasks import samples_ingest
     from telemetry.models import GpuSample
+    from telemetry.tasks import samples_ingest
 
     nodes = _lab(1024)
     secrets = {node.name: NodeToken.issue(node_name=node.name)[1] for node in nodes}

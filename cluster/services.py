@@ -18,19 +18,17 @@ from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from cluster import selectors
+from cluster import signals
 from cluster.errors import SlotsRefused
 from cluster.models import ControlClock, Gpu, Node, RejectedMessage
 from cluster.protocol import (
-    MAX_LOG_CHARS,
     MAX_NODE_NAME_CHARS,
     MessageRefused,
     RegisterInfo,
     db_text,
     heartbeat_parse,
-    job_event_parse,
-    job_id_parse,
 )
+from core.executors import portal_schedules
 
 log = logging.getLogger(__name__)
 
@@ -272,13 +270,10 @@ def node_heartbeat_record(*, node_name: str, info: object) -> None:
         log.info("node %s is back after a silence", node.name)
     # Refused after the liveness is recorded: a bad job list does not make the node silent.
     heartbeat = heartbeat_parse(info)
-    from jobqueue.executor import portal_schedules
-
     # In Slurm mode the agent only monitors: Slurm, not the node's job list, says what runs.
     if heartbeat.running_job_ids is not None and portal_schedules():
-        from jobqueue.services import jobs_reconcile_with_node
-
-        jobs_reconcile_with_node(
+        signals.node_reported_jobs.send(
+            sender=Node,
             node_id=node.pk,
             running_ids=heartbeat.running_job_ids,
             starting_ids=heartbeat.starting_job_ids,
@@ -303,8 +298,6 @@ def nodes_check_liveness(*, now: datetime | None = None) -> LivenessReport:
     """
     now = now or timezone.now()
     report = LivenessReport()
-    from jobqueue.executor import portal_schedules
-
     if not portal_schedules():  # Slurm mode: node states come from Slurm (inventory sync)
         return report
     gap = timedelta(seconds=2 * settings.LABPORTAL_LIVENESS_CHECK_S + 5)
@@ -353,8 +346,6 @@ def _node_jobs_declare_lost(
     )
     if not claimed:
         return None
-    from jobqueue.services import jobs_mark_lost_on_node
-
     if last_heartbeat is None:
         reason = gettext("Node %(node)s never sent a heartbeat.") % {"node": name}
     else:
@@ -362,42 +353,13 @@ def _node_jobs_declare_lost(
             "node": name,
             "since": last_heartbeat.strftime("%Y-%m-%d %H:%M:%S %Z"),
         }
-    lost = jobs_mark_lost_on_node(node_id=node_id, reason=reason)
+    answers = signals.node_jobs_lost.send(sender=Node, node_id=node_id, reason=reason)
+    lost = sum(count for _receiver, count in answers if isinstance(count, int))
     log.warning("node %s down past its grace period: %s job(s) marked lost", name, lost)
     return lost
 
 
-def job_event_accept(*, node_name: str, event: object) -> None:
-    """Pass a job event on to the job queue, if the job is one this node was given.
-
-    One query asks both (a job's end is on its way to the next job's start); the node's
-    own row is read only to say why an event is refused.
-    """
-    clean = job_event_parse(event)
-    if not selectors.job_is_on_named_node(job_id=clean["job_id"], node_name=node_name):
-        _node_known(node_name=node_name)
-        raise MessageRefused(
-            RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {clean['job_id']} ({clean['kind']})"
-        )
-    from jobqueue.services import job_event_apply
-
-    job_event_apply(node_name=node_name, event=clean)
-
-
-def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:
-    """Store a job's log text, if the job is one this node was given; keeps the last 1 MB."""
-    checked_id = job_id_parse(job_id)
-    if not isinstance(text, str):
-        raise MessageRefused(RejectedMessage.Reason.MALFORMED, "text must be a string")
-    node = _node_known(node_name=node_name)
-    if not selectors.job_is_on_node(job_id=checked_id, node_id=node.pk):
-        raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {checked_id} (logs)")
-    from jobqueue.services import job_logs_store
-
-    job_logs_store(job_id=checked_id, text=db_text(text[-MAX_LOG_CHARS:]))
-
-
-def _node_known(*, node_name: str) -> Node:
+def node_known(*, node_name: str) -> Node:
     # Job reports need not wait for a registration: an agent's restart reconcile may
     # report ends before the portal has processed its node_register.
     node = Node.objects.filter(name=node_name).first()
@@ -424,8 +386,6 @@ def _slot_number(uuid: str) -> int | None:
 
 def gpu_shared_slots_check(*, gpu: Gpu, slots: int) -> None:
     """Raise `SlotsRefused` if the GPU cannot be exposed as `slots` shared slots now."""
-    from jobqueue.models import Allocation
-
     if slots < 0 or slots > MAX_SHARED_SLOTS or slots == 1:
         raise SlotsRefused(
             gettext("Shared slots must be 0 (whole GPU) or 2 to %(max)d.")
@@ -435,11 +395,12 @@ def gpu_shared_slots_check(*, gpu: Gpu, slots: int) -> None:
         raise SlotsRefused(gettext("Only a whole GPU can be shared; a MIG instance cannot."))
     if slots == gpu.shared_slots:
         return
-    in_use = Allocation.objects.filter(active=True).filter(
-        models.Q(gpu=gpu) | models.Q(gpu__parent=gpu, gpu__kind=Gpu.Kind.SLOT)
+    # The job queue's allocations, through their reverse relation (cluster imports nothing above).
+    in_use = Gpu.objects.filter(
+        models.Q(pk=gpu.pk) | models.Q(parent=gpu, kind=Gpu.Kind.SLOT), allocations__active=True
     )
     if in_use.exists():
-        jobs = sorted(set(in_use.values_list("job_id", flat=True)))
+        jobs = sorted(set(in_use.values_list("allocations__job_id", flat=True)))
         raise SlotsRefused(
             gettext(
                 "%(gpu)s is in use by job(s) %(jobs)s; change its shared slots when it is free "
@@ -456,8 +417,6 @@ def gpu_set_shared_slots(*, gpu_id: int, slots: int) -> Gpu:
     Slots keep their UUIDs across changes. A slot that goes away is deleted, or
     marked missing when past jobs ran on it (their history keeps pointing at it).
     """
-    from jobqueue.models import Allocation
-
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu_id)
     gpu_shared_slots_check(gpu=gpu, slots=slots)
     gpu.shared_slots = slots
@@ -476,7 +435,7 @@ def gpu_set_shared_slots(*, gpu_id: int, slots: int) -> Gpu:
         slot.memory_mb, slot.state = share_mb, state
         slot.save()
     for slot in existing.values():
-        if Allocation.objects.filter(gpu=slot).exists():
+        if slot.allocations.exists():
             slot.state = Gpu.State.MISSING
             slot.save(update_fields=["state"])
         else:

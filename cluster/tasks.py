@@ -156,7 +156,7 @@ def _apply_failed(message: str, node_name: str, exc: Exception) -> MessageRefuse
     )
 
 
-def _report(
+def report_accept(
     task: Any,
     message: str,
     node_name: object,
@@ -189,12 +189,12 @@ def _retry_horizon_left(task: Any, token: object) -> bool:
 @shared_task(
     name="control.node_register",
     bind=True,
-    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see report_accept)
     time_limit=60,
     soft_time_limit=50,
 )
 def node_register(self: Any, node_name: str, token: str, info: dict[str, Any]) -> str:
-    return _report(
+    return report_accept(
         self,
         "node_register",
         node_name,
@@ -213,67 +213,6 @@ def node_heartbeat(node_name: str, token: str, info: dict[str, Any]) -> str:
         token,
         lambda name: services.node_heartbeat_record(node_name=name, info=info),
         [info],
-    )
-
-
-@shared_task(
-    name="control.job_event",
-    bind=True,
-    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
-    time_limit=60,
-    soft_time_limit=50,
-)
-def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> str:
-    from scheduling.passes import passes_inline
-
-    # A job's end asks for a pass: it runs here, once the end is committed, so the freed
-    # GPUs get their next jobs without a further trip through the broker.
-    with passes_inline():
-        return _report(
-            self,
-            "job_event",
-            node_name,
-            token,
-            lambda name: services.job_event_accept(node_name=name, event=event),
-            [event],
-        )
-
-
-@shared_task(
-    name="control.samples_ingest",
-    bind=True,
-    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
-    time_limit=120,
-    soft_time_limit=100,
-)
-def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
-    from telemetry.services import samples_ingest as ingest
-
-    return _report(
-        self,
-        "samples_ingest",
-        node_name,
-        token,
-        lambda name: ingest(node_name=name, samples=samples),
-        [samples],
-    )
-
-
-@shared_task(
-    name="control.job_logs_report",
-    bind=True,
-    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see _report)
-    time_limit=60,
-    soft_time_limit=50,
-)
-def job_logs_report(self: Any, node_name: str, token: str, job_id: int, text: str) -> str:
-    return _report(
-        self,
-        "job_logs_report",
-        node_name,
-        token,
-        lambda name: services.job_logs_accept(node_name=name, job_id=job_id, text=text),
-        [job_id, text],
     )
 
 

@@ -12,11 +12,11 @@ lab's own plug-in, the dotted path in ``LABPORTAL_EXECUTOR_CLASS``.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django.conf import settings
-from django.utils.module_loading import import_string
+from core.executors import executor_class, portal_schedules
+
+__all__ = ["Executor", "current", "portal_schedules"]
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -48,20 +48,7 @@ class Executor(Protocol):
         """The latest output lines of the job."""
 
 
-@cache
-def _executor_class(path: str) -> type[Executor]:
-    cls: type[Executor] = import_string(path)
-    return cls
-
-
 def current() -> Executor:
     """The executor the settings name (LabPortal's agents by default)."""
-    path = (
-        settings.LABPORTAL_EXECUTOR_CLASS
-        or settings.LABPORTAL_EXECUTORS[settings.LABPORTAL_EXECUTOR]
-    )
-    return _executor_class(path)()
-
-
-def portal_schedules() -> bool:
-    return current().portal_schedules
+    instance: Executor = executor_class()()
+    return instance

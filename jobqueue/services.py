@@ -10,13 +10,11 @@ import logging
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from django.conf import settings
-from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
@@ -25,8 +23,7 @@ from django.utils.translation import gettext_noop
 
 from accounts import services as account_services
 from accounts.models import User
-from cluster.models import Gpu, Node, RejectedMessage
-from cluster.protocol import MessageRefused, db_text
+from cluster.models import Gpu, Node
 from core.durations import hours_minutes, lazy_hours_minutes
 from core.errors import DomainError
 from core.i18n import lazy_text
@@ -61,7 +58,6 @@ from jobqueue.models import (
 )
 from jobqueue.prediction import job_predict_runtime
 from jobqueue.signals import job_ended
-from scheduling import dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -511,7 +507,7 @@ def request_scheduling_pass() -> None:
 # --- Cancel, stop, requeue ---------------------------------------------------
 
 
-def _locked_job(job_id: int) -> Job:
+def job_locked(job_id: int) -> Job:
     return (
         Job.objects.select_for_update(of=("self",))
         .select_related("node", "owner", "queue")
@@ -522,7 +518,7 @@ def _locked_job(job_id: int) -> Job:
 @transaction.atomic
 def job_cancel(*, job_id: int, actor: User) -> Job:
     """Cancel a job: at once if it waits; a running one is stopped (SIGTERM, grace, SIGKILL)."""
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.owner_id != actor.pk and not actor.is_staff:
         raise NotJobOwner(_("Only the job's owner or an admin can cancel it."))
     if job.is_final:
@@ -548,7 +544,7 @@ def cancel_on_agents(job: Job, *, actor: User) -> None:
         record_event(job, "cancelled", gettext_noop("Cancelled before it started."), actor=actor)
         request_scheduling_pass()
         return
-    _request_stop(
+    stop_request_locked(
         job,
         reason="cancelled",
         message=gettext_noop("Cancel requested; stopping the container."),
@@ -569,7 +565,7 @@ def _refuse_in_slurm_mode() -> None:
 def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
     """An admin keeps a waiting job from starting (it stays in its queue) until released."""
     _refuse_in_slurm_mode()
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.state != Job.State.PENDING:
         raise InvalidTransition(
             _("Only a pending job can be held; job %(id)d is %(state)s.")
@@ -595,7 +591,7 @@ def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
 def job_release(*, job_id: int, actor: User) -> Job:
     """Let a held job compete for GPUs again, with its original place (submit time)."""
     _refuse_in_slurm_mode()
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.state != Job.State.HELD:
         raise InvalidTransition(
             _("Only a held job can be released; job %(id)d is %(state)s.")
@@ -612,10 +608,10 @@ def job_release(*, job_id: int, actor: User) -> Job:
 @transaction.atomic
 def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     """Stop a running job (SIGTERM, grace, SIGKILL); `reason` is recorded as its end reason."""
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.state not in Job.ACTIVE_STATES:
         return job
-    _request_stop(
+    stop_request_locked(
         job,
         reason=reason,
         message=gettext_noop("Stop requested: %(reason)s."),
@@ -625,7 +621,7 @@ def job_request_stop(*, job_id: int, reason: str, actor: User | None = None) -> 
     return job
 
 
-def _request_stop(
+def stop_request_locked(
     job: Job,
     *,
     reason: str,
@@ -647,10 +643,10 @@ def _request_stop(
 @transaction.atomic
 def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     """Put a preempted or lost-in-dispatch job back in its queue with its original submit time."""
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.state not in Job.ACTIVE_STATES:
         raise InvalidTransition(_("Only a running job can be requeued."))
-    _requeue(
+    requeue_locked(
         job,
         message=gettext_noop("Back in the queue: %(reason)s."),
         params={"reason": reason},
@@ -659,7 +655,7 @@ def job_requeue(*, job_id: int, reason: str, actor: User | None = None) -> Job:
     return job
 
 
-def _requeue(
+def requeue_locked(
     job: Job,
     *,
     message: str,
@@ -669,7 +665,7 @@ def _requeue(
 ) -> None:
     """Back to pending with its original submit time; everything about the last run is cleared.
     `message` is an untranslated msgid (see `record_event`)."""
-    _release(job, at)
+    allocations_release(job, at)
     job.state = Job.State.PENDING
     job.node = None
     job.started_at = job.dispatched_at = job.stop_requested_at = None
@@ -682,13 +678,13 @@ def _requeue(
     request_scheduling_pass()
 
 
-def _release(job: Job, at: datetime | None = None) -> None:
+def allocations_release(job: Job, at: datetime | None = None) -> None:
     Allocation.objects.filter(job=job, active=True).update(
         active=False, released_at=at or timezone.now()
     )
 
 
-def _finish(
+def finish_locked(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
     job.state = state
@@ -696,7 +692,7 @@ def _finish(
     job.exit_code = exit_code
     if reason:
         job.end_reason = reason
-    _release(job, at)
+    allocations_release(job, at)
     job.save()
     request_scheduling_pass()
     _after_final(job)
@@ -770,456 +766,6 @@ def _after_final(job: Job) -> None:
     job_ended.send(sender=Job, job=job)
 
 
-# --- Agent events -------------------------------------------------------------
-
-
-def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:
-    """Apply an agent's event (started / exited / start_failed). The same event twice changes nothing.
-
-    The job's row is locked first, then the event looked up: a second copy of the event
-    applied at the same time waits for the first and then finds it recorded.
-    """
-    event_id = str(event.get("event_id") or "")
-    job_id = event.get("job_id")
-    kind = event.get("kind")
-    if (
-        not event_id
-        or not isinstance(job_id, int)
-        or kind not in ("started", "exited", "start_failed")
-    ):
-        raise MessageRefused(RejectedMessage.Reason.MALFORMED, f"job event {event!r:.200}")
-    # No savepoint inside the control task's transaction (two round trips): a refusal is
-    # found before anything is written and raised once out of the block, and any other
-    # failure rolls the whole message back anyway.
-    with transaction.atomic(savepoint=False):
-        refusal = _job_event_apply(node_name, event, event_id=event_id, job_id=job_id, kind=kind)
-    if refusal is not None:
-        raise refusal
-
-
-def _job_event_apply(
-    node_name: str, event: Mapping[str, Any], *, event_id: str, job_id: int, kind: str
-) -> MessageRefused | None:
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("node", "owner")
-        .filter(pk=job_id)
-        .first()
-    )
-    if job is not None and JobEvent.objects.filter(event_id=event_id, job=job).exists():
-        # A second copy of an event already applied changes nothing, even if the job has
-        # been requeued or given to another node since the first copy arrived.
-        return None
-    if job is None or job.node is None or job.node.name != node_name:
-        # Given to another node, or requeued since: say so, never drop it.
-        return MessageRefused(
-            RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {job_id} ({kind}) is not on {node_name}"
-        )
-    try:
-        at = _event_time(event, job)
-    except MessageRefused as refused:
-        return refused
-    log_tail = db_text(str(event.get("log_tail") or "")[-LOG_TAIL_CHARS:])
-    if log_tail:
-        job.log_tail = log_tail
-    if kind == "started":
-        if job.state == Job.State.DISPATCHED:
-            job.state = Job.State.RUNNING
-            job.started_at = at
-            job.container_id = db_text(str(event.get("container_id") or ""))[:80]
-            job.queue_position = None
-            job.unreported_since = None
-            fields = ["state", "started_at", "container_id", "queue_position", "unreported_since"]
-            job.save(update_fields=fields + (["log_tail"] if log_tail else []))
-        if job.stop_requested_at is not None and job.node is not None and not job.is_final:
-            # The stop reached the node before its container existed, and found nothing.
-            dispatch.send_stop(
-                node=job.node,
-                job_id=job.pk,
-                grace_s=SchedulingPolicy.current().stop_grace_s,
-                reason=job.end_reason or "cancelled",
-            )
-        record_event(
-            job,
-            "started",
-            gettext_noop("Running on %(node)s."),
-            params={"node": node_name},
-            event_id=event_id,
-            at=at,
-            data={"container_id": job.container_id},
-        )
-        return None
-    if kind == "start_failed":
-        reason = db_text(str(event.get("reason") or _("the container could not start")))[:200]
-        record_event(
-            job,
-            "start_failed",
-            gettext_noop("Could not start: %(reason)s"),
-            params={"reason": reason},
-            event_id=event_id,
-            at=at,
-        )
-        if not job.is_final:
-            _finish(job, Job.State.FAILED, at=at, reason=reason)
-        return None
-    # exited
-    exit_code = event.get("exit_code")
-    exit_code = int(exit_code) if isinstance(exit_code, int) else None
-    record_event(
-        job,
-        "exited",
-        gettext_noop("Exited with code %(code)s."),
-        params={"code": exit_code},
-        event_id=event_id,
-        at=at,
-        data={"exit_code": exit_code},
-    )
-    if job.is_final:
-        return None
-    if job.started_at is None:
-        job.started_at = job.dispatched_at or at
-    if job.end_reason == "preempted":
-        _requeue(
-            job,
-            message=gettext_noop("Preempted and back in the queue with its original place."),
-            at=at,
-        )
-        return None
-    if job.end_reason == "timed_out":
-        state = Job.State.TIMED_OUT
-    elif job.end_reason == "cancelled":
-        state = Job.State.CANCELLED
-    elif exit_code == 0:
-        state = Job.State.COMPLETED
-    else:
-        state = Job.State.FAILED
-    _finish(job, state, at=at, exit_code=exit_code)
-    return None
-
-
-def _event_time(event: Mapping[str, Any], job: Job) -> datetime:
-    """When the event happened, clamped to the job's run: from its dispatch to now.
-
-    An agent's clock may drift a little (LABPORTAL_CLOCK_SKEW_S); an event dated
-    further outside the run is refused, since its time would charge or date the
-    job wrongly (a `started` a year ago would cost a year of credits).
-    """
-    now = timezone.now()
-    ts = event.get("ts")
-    if not isinstance(ts, int | float):
-        return now
-    at = datetime.fromtimestamp(float(ts), tz=UTC)
-    floor = job.dispatched_at or job.submitted_at
-    if job.started_at is not None and event.get("kind") == "exited":
-        floor = max(floor, job.started_at)
-    skew = timedelta(seconds=settings.LABPORTAL_CLOCK_SKEW_S)
-    if not floor - skew <= at <= now + skew:
-        raise MessageRefused(
-            RejectedMessage.Reason.BAD_TIME,
-            f"{event.get('kind')} of job {job.pk} dated {at.isoformat()}, outside its run "
-            f"({floor.isoformat()} to {now.isoformat()}); check the node's clock (NTP)",
-        )
-    return min(max(at, floor), now)
-
-
-def job_logs_store(*, job_id: int, text: str) -> None:
-    """Keep the latest tail of a job's log that its agent sent."""
-    Job.objects.filter(pk=job_id).update(log_tail=db_text(str(text)[-LOG_TAIL_CHARS:]))
-
-
-@transaction.atomic
-def jobs_mark_lost_on_node(*, node_id: int, reason: str) -> int:
-    """Jobs on a node that stayed down past the grace period become `lost` (refunded by credits)."""
-    now = timezone.now()
-    count = 0
-    for job in Job.objects.select_for_update().filter(node_id=node_id, state__in=Job.ACTIVE_STATES):
-        record_event(job, "lost", gettext_noop("Lost: %(reason)s"), params={"reason": reason})
-        _finish(job, Job.State.LOST, at=now, reason=reason)
-        count += 1
-    return count
-
-
-# --- Jobs against the node's heartbeats --------------------------------------------
-
-
-def _settle_as(job: Job) -> str:
-    """The final state of a job ended without its exit: what its stop request asked for."""
-    return Job.State.TIMED_OUT if job.end_reason == "timed_out" else Job.State.CANCELLED
-
-
-@transaction.atomic
-def jobs_reconcile_with_node(
-    *,
-    node_id: int,
-    running_ids: frozenset[int],
-    starting_ids: frozenset[int] = frozenset(),
-    now: datetime | None = None,
-) -> dict[str, list[int]]:
-    """Compare the jobs given to a node with the ones its heartbeat says it runs or starts.
-
-    A start the node has not acknowledged within LABPORTAL_START_ACK_S is sent again,
-    LABPORTAL_START_RETRIES times, then the job is requeued (or failed after
-    LABPORTAL_MAX_DISPATCHES dispatches). A job the node stops reporting for
-    LABPORTAL_JOB_UNREPORTED_GRACE_S is lost (and refunded), or, if a stop was asked,
-    ends as asked. A job the node reports running before its `started` event arrives
-    is taken as started; one that ended here but still runs is told to stop again.
-    Returns the job ids acted on, by action.
-    """
-    now = now or timezone.now()
-    acted: dict[str, list[int]] = {
-        "resent": [],
-        "requeued": [],
-        "failed": [],
-        "lost": [],
-        "ended": [],
-        "taken_as_started": [],
-        "stopped": [],
-    }
-    jobs = list(
-        Job.objects.select_for_update(of=("self",))
-        .select_related("node", "owner", "queue", "image")
-        .filter(node_id=node_id)
-        .filter(Q(state__in=Job.ACTIVE_STATES) | Q(pk__in=running_ids | starting_ids))
-    )
-    for job in jobs:
-        action = _job_reconcile(
-            job, runs=job.pk in running_ids, starts=job.pk in starting_ids, now=now
-        )
-        if action is not None:
-            acted[action].append(job.pk)
-    strays = (running_ids | starting_ids) - {job.pk for job in jobs}
-    if strays:
-        acted["stopped"].extend(_strays_stop(node_id=node_id, job_ids=strays))
-    for action, ids in acted.items():
-        if ids:
-            logger.warning("reconcile with node %s: %s %s", node_id, action, ids)
-    return acted
-
-
-def _reports_agree(job: Job, agree: bool, now: datetime) -> None:
-    """Note whether the node's report agrees with the job's state; only changes are written."""
-    since = None if agree else (job.unreported_since or now)
-    if since != job.unreported_since:
-        job.unreported_since = since
-        job.save(update_fields=["unreported_since"])
-
-
-def _job_reconcile(job: Job, *, runs: bool, starts: bool, now: datetime) -> str | None:
-    """One job of `jobs_reconcile_with_node`; returns what was done, if anything."""
-    assert job.node is not None
-    grace = timedelta(seconds=settings.LABPORTAL_JOB_UNREPORTED_GRACE_S)
-    overdue = job.unreported_since is not None and now - job.unreported_since >= grace
-    if job.state not in Job.ACTIVE_STATES:
-        # Ended here (cancelled, lost, forced) while its container still runs: stop it,
-        # again every grace period while the node keeps reporting it.
-        if not job.is_final or (job.unreported_since is not None and not overdue):
-            return None
-        job.unreported_since = now
-        job.save(update_fields=["unreported_since"])
-        dispatch.send_stop(
-            node=job.node,
-            job_id=job.pk,
-            grace_s=SchedulingPolicy.current().stop_grace_s,
-            reason=job.end_reason or "ended",
-        )
-        return "stopped"
-    if job.state == Job.State.RUNNING and runs:
-        _reports_agree(job, True, now)
-        return None
-    if job.state == Job.State.DISPATCHED and runs:
-        # Its "started" event is in flight, or was lost: believe the node after the grace.
-        if not overdue:
-            _reports_agree(job, False, now)
-            return None
-        job.state = Job.State.RUNNING
-        job.started_at = job.unreported_since
-        job.queue_position = None
-        job.unreported_since = None
-        job.save()
-        record_event(
-            job,
-            "started",
-            gettext_noop(
-                "Running on %(node)s (its node reports it; the start event never arrived)."
-            ),
-            params={"node": job.node.name},
-            at=job.started_at,
-        )
-        return "taken_as_started"
-    if job.state == Job.State.DISPATCHED and starts:
-        _reports_agree(job, True, now)
-        return None
-    # The node has no such job.
-    if job.state == Job.State.RUNNING or job.stop_requested_at is not None:
-        if not overdue:
-            _reports_agree(job, False, now)
-            return None
-        gone_at = job.unreported_since or now
-        if job.stop_requested_at is not None and job.end_reason == "preempted":
-            _requeue(
-                job, message=gettext_noop("Back in the queue: its node no longer has it."), at=now
-            )
-            return "requeued"
-        if job.stop_requested_at is not None:
-            record_event(
-                job,
-                "ended",
-                gettext_noop("Ended: its node no longer has it, and a stop was asked."),
-            )
-            _finish(job, _settle_as(job), at=max(gone_at, job.started_at or gone_at))
-            return "ended"
-        lost_msgid = gettext_noop(
-            "Node %(node)s no longer runs it, and its end was never received."
-        )
-        reason = lost_msgid % {"node": job.node.name}
-        record_event(job, "lost", lost_msgid, params={"node": job.node.name})
-        _finish(job, Job.State.LOST, at=gone_at, reason=reason)
-        return "lost"
-    # Dispatched, and the node has neither started it nor is starting it: the start was lost.
-    sent = job.start_sent_at or job.dispatched_at or now
-    if now - sent < timedelta(seconds=settings.LABPORTAL_START_ACK_S):
-        return None
-    if job.start_resends < settings.LABPORTAL_START_RETRIES:
-        _start_resend(job, now=now)
-        return "resent"
-    if job.dispatch_count < settings.LABPORTAL_MAX_DISPATCHES:
-        _requeue(
-            job,
-            message=gettext_noop("Back in the queue: node %(node)s never acknowledged its start."),
-            params={"node": job.node.name},
-            at=now,
-        )
-        return "requeued"
-    reason = _(
-        "It was sent to a node %(n)d times and never started; ask an admin to check the nodes."
-    ) % {"n": job.dispatch_count}
-    record_event(job, "start_failed", reason)
-    _finish(job, Job.State.FAILED, at=now, reason=reason[:200])
-    return "failed"
-
-
-def _strays_stop(*, node_id: int, job_ids: frozenset[int]) -> list[int]:
-    """Stop containers of jobs that are not this node's (a start that arrived after a requeue).
-
-    Each is told once per stop grace (the cache remembers), not on every heartbeat.
-    """
-    node = Node.objects.get(pk=node_id)
-    grace = SchedulingPolicy.current().stop_grace_s
-    stopped = []
-    for job_id in sorted(job_ids):
-        if cache.add(f"labportal:stray-stop:{node_id}:{job_id}", 1, timeout=grace + 30):
-            dispatch.send_stop(node=node, job_id=job_id, grace_s=grace, reason="not_on_node")
-            stopped.append(job_id)
-    return stopped
-
-
-def _start_resend(job: Job, *, now: datetime) -> None:
-    assert job.node is not None
-    gpus = [a.gpu for a in job.allocations.filter(active=True).select_related("gpu__parent", "gpu")]
-    job.start_resends += 1
-    job.start_sent_at = now
-    job.save(update_fields=["start_resends", "start_sent_at"])
-    record_event(
-        job,
-        "start_resent",
-        gettext_noop(
-            "Node %(node)s has not acknowledged the start; sent it again (%(n)d of %(max)d)."
-        ),
-        params={
-            "node": job.node.name,
-            "n": job.start_resends,
-            "max": settings.LABPORTAL_START_RETRIES,
-        },
-    )
-    dispatch.send_start(node=job.node, spec=dispatch.start_spec(job, gpus))
-
-
-# --- Stops that are not confirmed, and the last resort -------------------------------
-
-
-def jobs_escalate_stops(*, now: datetime | None = None) -> dict[str, int]:
-    """Re-send stops the node has not confirmed; after LABPORTAL_STOP_RETRIES, end the job here.
-
-    A stop is due to be confirmed (by the job's `exited` event) the stop grace plus
-    LABPORTAL_STOP_CONFIRM_S after it was sent. A job that has no node any more
-    cannot be stopped at all and is ended at once.
-    """
-    now = now or timezone.now()
-    policy = SchedulingPolicy.current()
-    wait = timedelta(seconds=policy.stop_grace_s + settings.LABPORTAL_STOP_CONFIRM_S)
-    resent = ended = 0
-    asked = Job.objects.filter(state__in=Job.ACTIVE_STATES).filter(
-        Q(stop_requested_at__isnull=False) | Q(node__isnull=True)
-    )
-    for job_id, node_id, asked_at, sent_at in asked.values_list(
-        "id", "node_id", "stop_requested_at", "stop_sent_at"
-    ):
-        last = sent_at or asked_at
-        if node_id is not None and last is not None and now - last < wait:
-            continue
-        try:
-            if _stop_escalate(job_id=job_id, now=now, wait=wait):
-                ended += 1
-            else:
-                resent += 1
-        except Exception:  # one job's failure must not stop the others; the next beat retries
-            logger.exception("could not escalate the stop of job %s", job_id)
-    return {"stops_resent": resent, "ended_unconfirmed": ended}
-
-
-@transaction.atomic
-def _stop_escalate(*, job_id: int, now: datetime, wait: timedelta) -> bool:
-    """One step for one job; True if it ended the job."""
-    job = _locked_job(job_id)
-    if job.state not in Job.ACTIVE_STATES:
-        return False
-    if job.node is None:
-        reason = gettext_noop("Its node was removed from the portal.")
-        record_event(job, "lost", reason)
-        _finish(job, Job.State.LOST, at=now, reason=reason)
-        return True
-    last = job.stop_sent_at or job.stop_requested_at
-    if last is None or now - last < wait:
-        return False  # confirmed or re-sent meanwhile
-    if job.stop_resends < settings.LABPORTAL_STOP_RETRIES:
-        job.stop_resends += 1
-        job.stop_sent_at = now
-        job.save(update_fields=["stop_resends", "stop_sent_at"])
-        record_event(
-            job,
-            "stop_resent",
-            gettext_noop(
-                "Node %(node)s has not confirmed the stop; sent it again (%(n)d of %(max)d)."
-            ),
-            params={
-                "node": job.node.name,
-                "n": job.stop_resends,
-                "max": settings.LABPORTAL_STOP_RETRIES,
-            },
-        )
-        dispatch.send_stop(
-            node=job.node,
-            job_id=job.pk,
-            grace_s=SchedulingPolicy.current().stop_grace_s,
-            reason=job.end_reason or "cancelled",
-        )
-        return False
-    if job.end_reason == "preempted":
-        # The member did not ask for an end: the job keeps its place in the queue.
-        _requeue(job, message=gettext_noop("Back in the queue: its node no longer has it."), at=now)
-        return True
-    _force_end(
-        job,
-        message=gettext_noop(
-            "Ended by the portal: node %(node)s did not confirm the stop after %(n)d tries."
-        ),
-        params={"node": job.node.name, "n": job.stop_resends + 1},
-        actor=None,
-        now=now,
-    )
-    return True
-
-
 @transaction.atomic
 def job_force_end(*, job_id: int, actor: User) -> Job:
     """An admin's last resort: end an active job in the portal now, whatever its node says.
@@ -1229,13 +775,13 @@ def job_force_end(*, job_id: int, actor: User) -> Job:
     """
     if not actor.is_staff:
         raise StaffOnly(_("Only an admin can force a job to end."))
-    job = _locked_job(job_id)
+    job = job_locked(job_id)
     if job.is_final:
         raise InvalidTransition(
             _("Job %(id)d has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
         )
-    _force_end(
+    force_end_locked(
         job,
         message=gettext_noop("Ended by %(admin)s (force end)."),
         params={"admin": actor.get_username()},
@@ -1245,7 +791,12 @@ def job_force_end(*, job_id: int, actor: User) -> Job:
     return job
 
 
-def _force_end(
+def ended_by_stop_state(job: Job) -> str:
+    """The final state of a job ended without its exit: what its stop request asked for."""
+    return Job.State.TIMED_OUT if job.end_reason == "timed_out" else Job.State.CANCELLED
+
+
+def force_end_locked(
     job: Job,
     *,
     message: str,
@@ -1256,7 +807,7 @@ def _force_end(
     state: str = Job.State.CANCELLED
     at = now
     if job.state in Job.ACTIVE_STATES and job.stop_requested_at is not None:
-        state = _settle_as(job)
+        state = ended_by_stop_state(job)
         # Charged as if the stop had worked: up to its SIGKILL, not to this moment.
         grace = timedelta(seconds=SchedulingPolicy.current().stop_grace_s)
         at = min(now, job.stop_requested_at + grace)
@@ -1266,13 +817,10 @@ def _force_end(
         job.end_reason = "cancelled"
     record_event(job, "force_ended", message, params=params, actor=actor)
     if job.node is not None and job.state in Job.ACTIVE_STATES:
-        dispatch.send_stop(
-            node=job.node,
-            job_id=job.pk,
-            grace_s=SchedulingPolicy.current().stop_grace_s,
-            reason=job.end_reason,
+        executor.current().job_stop(
+            job, grace_s=SchedulingPolicy.current().stop_grace_s, reason=job.end_reason
         )
-    _finish(job, state, at=at)
+    finish_locked(job, state, at=at)
 
 
 # --- Time limits ---------------------------------------------------------------

@@ -6,8 +6,10 @@ from typing import Any
 
 from celery import shared_task
 
+from cluster.tasks import report_accept
 from jobqueue import executor, services
-from scheduling import passes
+from scheduling import agent_events, passes
+from scheduling.passes import passes_inline
 from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
 
 
@@ -34,4 +36,43 @@ def jobs_enforce_time_limits_task() -> dict[str, int]:
         return {}
     # A job whose stop was already asked is not stopped twice by the limits, but the
     # escalation makes sure it is not skipped for ever.
-    return {**services.jobs_enforce_time_limits(), **services.jobs_escalate_stops()}
+    return {**services.jobs_enforce_time_limits(), **agent_events.jobs_escalate_stops()}
+
+
+@shared_task(
+    name="control.job_event",
+    bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see report_accept)
+    time_limit=60,
+    soft_time_limit=50,
+)
+def job_event(self: Any, node_name: str, token: str, event: dict[str, Any]) -> str:
+    # A job's end asks for a pass: it runs here, once the end is committed, so the freed
+    # GPUs get their next jobs without a further trip through the broker.
+    with passes_inline():
+        return report_accept(
+            self,
+            "job_event",
+            node_name,
+            token,
+            lambda name: agent_events.job_event_accept(node_name=name, event=event),
+            [event],
+        )
+
+
+@shared_task(
+    name="control.job_logs_report",
+    bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see report_accept)
+    time_limit=60,
+    soft_time_limit=50,
+)
+def job_logs_report(self: Any, node_name: str, token: str, job_id: int, text: str) -> str:
+    return report_accept(
+        self,
+        "job_logs_report",
+        node_name,
+        token,
+        lambda name: agent_events.job_logs_accept(node_name=name, job_id=job_id, text=text),
+        [job_id, text],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shlex
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,8 @@ from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
 
 if TYPE_CHECKING:
     from accounts.models import User
+
+log = logging.getLogger(__name__)
 
 
 class UnixLoginMissing(JobRefused):
@@ -178,12 +181,19 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
 
 def slurm_job_stop(*, job: Job, client: SlurmClient | None = None) -> None:
     """A stop the portal decided (a booking ended, an idle job, a hard limit): scancel as the
-    job's unix user; the job's own record of the stop is the job queue's, the end Slurm's."""
+    job's unix user; the job's own record of the stop is the job queue's, the end Slurm's.
+
+    Like a stop sent to an agent, it never fails the caller's decision (a booking's end, a
+    force end): a Slurm that refuses or is away is logged, and the job's record of the stop
+    stays, so an admin sees it asked.
+    """
     record = SlurmJob.objects.filter(job=job).first()
     if record is None:
         return
-    with _slurm_errors(lambda exc: _("Slurm could not stop the job: %(error)s") % {"error": exc}):
+    try:
         (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
+    except SlurmError as exc:
+        log.warning("Slurm could not stop job %s (Slurm %s): %s", job.pk, record.slurm_job_id, exc)
 
 
 def slurm_job_output(*, job: Job, lines: int = 200) -> str:
@@ -425,13 +435,13 @@ def _apply_state(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
     """End the portal job as Slurm ended it, as the agents' path ends one (credits, notice)."""
-    from jobqueue.services import _finish, record_event
+    from jobqueue.services import finish_locked, record_event
 
     job.pending_reason = ""
     job.estimated_start = None
     job.queue_position = None
     record_event(job, "ended", gettext_noop("Ended in Slurm: %(state)s."), params={"state": state})
-    _finish(job, state, at=at, exit_code=exit_code, reason=reason[:200])
+    finish_locked(job, state, at=at, exit_code=exit_code, reason=reason[:200])
 
 
 # -- inventory -----------------------------------------------------------------------------

@@ -1,10 +1,15 @@
-"""Periodic telemetry work on the control queue: rollups and retention (see telemetry/beat.py)."""
+"""Telemetry work on the control queue: the agents' samples, and periodic rollups and
+retention (see telemetry/beat.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
+from cluster.tasks import report_accept
 from telemetry.rollups import rollups_run, telemetry_prune
+from telemetry.services import samples_ingest as ingest
 
 
 @shared_task(name="control.telemetry_rollup", time_limit=300, soft_time_limit=240)
@@ -32,4 +37,22 @@ def telemetry_prune_task(catch_up_left: int = PRUNE_CATCH_UP_RUNS) -> str:
     return (
         f"pruned raw {result.raw}, minutes {result.minutes}, hours {result.hours}"
         f"{'' if result.done else ', more to prune'}"
+    )
+
+
+@shared_task(
+    name="control.samples_ingest",
+    bind=True,
+    max_retries=None,  # retried until LABPORTAL_REPORT_RETRY_S (see report_accept)
+    time_limit=120,
+    soft_time_limit=100,
+)
+def samples_ingest(self: Any, node_name: str, token: str, samples: list[dict[str, Any]]) -> str:
+    return report_accept(
+        self,
+        "samples_ingest",
+        node_name,
+        token,
+        lambda name: ingest(node_name=name, samples=samples),
+        [samples],
     )

@@ -4,16 +4,10 @@ lists only shrink. Empty lists are the goal (docs/architecture.md)."""
 
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        ("cluster.services", "jobqueue.executor"),
-        ("cluster.services", "jobqueue.models"),
-        ("cluster.services", "jobqueue.services"),
-        ("cluster.tasks", "scheduling.passes"),
-        ("cluster.tasks", "telemetry.services"),
         ("handbook.templatetags.handbook", "labportal.backups"),
         ("jobqueue.forms", "reservations.models"),
         ("jobqueue.serializers", "slurm.serializers"),
         ("jobqueue.services", "reservations.models"),
-        ("jobqueue.services", "scheduling.dispatch"),
         ("jobqueue.views", "alerts.selectors"),
         ("jobqueue.views", "slurm.models"),
         ("scheduling.dispatch", "labportal.celery"),

@@ -107,12 +107,12 @@ class JobqueueCalls:
 
 @pytest.fixture
 def jobqueue_calls(monkeypatch: pytest.MonkeyPatch) -> JobqueueCalls:
-    """Record the calls into jobqueue.services (works before that module exists, too)."""
+    """Record the calls into scheduling.agent_events (works before that module exists, too)."""
     try:
-        module = importlib.import_module("jobqueue.services")
+        module = importlib.import_module("scheduling.agent_events")
     except ImportError:
-        module = types.ModuleType("jobqueue.services")
-        monkeypatch.setitem(sys.modules, "jobqueue.services", module)
+        module = types.ModuleType("scheduling.agent_events")
+        monkeypatch.setitem(sys.modules, "scheduling.agent_events", module)
     calls = JobqueueCalls()
 
     def job_event_apply(*, node_name: str, event: dict[str, Any]) -> None:

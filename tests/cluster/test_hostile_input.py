@@ -13,8 +13,10 @@ import pytest
 
 from cluster import protocol
 from cluster.models import Gpu, Node, RejectedMessage
-from cluster.tasks import job_event, job_logs_report, node_heartbeat, node_register, samples_ingest
+from cluster.tasks import node_heartbeat, node_register
 from jobqueue.models import Job, JobEvent
+from scheduling.tasks import job_event, job_logs_report
+from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import gpu_entry, job_on, register_info
 from tests.cluster.test_job_reports import an_event
 
@@ -144,7 +146,7 @@ def test_a_sample_whose_gpu_uuid_or_container_holds_nul_is_refused_alone(
 def test_an_event_that_fails_to_apply_is_rolled_back_and_logged(
     registered_node: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobqueue import services as job_services
+    from scheduling import agent_events as job_services
 
     node, secret = registered_node
     job = job_on(node, alice)

@@ -9,7 +9,7 @@ from django.core import mail
 
 from accounts.models import Notification
 from accounts.tasks import notification_email_task
-from cluster.tasks import job_event
+from scheduling.tasks import job_event
 from tests.cluster.conftest import job_on
 from tests.cluster.test_job_reports import an_event
 

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from cluster.models import RejectedMessage
-from cluster.tasks import job_event, job_logs_report
+from scheduling.tasks import job_event, job_logs_report
 
 pytestmark = pytest.mark.django_db
 

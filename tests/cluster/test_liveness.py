@@ -120,12 +120,12 @@ def test_jobs_are_declared_lost_again_on_the_next_beat_if_the_job_queue_failed(
     def broken(**kwargs: Any) -> int:
         raise RuntimeError("database hiccup")
 
-    monkeypatch.setattr("jobqueue.services.jobs_mark_lost_on_node", broken)
+    monkeypatch.setattr("scheduling.agent_events.jobs_mark_lost_on_node", broken)
     assert nodes_check_liveness()["jobs_lost"] == {}
     assert Node.objects.get(pk=node.pk).jobs_lost_at is None
 
     monkeypatch.setattr(
-        "jobqueue.services.jobs_mark_lost_on_node",
+        "scheduling.agent_events.jobs_mark_lost_on_node",
         lambda **kwargs: jobqueue_calls.lost.append(kwargs) or 2,
     )
     assert nodes_check_liveness()["jobs_lost"] == {"gpu01": 2}

@@ -17,10 +17,11 @@ from django.db import OperationalError
 from django.test import override_settings
 from django.utils import timezone
 
-from cluster import services
 from cluster.models import ControlClock, Node, ReportNonce
-from cluster.tasks import RETRY_BACKOFF_MAX_S, job_event, node_heartbeat, nodes_check_liveness
+from cluster.tasks import RETRY_BACKOFF_MAX_S, node_heartbeat, nodes_check_liveness
 from jobqueue.models import Job
+from scheduling import agent_events
+from scheduling.tasks import job_event
 from tests.cluster.conftest import job_on
 from tests.cluster.test_signed_messages import signed_report
 
@@ -55,7 +56,7 @@ def job_exit_report(job: Job, secret: str, **signing: Any) -> list[Any]:
 @pytest.fixture
 def database_away_for(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Make the next `n` job events fail as a stopped database fails them, mid-transaction."""
-    real = services.job_event_accept
+    real = agent_events.job_event_accept
     failures = {"left": 0, "raised": 0}
 
     def accept(**kwargs: Any) -> None:
@@ -65,7 +66,7 @@ def database_away_for(monkeypatch: pytest.MonkeyPatch) -> Any:
             raise OperationalError("connection to server at 127.0.0.1 failed: Connection refused")
         real(**kwargs)
 
-    monkeypatch.setattr(services, "job_event_accept", accept)
+    monkeypatch.setattr(agent_events, "job_event_accept", accept)
 
     def away(n: int) -> dict[str, int]:
         failures["left"] = n
@@ -165,8 +166,8 @@ def test_a_report_signed_long_ago_is_refused_as_stale_though_not_yet_expired(
 
 @pytest.mark.parametrize("ts", [1.0, 86400.0 * 365])
 def test_a_sample_dated_1970_is_refused(registered_node: Any, ts: float) -> None:
-    from cluster.tasks import samples_ingest
     from telemetry.models import GpuSample
+    from telemetry.tasks import samples_ingest
 
     _node, secret = registered_node
     samples = [

@@ -56,8 +56,8 @@ def old_notify(job: Job) -> None:
 def test_measure(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster.tasks import job_event
     from labportal.celery import app
+    from scheduling.tasks import job_event
 
     rounds = int(os.environ.get("ROUNDS", "40"))
     for _ in range(8 + 20):

@@ -56,7 +56,7 @@ def next_job_events(secrets: dict[str, str]) -> tuple[Job, str, list[tuple[str, 
 
 
 def test_measure(alice: Any, cluster: Any, image: Any, sent_tasks: Any) -> None:
-    from cluster.tasks import job_event
+    from scheduling.tasks import job_event
 
     rounds = int(os.environ.get("ROUNDS", "30"))
     for _ in range(8 + min(rounds, 40)):

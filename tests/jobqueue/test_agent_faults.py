@@ -53,6 +53,8 @@ class PortalBridge:
 
     def send_task(self, name: str, args: Any = None, **options: Any) -> None:
         import cluster.tasks  # noqa: F401  (registers the control tasks)
+        import scheduling.tasks  # noqa: F401
+        import telemetry.tasks  # noqa: F401
         from labportal.celery import app
 
         self.results.append((name, app.tasks[name](*list(args or []))))

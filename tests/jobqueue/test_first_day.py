@@ -15,7 +15,8 @@ from accounts.models import Notification
 from core.durations import hours_minutes
 from jobqueue import errors
 from jobqueue.models import Job, JobEvent, PriorityGrant, Queue
-from jobqueue.services import job_event_apply, job_hold, job_release
+from jobqueue.services import job_hold, job_release
+from scheduling.agent_events import job_event_apply
 from scheduling.passes import scheduling_pass
 from tests.jobqueue.test_lifecycle import dispatched, event, node_name
 from tests.jobqueue.test_submit import submit

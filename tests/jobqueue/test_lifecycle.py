@@ -12,12 +12,8 @@ from django.utils import timezone
 from cluster.protocol import MessageRefused
 from jobqueue import errors
 from jobqueue.models import Job, SchedulingPolicy
-from jobqueue.services import (
-    job_cancel,
-    job_event_apply,
-    jobs_enforce_time_limits,
-    jobs_mark_lost_on_node,
-)
+from jobqueue.services import job_cancel, jobs_enforce_time_limits
+from scheduling.agent_events import job_event_apply, jobs_mark_lost_on_node
 from scheduling.passes import scheduling_pass
 from tests.jobqueue.test_submit import submit
 

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from jobqueue.models import Allocation, Job, SchedulerLock
-from jobqueue.services import job_event_apply
 from scheduling import passes as scheduling
+from scheduling.agent_events import job_event_apply
 from scheduling.passes import passes_inline, scheduling_pass
 from tests.jobqueue.test_submit import submit
 
@@ -43,7 +43,7 @@ def gpus_of(job: Job) -> set[int]:
 
 
 def end_inline(job: Job) -> None:
-    """The end as the control worker applies it (cluster.tasks.job_event)."""
+    """The end as the control worker applies it (scheduling.tasks.job_event)."""
     job.refresh_from_db()
     assert job.node is not None
     with passes_inline():
@@ -175,7 +175,7 @@ def test_the_control_worker_runs_the_pass_where_it_applies_an_agents_end(
     alice: Any, cluster: Any, image: Any, sent_tasks: Any
 ) -> None:
     from cluster.models import NodeToken
-    from cluster.tasks import job_event
+    from scheduling.tasks import job_event
 
     running, waiting = fill_cluster(alice, waiting=1)
     passes_before = len(sent_tasks.named("control.scheduling_pass"))

@@ -29,14 +29,8 @@ from cluster.models import RejectedMessage
 from cluster.protocol import MessageRefused
 from jobqueue.errors import InvalidTransition, StaffOnly
 from jobqueue.models import Job, SchedulingPolicy
-from jobqueue.services import (
-    job_cancel,
-    job_event_apply,
-    job_force_end,
-    job_request_stop,
-    jobs_escalate_stops,
-    jobs_reconcile_with_node,
-)
+from jobqueue.services import job_cancel, job_force_end, job_request_stop
+from scheduling.agent_events import job_event_apply, jobs_escalate_stops, jobs_reconcile_with_node
 from scheduling.tasks import jobs_enforce_time_limits_task
 from tests.conftest import PASSWORD, api_as
 from tests.jobqueue.test_lifecycle import dispatched, event, node_name

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from cluster.models import Gpu
-from cluster.tasks import samples_ingest
 from jobqueue.models import Allocation
 from telemetry.metrics import PortalCollector
 from telemetry.models import ScrapeToken
+from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import job_on
 from tests.conftest import require_in_ci
 from tests.telemetry.test_ingest import a_sample

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from cluster.models import Gpu, RejectedMessage
-from cluster.tasks import samples_ingest
 from telemetry.models import GpuSample
+from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import job_on
 
 pytestmark = pytest.mark.django_db

@@ -20,12 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu, Node
-from cluster.tasks import broker_message_dropped, node_heartbeat, samples_ingest
+from cluster.tasks import broker_message_dropped, node_heartbeat
 from jobqueue.models import Allocation, Job
 from protocol.broker import UNDECODABLE, Rejection
 from scheduling.tasks import scheduling_pass_task
 from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
+from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import job_on
 from tests.conftest import require_in_ci
 from tests.factories import GpuFactory, NodeFactory

@@ -9,7 +9,6 @@ import pytest
 import time_machine
 
 from cluster.models import Gpu
-from cluster.tasks import samples_ingest
 from jobqueue.models import Allocation
 from telemetry import rollups
 from telemetry.models import (
@@ -21,6 +20,7 @@ from telemetry.models import (
 )
 from telemetry.rollups import floor_to, rollups_run, telemetry_prune
 from telemetry.selectors import usage_per_gpu, usage_per_job, usage_per_user
+from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import job_on
 from tests.telemetry.test_ingest import a_sample
 
