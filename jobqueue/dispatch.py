@@ -18,7 +18,7 @@ PIDS_LIMIT = 4096
 
 def _send(task: str, args: list[Any], node: Node) -> None:
     """Send a signed command to the node's agent after commit (agents refuse unsigned ones)."""
-    from labportal.celery import app
+    from celery import current_app as app
 
     def send() -> None:
         try:

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from jobqueue import executors, scheduling, services
-from telemetry.metrics import SCHEDULING_PASS, SCHEDULING_PASS_BUCKETS, histogram_observe
+from jobqueue.signals import scheduling_pass_done
 
 
 @shared_task(
@@ -17,9 +17,7 @@ def scheduling_pass_task() -> dict[str, Any]:
     if not executors.portal_schedules():  # Slurm mode: Slurm schedules, slurm.sync reconciles
         return {"skipped": "executor schedules itself"}
     result = scheduling.scheduling_pass()
-    histogram_observe(
-        name=SCHEDULING_PASS, value=result.duration_ms / 1000, bounds=SCHEDULING_PASS_BUCKETS
-    )
+    scheduling_pass_done.send(sender=scheduling_pass_task, duration_s=result.duration_ms / 1000)
     return {
         "started": result.started,
         "preempted": result.preempted,

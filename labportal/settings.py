@@ -96,6 +96,7 @@ LOCAL_APPS = [
     "handbook",
     "alerts",
     "slurm",
+    "ops",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
@@ -137,7 +138,7 @@ TEMPLATES = [
                 "accounts.context_processors.portal",
             ],
             # {% help_link "slug" %} links a page to its part of the manual, on any page.
-            "builtins": ["handbook.templatetags.handbook"],
+            "builtins": ["handbook.templatetags.handbook", "ops.templatetags.ops"],
         },
     },
 ]
@@ -470,7 +471,7 @@ if LABPORTAL_BACKUP_HOUR > 23:
 # Nightly backups from beat; off in the demo (DEBUG), on in production.
 LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
 if LABPORTAL_BACKUP_ENABLED:
-    from labportal.beat import backup_beat_schedule  # noqa: E402
+    from ops.beat import backup_beat_schedule  # noqa: E402
 
     CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 

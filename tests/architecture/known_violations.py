@@ -8,20 +8,16 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         ("accounts.services", "jobqueue.models"),
         ("accounts.tasks", "jobqueue.approvals"),
         ("alerts.bench", "labportal.bench"),
-        ("alerts.bench", "labportal.celery"),
         ("cluster.services", "jobqueue.executors"),
         ("cluster.services", "jobqueue.models"),
         ("cluster.services", "jobqueue.services"),
         ("cluster.tasks", "jobqueue.scheduling"),
         ("cluster.tasks", "telemetry.services"),
-        ("handbook.templatetags.handbook", "labportal.backups"),
-        ("jobqueue.dispatch", "labportal.celery"),
         ("jobqueue.executors", "slurm.executor"),
         ("jobqueue.forms", "reservations.models"),
         ("jobqueue.scheduling", "reservations.selectors"),
         ("jobqueue.serializers", "slurm.serializers"),
         ("jobqueue.services", "reservations.models"),
-        ("jobqueue.tasks", "telemetry.metrics"),
         ("jobqueue.views", "alerts.selectors"),
         ("jobqueue.views", "slurm.models"),
         ("labportal.bench", "agent.gpu.simulated"),
@@ -30,7 +26,6 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         ("slurm.bench", "labportal.bench"),
         ("slurm.bench_accounting", "labportal.bench"),
         ("telemetry.bench", "labportal.bench"),
-        ("telemetry.metrics", "labportal.backups"),
         ("telemetry.services", "slurm.models"),
     }
 )
@@ -46,9 +41,7 @@ KNOWN_CIRCLE_MODULES: frozenset[str] = frozenset(
         "jobqueue.scheduling",
         "jobqueue.services",
         "jobqueue.tasks",
-        "labportal.backups",
         "slurm.executor",
         "slurm.services",
-        "telemetry.metrics",
     }
 )

@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu, Node
 from cluster.tasks import broker_message_dropped, node_heartbeat, samples_ingest
+from core.metrics import metrics_registry, metrics_text
 from jobqueue.models import Allocation, Job
 from jobqueue.tasks import scheduling_pass_task
 from protocol.broker import UNDECODABLE, Rejection
-from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from tests.cluster.conftest import job_on
 from tests.conftest import require_in_ci

@@ -6,11 +6,11 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from celery import current_app as app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
-from labportal.celery import app
 from slurm.cli import client_from_settings
 
 logger = logging.getLogger(__name__)
