@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _no_broker() -> None:
     """The clean-up messages to agents go nowhere: there are no agents in a benchmark."""
-    from labportal.celery import app
+    from core.portal_app import portal_app
+
+    app = portal_app()
 
     app.send_task = lambda *a, **k: None  # type: ignore[method-assign]
 

@@ -290,8 +290,9 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
     assert response.status_code == 200
     from prometheus_client import generate_latest
 
-    from telemetry.metrics import metrics_text
-    from telemetry.views import REGISTRY
+    from core.metrics import metrics_registry, metrics_text
+
+    registry = metrics_registry()  # what /metrics serves
 
     return {
         "gpus": len(gpu_ids),
@@ -300,9 +301,9 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
         "metrics_bytes": len(response.content),
         # The registry as /metrics writes it, and as prometheus-client's generate_latest
         # (what /metrics served before) writes the same registry: both without the view.
-        "metrics_text_ms": round(_median_ms(lambda: metrics_text(REGISTRY), 10), 1),
-        "baseline_generate_latest_ms": round(_median_ms(lambda: generate_latest(REGISTRY), 10), 1),
-        "collect_only_ms": round(_median_ms(lambda: list(REGISTRY.collect()), 10), 1),
+        "metrics_text_ms": round(_median_ms(lambda: metrics_text(registry), 10), 1),
+        "baseline_generate_latest_ms": round(_median_ms(lambda: generate_latest(registry), 10), 1),
+        "collect_only_ms": round(_median_ms(lambda: list(registry.collect()), 10), 1),
         "baseline_healthz_ms": round(_median_ms(lambda: client.get("/healthz"), 10), 2),
     }
 

@@ -100,6 +100,7 @@ LOCAL_APPS = [
     "alerts",
     "scheduling",
     "slurm",
+    "ops",
 ]
 # The demo lab's commands (seed_demo, seed_demo_history, rundemo): a checkout has the
 # demo/ package, the installed wheel does not ship it.
@@ -146,7 +147,7 @@ TEMPLATES = [
                 "approvals.context_processors.pending_approvals",
             ],
             # {% help_link "slug" %} links a page to its part of the manual, on any page.
-            "builtins": ["handbook.templatetags.handbook"],
+            "builtins": ["handbook.templatetags.handbook", "ops.templatetags.ops"],
         },
     },
 ]
@@ -486,7 +487,7 @@ if LABPORTAL_BACKUP_HOUR > 23:
 # Nightly backups from beat; off in the demo (DEBUG), on in production.
 LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
 if LABPORTAL_BACKUP_ENABLED:
-    from labportal.beat import backup_beat_schedule  # noqa: E402
+    from ops.beat import backup_beat_schedule  # noqa: E402
 
     CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 

@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from labportal import views as portal_views
-from telemetry import views as telemetry_views
+from ops import views as ops_views
 
 handler500 = "labportal.error_pages.server_error"
 
@@ -16,8 +16,8 @@ urlpatterns = [
     path("favicon.ico", portal_views.favicon),
     path("", portal_views.dashboard, name="dashboard"),
     path("", include("cluster.urls")),
-    path("healthz", portal_views.healthz, name="healthz"),
-    path("metrics", telemetry_views.metrics, name="metrics"),
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("metrics", ops_views.metrics, name="metrics"),
     path("i18n/setlang/", portal_views.set_language, name="set_language"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("accounts/", include("allauth.urls")),

@@ -3,13 +3,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.views.i18n import set_language as django_set_language
 
-from labportal.health import health_report
 from labportal.home import home_for
 
 
@@ -19,16 +18,6 @@ def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     exists only after collectstatic, and `migrate` (which loads the URLs for its
     checks) runs before it."""
     return HttpResponsePermanentRedirect(static("favicon.svg"))
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    """For load balancers and the container healthcheck: 200 and "ok" only while every
-    dependency answers (database, cache, broker, and Slurm in Slurm mode), else 503;
-    `checks` says which one is down."""
-    up, checks = health_report()
-    return JsonResponse(
-        {"status": "ok" if up else "down", "checks": checks}, status=200 if up else 503
-    )
 
 
 @login_required

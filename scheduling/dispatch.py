@@ -18,7 +18,9 @@ PIDS_LIMIT = 4096
 
 def _send(task: str, args: list[Any], node: Node) -> None:
     """Send a signed command to the node's agent after commit (agents refuse unsigned ones)."""
-    from labportal.celery import app
+    from core.portal_app import portal_app
+
+    app = portal_app()
 
     def send() -> None:
         try:

@@ -25,20 +25,6 @@ def help_link(slug: str, text: str = "") -> str:
     )
 
 
-@register.inclusion_tag("handbook/_backup_status.html", takes_context=True)
-def backup_status(context: template.Context, banner: bool = False) -> dict[str, object]:
-    """For staff: the newest backup, and whether it is overdue (only where backups are on)."""
-    from django.conf import settings
-
-    from labportal.backups import backup_is_stale, last_backup
-
-    user = context.get("user")
-    if user is None or not user.is_staff:
-        return {"show": False}
-    stale = settings.LABPORTAL_BACKUP_ENABLED and backup_is_stale()
-    return {"show": stale or not banner, "banner": banner, "stale": stale, "last": last_backup()}
-
-
 @register.inclusion_tag("handbook/_checklist.html", takes_context=True)
 def onboarding_checklist(context: template.Context) -> dict[str, object]:
     """A new member's first steps, ticked off as they do them, until done or put away."""

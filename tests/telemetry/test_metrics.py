@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu, Node
 from cluster.tasks import broker_message_dropped, node_heartbeat
+from core.metrics import metrics_registry, metrics_text
 from jobqueue.models import Allocation, Job
 from protocol.broker import UNDECODABLE, Rejection
 from scheduling.tasks import scheduling_pass_task
-from telemetry.metrics import metrics_registry, metrics_text
 from telemetry.models import ScrapeToken
 from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import job_on

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
-from labportal import backups
+from ops import backups
 
 log = logging.getLogger(__name__)
 

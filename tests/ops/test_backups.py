@@ -14,7 +14,7 @@ from django.db import connection
 
 from accounts.models import Notification, User
 from jobqueue.services import job_submit
-from labportal import backups
+from ops import backups
 from tests.factories import ContainerImageFactory, UserFactory, make_cluster
 
 
@@ -216,7 +216,7 @@ def test_the_metric_and_the_staff_page_show_the_last_successful_backup(
 
 
 def test_beat_runs_the_nightly_backup_at_the_configured_hour_and_checks_hourly() -> None:
-    from labportal.beat import backup_beat_schedule
+    from ops.beat import backup_beat_schedule
 
     schedule = backup_beat_schedule(hour=2)
     nightly = schedule["backup-nightly"]["schedule"]
@@ -229,7 +229,7 @@ def test_beat_runs_the_nightly_backup_at_the_configured_hour_and_checks_hourly()
 def test_the_nightly_task_writes_an_archive_and_applies_retention(
     alice: Any, tmp_path: Path, settings: Any
 ) -> None:
-    from labportal.tasks import backup_nightly_task
+    from ops.tasks import backup_nightly_task
 
     settings.LABPORTAL_BACKUP_DIR = tmp_path
     settings.LABPORTAL_BACKUP_KEEP_DAILY = 1

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from labportal import backups
+from ops import backups
 
 
 class Command(BaseCommand):

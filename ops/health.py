@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
-from labportal.celery import app
+from core.portal_app import portal_app
 from slurm.cli import client_from_settings
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def _cache() -> None:
 
 
 def _broker() -> None:
-    with app.connection_for_write() as broker:
+    with portal_app().connection_for_write() as broker:
         broker.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
 
 

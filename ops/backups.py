@@ -379,7 +379,7 @@ def backup_notify_if_stale(*, now: datetime) -> int:
 class BackupCollector:
     """Prometheus gauges of the backups: when the newest archive was made, and how many are kept.
 
-    Registered in the portal's /metrics registry; an alert on
+    Registered for /metrics in OpsConfig.ready(); an alert on
     ``time() - labportal_backup_last_success_timestamp_seconds > 93600`` pages the admins.
     """
 
