@@ -294,7 +294,7 @@ class CalendarFeed(models.Model):
     @property
     def url_token(self) -> str:
         """What goes into the iCal URL: ``<id>.<digest>``."""
-        return f"{self.pk}.{self._digest(settings.SECRET_KEY)}"
+        return f"{self.pk}.{self._digest(str(settings.SECRET_KEY))}"
 
     @classmethod
     def from_url_token(cls, token: str) -> CalendarFeed | None:
@@ -309,7 +309,7 @@ class CalendarFeed(models.Model):
         feed = cls.objects.filter(pk=int(feed_id)).select_related("user").first()
         if feed is None:
             return None
-        keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+        keys: list[str] = [str(settings.SECRET_KEY), *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
         if any(digests_match(digest, feed._digest(key)) for key in keys):
             return feed
         return None
