@@ -19,7 +19,7 @@ class AlertSerializer(serializers.ModelSerializer[Alert]):
     message = serializers.CharField(read_only=True)
     advice = serializers.CharField(read_only=True)
     acknowledged_by = serializers.CharField(
-        source="acknowledged_by.username", read_only=True, default=None
+        source="acknowledged_by.username", read_only=True, default=None, allow_null=True
     )
 
     class Meta:

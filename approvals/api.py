@@ -22,7 +22,9 @@ class PriorityGrantSerializer(serializers.ModelSerializer[PriorityGrant]):
     queue: serializers.SlugRelatedField[Queue] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
-    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+    decided_by = serializers.CharField(
+        source="decided_by.username", read_only=True, default=None, allow_null=True
+    )
     in_force = serializers.SerializerMethodField()
 
     class Meta:
@@ -67,7 +69,9 @@ class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
     jobs: serializers.PrimaryKeyRelatedField[Job] = serializers.PrimaryKeyRelatedField(
         many=True, read_only=True
     )
-    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
+    decided_by = serializers.CharField(
+        source="decided_by.username", read_only=True, default=None, allow_null=True
+    )
     in_force = serializers.SerializerMethodField()
 
     class Meta:

@@ -56,14 +56,14 @@ class JobSerializer(CachedFieldsModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     queue = serializers.CharField(source="queue.name", read_only=True)
     image = serializers.CharField(source="image.reference", read_only=True)
-    node = serializers.CharField(source="node.name", read_only=True, default=None)
+    node = serializers.CharField(source="node.name", read_only=True, default=None, allow_null=True)
     gpu_uuids = serializers.SerializerMethodField()
     mounts: serializers.SlugRelatedField[VolumeMount] = serializers.SlugRelatedField(
         slug_field="name", many=True, read_only=True
     )
     pending_reason_text = serializers.CharField(read_only=True)
     # Slurm mode: Slurm's own state, reason and estimated start; null in agents mode.
-    slurm = SlurmJobSummarySerializer(read_only=True, default=None)
+    slurm = SlurmJobSummarySerializer(read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Job

@@ -156,7 +156,7 @@ class ReservationViewSet(
     @action(detail=False, methods=["get"])
     def feed(self, request: Request) -> Response:
         """The secret iCal subscription URL of the requesting user's bookings."""
-        token = CalendarFeed.for_user(request.user).token
+        token = CalendarFeed.for_user(request.user).url_token
         return Response(
             {"url": request.build_absolute_uri(reverse("reservation_ical", args=[token]))}
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,6 +15,11 @@ from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, Ra
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from core.tokens import digests_match, keyed_digest
+
+# The id part of a calendar-feed URL token: ASCII digits only, at most a bigint.
+FEED_ID = re.compile(r"[1-9][0-9]{0,17}")
 
 
 class ReservationQuerySet(models.QuerySet["Reservation"]):
@@ -247,12 +253,18 @@ class BookingRules:
 
 
 class CalendarFeed(models.Model):
-    """The per-user secret behind the iCal subscription URL; resetting it revokes old URLs."""
+    """The per-user secret behind the iCal subscription URL; resetting it revokes old URLs.
+
+    The row keeps only ``secret``, which is never shown. The URL's token is
+    ``<id>.<HMAC-SHA256 of SECRET_KEY over the id and the secret>``, so the page and the
+    API can show the same URL every time, while a copy of the database without
+    SECRET_KEY cannot produce a working one.
+    """
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="calendar_feed"
     )
-    token = models.CharField(max_length=64, unique=True)
+    secret = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -260,17 +272,44 @@ class CalendarFeed(models.Model):
         verbose_name_plural = _("calendar feeds")
 
     def __str__(self) -> str:
-        return f"{self.user} ({self.token[:6]}…)"
+        return str(self.user)
 
     @staticmethod
-    def new_token() -> str:
+    def new_secret() -> str:
         return secrets.token_urlsafe(32)
 
     @classmethod
     def for_user(cls, user: Any) -> CalendarFeed:
-        feed, _created = cls.objects.get_or_create(user=user, defaults={"token": cls.new_token()})
+        feed, _created = cls.objects.get_or_create(user=user, defaults={"secret": cls.new_secret()})
         return feed
 
     def reset(self) -> None:
-        self.token = self.new_token()
-        self.save(update_fields=["token"])
+        """A new secret: the old URL stops working."""
+        self.secret = self.new_secret()
+        self.save(update_fields=["secret"])
+
+    def _digest(self, key: str) -> str:
+        return keyed_digest(key, "reservations.CalendarFeed", str(self.pk), self.secret)
+
+    @property
+    def url_token(self) -> str:
+        """What goes into the iCal URL: ``<id>.<digest>``."""
+        return f"{self.pk}.{self._digest(str(settings.SECRET_KEY))}"
+
+    @classmethod
+    def from_url_token(cls, token: str) -> CalendarFeed | None:
+        """The feed whose URL carries ``token``, or None (unknown id or wrong digest).
+
+        A digest made with one of SECRET_KEY_FALLBACKS is still accepted, so that URLs
+        keep working while the key is rotated, as Django's own signatures do.
+        """
+        feed_id, dot, digest = token.partition(".")
+        if not dot or not FEED_ID.fullmatch(feed_id):
+            return None
+        feed = cls.objects.filter(pk=int(feed_id)).select_related("user").first()
+        if feed is None:
+            return None
+        keys: list[str] = [str(settings.SECRET_KEY), *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+        if any(digests_match(digest, feed._digest(key)) for key in keys):
+            return feed
+        return None

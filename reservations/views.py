@@ -184,7 +184,7 @@ def reservation_suggest_view(request: HttpRequest) -> HttpResponse:
 def reservation_list(request: HttpRequest) -> HttpResponse:
     """My reservations: cancel, release early, extend; and the iCal subscription address."""
     feed = CalendarFeed.for_user(request.user)
-    feed_url = request.build_absolute_uri(reverse("reservation_ical", args=[feed.token]))
+    feed_url = request.build_absolute_uri(reverse("reservation_ical", args=[feed.url_token]))
     return render(
         request,
         "reservations/list.html",
@@ -275,7 +275,7 @@ def calendar_feed_reset(request: HttpRequest) -> HttpResponse:
 @require_GET
 def reservation_ical(request: HttpRequest, token: str) -> HttpResponse:
     """The member's bookings as iCalendar; the secret in the URL stands in for a session."""
-    feed = CalendarFeed.objects.filter(token=token).select_related("user").first()
+    feed = CalendarFeed.from_url_token(token)
     if feed is None or not feed.user.is_active:
         raise Http404
     now = timezone.now()

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.test import Client, override_settings
 
 from reservations.ical import fold
 from reservations.models import CalendarFeed
@@ -96,7 +98,7 @@ def test_the_feed_lists_bookings_and_parses(
     second = reservation_create(user=alice, gpu_ids=[gpus[2].pk], start=at(5), end=at(6))
     reservation_cancel(reservation_id=second.pk, actor=alice)
     reservation_create(user=bob, gpu_ids=[gpus[3].pk], start=at(1), end=at(2))
-    token = CalendarFeed.for_user(alice).token
+    token = CalendarFeed.for_user(alice).url_token
 
     response = Client().get(f"/reservations/ical/{token}.ics")  # no session
     assert response.status_code == 200
@@ -114,11 +116,130 @@ def test_the_feed_lists_bookings_and_parses(
 
 def test_a_wrong_or_reset_token_gets_404(alice: Any, clock: Any) -> None:
     feed = CalendarFeed.for_user(alice)
-    old = feed.token
+    old = feed.url_token
     assert Client().get("/reservations/ical/not-the-token.ics").status_code == 404
     feed.reset()
+    assert feed.url_token != old
     assert Client().get(f"/reservations/ical/{old}.ics").status_code == 404
-    assert Client().get(f"/reservations/ical/{feed.token}.ics").status_code == 200
+    assert Client().get(f"/reservations/ical/{feed.url_token}.ics").status_code == 200
+
+
+def test_the_database_row_holds_nothing_that_is_in_the_url(alice: Any, clock: Any) -> None:
+    feed = CalendarFeed.for_user(alice)
+    client = Client()
+    client.force_login(alice)
+    page_url = client.get("/reservations/mine/").context["feed_url"]
+    api_url = client.get("/api/reservations/feed/").json()["url"]
+    assert page_url == api_url == client.get("/api/reservations/feed/").json()["url"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT * FROM {CalendarFeed._meta.db_table} WHERE id = %s",  # noqa: S608
+            [feed.pk],
+        )
+        row = cursor.fetchone()
+    digest = feed.url_token.split(".", 1)[1]
+    assert len(digest) == 43  # 32 bytes of HMAC-SHA256, base64 without padding
+    for value in row:
+        text = str(value)
+        assert digest not in text
+        if len(text) >= 8:  # the id is in the URL by design; nothing secret is
+            assert text not in page_url
+    # Without SECRET_KEY the row does not give the URL: another key, another digest.
+    token = feed.url_token
+    with override_settings(SECRET_KEY="some-other-key-" + "x" * 40):
+        assert CalendarFeed.objects.get(pk=feed.pk).url_token != token
+
+
+def not_found_page(response: Any) -> str:
+    """The 404 page less what differs per request: CSRF tokens and the path in `next`."""
+    text = response.content.decode()
+    text = re.sub(r'(X-CSRFToken": "|name="csrfmiddlewaretoken" value=")[^"]*', r"\1", text)
+    return re.sub(r'(name="next" type="hidden" value=")[^"]*', r"\1", text)
+
+
+def test_a_wrong_digest_or_unknown_id_gets_the_same_404(alice: Any, bob: Any, clock: Any) -> None:
+    feed = CalendarFeed.for_user(alice)
+    other = CalendarFeed.for_user(bob)
+    feed_id, digest = feed.url_token.split(".")
+    flipped = ("A" if digest[0] != "A" else "B") + digest[1:]
+    with override_settings(SECRET_KEY="some-other-key-" + "x" * 40):
+        foreign = CalendarFeed.objects.get(pk=feed.pk).url_token
+    assert Client().get(f"/reservations/ical/{feed.url_token}.ics").status_code == 200
+    baseline = Client().get("/reservations/ical/not-the-token.ics")
+    assert baseline.status_code == 404
+    for token in (
+        f"{feed_id}.{flipped}",  # wrong HMAC
+        f"{feed_id}.{digest[:-1]}",  # truncated
+        f"{feed_id}.{digest}A",  # extended
+        f"{feed_id}.",
+        f"{feed_id}",
+        f"{other.pk}.{digest}",  # alice's digest on bob's id
+        f"{feed.pk + other.pk + 1000}.{digest}",  # unknown id
+        f"0.{digest}",
+        f"0{feed_id}.{digest}",
+        "\N{SUPERSCRIPT TWO}." + digest,  # a Unicode digit
+        f"{feed_id}.{digest}.{digest}",
+        foreign,  # made with another SECRET_KEY
+        feed.secret,  # what the database holds
+        f"{feed_id}.{feed.secret}",
+    ):
+        response = Client().get(f"/reservations/ical/{token}.ics")
+        assert response.status_code == 404, token
+        assert not_found_page(response) == not_found_page(baseline), token
+
+
+def test_resetting_on_the_page_revokes_the_old_url(alice: Any, clock: Any) -> None:
+    client = Client()
+    client.force_login(alice)
+    old = client.get("/api/reservations/feed/").json()["url"]
+    secret = CalendarFeed.objects.get(user=alice).secret
+    assert client.get(old).status_code == 200
+    assert client.post("/reservations/feed/reset/").status_code == 302
+    new = client.get("/api/reservations/feed/").json()["url"]
+    assert new != old and CalendarFeed.objects.get(user=alice).secret != secret
+    assert Client().get(old).status_code == 404
+    assert Client().get(new).status_code == 200
+
+
+def test_a_url_made_with_a_fallback_secret_key_still_works(alice: Any, clock: Any) -> None:
+    old_key, new_key = "old-key-" + "o" * 40, "new-key-" + "n" * 40
+    with override_settings(SECRET_KEY=old_key):
+        token = CalendarFeed.for_user(alice).url_token
+    with override_settings(SECRET_KEY=new_key, SECRET_KEY_FALLBACKS=[old_key]):
+        assert Client().get(f"/reservations/ical/{token}.ics").status_code == 200
+    with override_settings(SECRET_KEY=new_key, SECRET_KEY_FALLBACKS=[]):
+        assert Client().get(f"/reservations/ical/{token}.ics").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_existing_feeds_a_fresh_secret(alice: Any, bob: Any) -> None:
+    """Old plaintext tokens are not kept: their URLs stop working, the new URL works."""
+    before = [("reservations", "0002_slots_rules_feed_credits")]
+    after = [("reservations", "0003_calendar_feed_secret")]
+    executor = MigrationExecutor(connection)
+    try:
+        executor.migrate(before)
+        old_apps = executor.loader.project_state(before).apps
+        old_feed = old_apps.get_model("reservations", "CalendarFeed")
+        old_feed.objects.create(user_id=alice.pk, token="alice-plaintext-token-" + "a" * 20)
+        old_feed.objects.create(user_id=bob.pk, token="bob-plaintext-token-" + "b" * 20)
+        assert Client().get("/reservations/ical/x.ics").status_code == 404
+
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+    feeds = {feed.user_id: feed for feed in CalendarFeed.objects.all()}
+    assert set(feeds) == {alice.pk, bob.pk}
+    secrets = {feed.secret for feed in feeds.values()}
+    assert len(secrets) == 2 and all(len(secret) >= 43 for secret in secrets)
+    assert not any("plaintext" in secret for secret in secrets)
+    old_url = "/reservations/ical/alice-plaintext-token-" + "a" * 20 + ".ics"
+    assert Client().get(old_url).status_code == 404
+    new_url = f"/reservations/ical/{feeds[alice.pk].url_token}.ics"
+    assert Client().get(new_url).status_code == 200
 
 
 def test_folding_never_splits_a_character() -> None:
