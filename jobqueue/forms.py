@@ -11,6 +11,7 @@ from django_stubs_ext import StrOrPromise
 from cluster.models import Gpu
 from jobqueue.models import (
     ContainerImage,
+    Job,
     Queue,
     VolumeMount,
     command_limit_refusal,
@@ -105,9 +106,9 @@ class JobSubmitForm(forms.Form):
         gpu_model.choices = [("", _("any"))] + [(m, m) for m in models]
         choices: list[tuple[int | str, StrOrPromise]] = [("", _("none"))]
         if user is not None:
-            from reservations.models import Reservation
-
-            for r in Reservation.objects.live().filter(user=user, end__gt=timezone.now()):
+            for r in (
+                Job.reservation_model().objects.live().filter(user=user, end__gt=timezone.now())
+            ):
                 choices.append(
                     (
                         r.pk,

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -442,6 +442,12 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in self.FINAL_STATES
+
+    @classmethod
+    def reservation_model(cls) -> Any:
+        """The booking a job may run in, through the ``reservation`` foreign key: the job
+        queue names reservations/ only there, by string, and never imports it."""
+        return cls._meta.get_field("reservation").related_model
 
     @property
     def expected_end(self) -> datetime | None:

@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from core.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
+from jobqueue.extensions import job_api_fields
 from jobqueue.models import (
     MAX_COMMAND_ARGS,
     MAX_COMMAND_CHARS,
@@ -21,7 +22,6 @@ from jobqueue.models import (
     env_limit_refusal,
 )
 from jobqueue.services import BATCH_TOO_LARGE, MAX_BATCH
-from slurm.serializers import SlurmJobSummarySerializer
 
 MAX_INT32 = 2**31 - 1
 MAX_BIGINT = 2**63 - 1
@@ -62,8 +62,6 @@ class JobSerializer(CachedFieldsModelSerializer):
         slug_field="name", many=True, read_only=True
     )
     pending_reason_text = serializers.CharField(read_only=True)
-    # Slurm mode: Slurm's own state, reason and estimated start; null in agents mode.
-    slurm = SlurmJobSummarySerializer(read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Job
@@ -101,6 +99,17 @@ class JobSerializer(CachedFieldsModelSerializer):
             "slurm",
         ]
         read_only_fields = fields
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # Fields the apps above add (slurm/: "slurm", Slurm's own state, reason and
+        # estimated start, null in agents mode), built once per class like the rest.
+        cls = type(self)
+        if "_built_fields" not in cls.__dict__:
+            fields = super().get_fields()
+            for name, make_field in job_api_fields().items():
+                fields[name] = make_field()
+            cls._built_fields = fields  # type: ignore[attr-defined]
+        return super().get_fields()
 
     def get_gpu_uuids(self, job: Job) -> list[str]:
         return [a.gpu.uuid for a in job.allocations.all()]

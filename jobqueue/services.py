@@ -472,9 +472,7 @@ def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:
 
 
 def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
-    from reservations.models import Reservation
-
-    reservation = Reservation.objects.live().filter(pk=reservation_id).first()
+    reservation = Job.reservation_model().objects.live().filter(pk=reservation_id).first()
     if reservation is None or reservation.user_id != owner.pk:
         raise ReservationNotUsable(
             _(

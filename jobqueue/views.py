@@ -13,13 +13,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
-from alerts.selectors import alerts_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
 from jobqueue import executor, selectors, services
+from jobqueue.extensions import job_page_context
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
-from slurm.models import SlurmJob
 
 
 @login_required
@@ -114,13 +113,13 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     executor.current().job_output(job, refresh=False)
     context = {
         "job": job,
-        "slurm_job": SlurmJob.objects.filter(job=job).first(),
         "credits_charged": credits_charged_for_job(job.pk) if job.is_final else None,
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu"),
-        "job_alerts": alerts_for_job(job_id=job.pk),
         "now": timezone.now(),
         "hard_stop_at": _hard_stop_at(job),
+        # The apps above add theirs: the job's alerts, what Slurm says of it.
+        **job_page_context(job),
     }
     if request.headers.get("HX-Request"):
         # 286 tells htmx to stop polling once the job has ended.

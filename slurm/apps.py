@@ -7,6 +7,7 @@ class SlurmConfig(AppConfig):
     verbose_name = _("Slurm mode")
 
     def ready(self) -> None:
-        from slurm import rules_signals
+        from slurm import extensions, rules_signals
 
         rules_signals.connect()
+        extensions.register()

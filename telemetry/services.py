@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -305,13 +305,20 @@ def _metric(raw: dict[str, Any], name: str, integer: bool, low: float, high: flo
     return value
 
 
-def portal_job_for_slurm_job(slurm_job_id: int) -> int | None:
-    """The portal job a Slurm job runs (None for a job submitted outside the portal)."""
-    from slurm.models import SlurmJob
+# Which portal job a process reported with an executor's own job id belongs to: the
+# executor registers its resolver (slurm/extensions.py: "slurm_job_id").
+_process_job_resolvers: dict[str, Callable[[int], int | None]] = {}
 
-    return (
-        SlurmJob.objects.filter(slurm_job_id=slurm_job_id).values_list("job_id", flat=True).first()
-    )
+
+def register_process_job_resolver(key: str, resolve: Callable[[int], int | None]) -> None:
+    _process_job_resolvers[key] = resolve
+
+
+def portal_job_for_slurm_job(slurm_job_id: int) -> int | None:
+    """The portal job a Slurm job runs (None for a job submitted outside the portal, or
+    where no Slurm mode is installed to tell)."""
+    resolve = _process_job_resolvers.get("slurm_job_id")
+    return resolve(slurm_job_id) if resolve is not None else None
 
 
 def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
