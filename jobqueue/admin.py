@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from accounts.auth import request_user
+from core.errors import DomainError
 from jobqueue.models import (
     Allocation,
     ContainerImage,
@@ -91,7 +92,36 @@ class JobAdmin(admin.ModelAdmin[Job]):
         "priority",
     )
     inlines = (AllocationInline, JobEventInline)
-    actions = ("hold_jobs", "release_jobs", "force_end")
+    actions = ("cancel_jobs", "hold_jobs", "release_jobs", "force_end")
+
+    # A job changes only through the services (submit, events, credits, the actions
+    # below): the admin shows every field and edits none, adds no job, deletes none.
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        return [f.name for f in Job._meta.get_fields() if f.concrete and not f.auto_created]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False
+
+    @admin.action(description=gettext_lazy("Cancel the selected jobs (running ones are stopped)"))
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        from jobqueue.services import job_cancel
+
+        cancelled = 0
+        for job_id in queryset.exclude(state__in=Job.FINAL_STATES).values_list("pk", flat=True):
+            try:
+                job_cancel(job_id=job_id, actor=request_user(request))
+            except DomainError as refused:  # Slurm away or refusing: say so, go on
+                self.message_user(request, f"#{job_id}: {refused}", messages.ERROR)
+                continue
+            cancelled += 1
+        self.message_user(
+            request,
+            _("%(n)d job(s) cancelled or asked to stop.") % {"n": cancelled},
+            messages.SUCCESS if cancelled else messages.WARNING,
+        )
 
     @admin.action(
         description=gettext_lazy("Hold the selected pending jobs (they keep their place)")

@@ -273,6 +273,16 @@ class Job(models.Model):
     WAITING_STATES = (State.PENDING, State.HELD)
     ACTIVE_STATES = (State.DISPATCHED, State.RUNNING)
     FINAL_STATES = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.LOST)
+    # The job's life (docs/jobs.md): the only moves of `state` there are. Every service
+    # changes the state with move_to(), which refuses any other; a final state is final.
+    # Waiting → running directly is Slurm's (it reports a start the portal did not send).
+    TRANSITIONS: dict[str, frozenset[str]] = {
+        State.PENDING: frozenset({State.HELD, State.DISPATCHED, State.RUNNING, *FINAL_STATES}),
+        State.HELD: frozenset({State.PENDING, State.RUNNING, *FINAL_STATES}),
+        State.DISPATCHED: frozenset({State.RUNNING, State.PENDING, *FINAL_STATES}),
+        State.RUNNING: frozenset({State.PENDING, *FINAL_STATES}),
+        **{final: frozenset() for final in FINAL_STATES},
+    }
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
@@ -442,6 +452,23 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in self.FINAL_STATES
+
+    def move_to(self, state: str) -> None:
+        """Give the job its next state, if its life allows that move (``TRANSITIONS``).
+
+        The caller holds the job's row lock and saves it. Staying in the same state is no
+        move. Any other move raises InvalidTransition: a bug, never a member's mistake.
+        """
+        if state == self.state:
+            return
+        if state not in self.TRANSITIONS.get(self.state, frozenset()):
+            from jobqueue.errors import InvalidTransition
+
+            raise InvalidTransition(
+                gettext("Job %(id)s cannot go from %(old)s to %(new)s.")
+                % {"id": self.pk, "old": self.state, "new": state}
+            )
+        self.state = state
 
     @classmethod
     def reservation_model(cls) -> Any:

@@ -531,7 +531,7 @@ def job_cancel(*, job_id: int, actor: User) -> Job:
 def cancel_on_agents(job: Job, *, actor: User) -> None:
     """Agents mode: a waiting job ends at once; a running one is stopped (SIGTERM, grace, SIGKILL)."""
     if job.state in Job.WAITING_STATES:
-        job.state = Job.State.CANCELLED
+        job.move_to(Job.State.CANCELLED)
         job.ended_at = timezone.now()
         job.end_reason = "cancelled"
         job.queue_position = None
@@ -571,7 +571,7 @@ def job_hold(*, job_id: int, actor: User, reason: str) -> Job:
         )
     if not reason.strip():
         raise JobRefused(_("Say why the job is held; its owner reads the reason."))
-    job.state = Job.State.HELD
+    job.move_to(Job.State.HELD)
     job.hold_reason = reason.strip()[:200]
     job.save(update_fields=["state", "hold_reason"])
     record_event(
@@ -595,7 +595,7 @@ def job_release(*, job_id: int, actor: User) -> Job:
             _("Only a held job can be released; job %(id)d is %(state)s.")
             % {"id": job.pk, "state": job.get_state_display()}
         )
-    job.state = Job.State.PENDING
+    job.move_to(Job.State.PENDING)
     job.hold_reason = ""
     job.save(update_fields=["state", "hold_reason"])
     record_event(job, "released", gettext_noop("Released by a lab admin."), actor=actor)
@@ -664,7 +664,7 @@ def requeue_locked(
     """Back to pending with its original submit time; everything about the last run is cleared.
     `message` is an untranslated msgid (see `record_event`)."""
     allocations_release(job, at)
-    job.state = Job.State.PENDING
+    job.move_to(Job.State.PENDING)
     job.node = None
     job.started_at = job.dispatched_at = job.stop_requested_at = None
     job.container_id = ""
@@ -685,7 +685,7 @@ def allocations_release(job: Job, at: datetime | None = None) -> None:
 def finish_locked(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
-    job.state = state
+    job.move_to(state)
     job.ended_at = at
     job.exit_code = exit_code
     if reason:

@@ -126,7 +126,7 @@ def _job_event_apply(
         job.log_tail = log_tail
     if kind == "started":
         if job.state == Job.State.DISPATCHED:
-            job.state = Job.State.RUNNING
+            job.move_to(Job.State.RUNNING)
             job.started_at = at
             job.container_id = db_text(str(event.get("container_id") or ""))[:80]
             job.queue_position = None
@@ -328,7 +328,7 @@ def _job_reconcile(job: Job, *, runs: bool, starts: bool, now: datetime) -> str 
         if not overdue:
             _reports_agree(job, False, now)
             return None
-        job.state = Job.State.RUNNING
+        job.move_to(Job.State.RUNNING)
         job.started_at = job.unreported_since
         job.queue_position = None
         job.unreported_since = None

@@ -784,7 +784,7 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
             continue  # cancelled or held since the state was loaded
         gpus = [gpu_by_uuid[g] for g in start.gpu_ids]
         node = gpus[0].node
-        job.state = Job.State.DISPATCHED
+        job.move_to(Job.State.DISPATCHED)
         job.node = node
         job.dispatched_at = now
         job.dispatch_count += 1

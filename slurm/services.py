@@ -408,7 +408,10 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
     if changed:
         was_waiting = job.state in Job.WAITING_STATES
         for key, value in changed.items():
-            setattr(job, key, value)
+            if key == "state":
+                job.move_to(str(value))
+            else:
+                setattr(job, key, value)
         job.save(update_fields=list(changed))
         if target == Job.State.RUNNING and was_waiting:
             from jobqueue.services import record_event
