@@ -85,15 +85,21 @@ def test_no_service_sets_a_job_state_by_hand() -> None:
     assert offenders == [], offenders
 
 
-@pytest.mark.django_db
-def test_the_admin_edits_no_job_field_adds_none_and_deletes_none(
-    alice: Any, admin_user: Any, cluster: Any, image: Any
-) -> None:
+@pytest.fixture
+def admin_client(admin_user: Any) -> Client:
     admin_user.set_password(PASSWORD)
     admin_user.save()
-    job = submit(alice)
     client = Client()
     assert client.login(username=admin_user.username, password=PASSWORD)
+    return client
+
+
+@pytest.mark.django_db
+def test_the_admin_edits_no_job_field_adds_none_and_deletes_none(
+    alice: Any, admin_client: Client, cluster: Any, image: Any
+) -> None:
+    client = admin_client
+    job = submit(alice)
 
     page = client.get(reverse("admin:jobqueue_job_change", args=[job.pk]))
     assert page.status_code == 200
@@ -117,14 +123,10 @@ def test_the_admin_edits_no_job_field_adds_none_and_deletes_none(
 
 @pytest.mark.django_db
 def test_the_admin_cancels_through_the_service(
-    alice: Any, admin_user: Any, cluster: Any, image: Any
+    alice: Any, admin_user: Any, admin_client: Client, cluster: Any, image: Any
 ) -> None:
-    admin_user.set_password(PASSWORD)
-    admin_user.save()
     job = submit(alice)
-    client = Client()
-    assert client.login(username=admin_user.username, password=PASSWORD)
-    client.post(
+    admin_client.post(
         reverse("admin:jobqueue_job_changelist"),
         {"action": "cancel_jobs", "_selected_action": [job.pk]},
     )
