@@ -8,7 +8,6 @@ DEBUG=false, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and CELERY_BROKER_URL.
 from __future__ import annotations
 
 import importlib.util
-from datetime import timedelta
 from pathlib import Path
 
 import django_stubs_ext
@@ -311,30 +310,11 @@ _FILESYSTEM_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 8 if _FILESYSTEM_BROKER else 1
 CELERY_TASK_ACKS_LATE = not _FILESYSTEM_BROKER
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-# How often node liveness is checked. A check that comes more than two of these (and 5 s)
-# after the previous one follows a time the control side could not hear: node silence
-# is then counted from that check, not across the gap (docs/nodes.md, Liveness).
+# How often node liveness is checked (cluster/beat.py). A check that comes more than two of
+# these (and 5 s) after the previous one follows a time the control side could not hear:
+# node silence is then counted from that check, not across the gap (docs/nodes.md).
 LABPORTAL_LIVENESS_CHECK_S = env_int("LABPORTAL_LIVENESS_CHECK_S", 15, minimum=1)
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "node-liveness": {
-        "task": "control.nodes_check_liveness",
-        "schedule": timedelta(seconds=LABPORTAL_LIVENESS_CHECK_S),
-    },
-    "scheduling-pass": {"task": "control.scheduling_pass", "schedule": timedelta(seconds=10)},
-    "time-limits": {"task": "control.jobs_enforce_time_limits", "schedule": timedelta(seconds=30)},
-}
-# Each app keeps its periodic work next to its tasks; these modules import only Celery.
-from accounts.beat import CREDITS_BEAT_SCHEDULE  # noqa: E402
-from alerts.beat import ALERTS_BEAT_SCHEDULE  # noqa: E402
-from reports.beat import REPORTS_BEAT_SCHEDULE  # noqa: E402
-from reservations.beat import RESERVATIONS_BEAT_SCHEDULE  # noqa: E402
-from telemetry.beat import TELEMETRY_BEAT_SCHEDULE  # noqa: E402
-
-CELERY_BEAT_SCHEDULE.update(CREDITS_BEAT_SCHEDULE)
-CELERY_BEAT_SCHEDULE.update(RESERVATIONS_BEAT_SCHEDULE)
-CELERY_BEAT_SCHEDULE.update(ALERTS_BEAT_SCHEDULE)
-CELERY_BEAT_SCHEDULE.update(TELEMETRY_BEAT_SCHEDULE)
-CELERY_BEAT_SCHEDULE.update(REPORTS_BEAT_SCHEDULE)
+# CELERY_BEAT_SCHEDULE is collected from the apps at the end of this file.
 
 # --- Cache ------------------------------------------------------------------
 # Login lockout counters live here, so every web worker must share it: Redis in
@@ -460,16 +440,6 @@ if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
         "of Slurm's JWT key (slurm.conf AuthAltParameters=jwt_key=...), readable by the portal."
     )
-if LABPORTAL_EXECUTOR == "slurm":
-    # Slurm schedules and enforces time limits; the portal reconciles with it instead.
-    from slurm.beat import slurm_beat_schedule  # noqa: E402
-
-    for _portal_pass in ("scheduling-pass", "time-limits"):
-        CELERY_BEAT_SCHEDULE.pop(_portal_pass, None)
-    CELERY_BEAT_SCHEDULE.update(slurm_beat_schedule(sync_s=LABPORTAL_SLURM_SYNC_S))
-    from slurm.rules_beat import SLURM_RULES_BEAT_SCHEDULE  # noqa: E402
-
-    CELERY_BEAT_SCHEDULE.update(SLURM_RULES_BEAT_SCHEDULE)
 
 # --- Backups ------------------------------------------------------------------
 # Uploaded files (none yet by default); backed up with the database when present.
@@ -484,12 +454,8 @@ if LABPORTAL_BACKUP_HOUR > 23:
     raise ImproperlyConfigured(
         f"LABPORTAL_BACKUP_HOUR must be an hour from 0 to 23 (got {LABPORTAL_BACKUP_HOUR})"
     )
-# Nightly backups from beat; off in the demo (DEBUG), on in production.
+# Nightly backups from beat (ops/beat.py); off in the demo (DEBUG), on in production.
 LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
-if LABPORTAL_BACKUP_ENABLED:
-    from ops.beat import backup_beat_schedule  # noqa: E402
-
-    CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 
 LOGGING = {
     "version": 1,
@@ -526,3 +492,20 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
     CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Periodic work -----------------------------------------------------------------
+# Each app keeps its periodic work next to its tasks, in <app>/beat.py: BEAT_SCHEDULE, or
+# beat_schedule(settings) given the values above (Slurm mode, backups on). These modules
+# import only Celery; an entry name two apps both use is a mistake, refused here.
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+for _app in LOCAL_APPS:
+    if importlib.util.find_spec(f"{_app}.beat") is None:
+        continue
+    _beat = importlib.import_module(f"{_app}.beat")
+    _entries = (
+        _beat.beat_schedule(globals()) if hasattr(_beat, "beat_schedule") else _beat.BEAT_SCHEDULE
+    )
+    _twice = CELERY_BEAT_SCHEDULE.keys() & _entries.keys()
+    if _twice:
+        raise ImproperlyConfigured(f"beat entries named by two apps: {sorted(_twice)} ({_app})")
+    CELERY_BEAT_SCHEDULE.update(_entries)

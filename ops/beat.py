@@ -1,6 +1,9 @@
-"""Celery beat entries of backups, merged into CELERY_BEAT_SCHEDULE in settings when enabled."""
+"""Celery beat entries of backups, collected into CELERY_BEAT_SCHEDULE by the settings when enabled."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from celery.schedules import crontab
 
@@ -17,3 +20,10 @@ def backup_beat_schedule(*, hour: int) -> dict[str, dict[str, object]]:
             "schedule": crontab(minute=41),
         },
     }
+
+
+def beat_schedule(settings: Mapping[str, Any]) -> dict[str, dict[str, object]]:
+    # Nightly backups; off in the demo (DEBUG), on in production.
+    if not settings["LABPORTAL_BACKUP_ENABLED"]:
+        return {}
+    return backup_beat_schedule(hour=settings["LABPORTAL_BACKUP_HOUR"])

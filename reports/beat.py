@@ -1,10 +1,10 @@
-"""Beat entries of the reports, merged into CELERY_BEAT_SCHEDULE in settings."""
+"""Beat entries of the reports, collected into CELERY_BEAT_SCHEDULE by the settings."""
 
 from __future__ import annotations
 
 from celery.schedules import crontab
 
-REPORTS_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Hourly, so a page rarely meets a stale forecast, and a new week (always a new data
     # version) gets its fit within the hour. A no-op when the data did not change.
     "reports-forecast-refresh": {

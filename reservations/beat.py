@@ -1,4 +1,4 @@
-"""Beat entries for the reservations; merged into CELERY_BEAT_SCHEDULE by the settings owner."""
+"""Beat entries for the reservations; collected into CELERY_BEAT_SCHEDULE by the settings."""
 
 from __future__ import annotations
 
@@ -6,6 +6,6 @@ from datetime import timedelta
 
 # Slots start and end on a 30-minute grid by default; a 30-second tick switches
 # them within half a minute of the boundary.
-RESERVATIONS_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "reservations-tick": {"task": "control.reservations_tick", "schedule": timedelta(seconds=30)},
 }

@@ -1,10 +1,10 @@
-"""Beat entries of telemetry, merged into CELERY_BEAT_SCHEDULE in settings."""
+"""Beat entries of telemetry, collected into CELERY_BEAT_SCHEDULE by the settings."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-TELEMETRY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Every minute: the newest complete minute, and the current hour so far.
     "telemetry-rollup": {"task": "control.telemetry_rollup", "schedule": timedelta(minutes=1)},
     # Bounded batches each time; a large backlog shrinks over several runs.
