@@ -34,7 +34,9 @@ from scheduler.model import (
     RunningJob,
     ShareNode,
 )
-from scheduler.simulate import STANDARD_LIMITS_S, format_table, simulate
+from scheduler.simulate.cli import format_table
+from scheduler.simulate.run import simulate
+from scheduler.simulate.workload import STANDARD_LIMITS_S
 
 NOW = 1_700_000_000.0
 # The development trace, in `shared/traces/` next to the checkout (not in the repository).
@@ -321,7 +323,8 @@ def _timed_replay(
     path: str, jobs: int, *, incremental: bool, stream: bool = False
 ) -> list[dict[str, Any]]:
     """Replay the first ``jobs`` jobs; one row per 1,000 arrivals: backlog and seconds."""
-    from scheduler.simulate import Simulation, load_workload
+    from scheduler.simulate.run import Simulation
+    from scheduler.simulate.workload import load_workload
 
     workload = load_workload(
         path, users=30, seed=1, load=1.0, window="all", max_jobs=jobs, max_gpus_per_job=8

@@ -56,7 +56,8 @@ from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures
-from scheduler.simulate import SimJob, Simulation, Workload
+from scheduler.simulate.run import Simulation
+from scheduler.simulate.workload import SimJob, Workload
 from scheduling.passes import engine_policy, engine_units, share_tree
 
 MAX_GPU_DELTA = 256

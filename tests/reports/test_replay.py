@@ -68,7 +68,7 @@ def busy_week(week: Any, alice: Any, bob: Any, charlie: Any) -> Any:
 def _replayed_jobs(period: Any, **changes: float) -> list[Any]:
     """The period's jobs (not the bookings' blocks) as the simulator ran them, in order,
     on the lab's GPUs under the lab's policy with `changes`."""
-    from scheduler.simulate import Simulation
+    from scheduler.simulate.run import Simulation
 
     workload, _recorded = workload_from_history(period)
     sim = Simulation(

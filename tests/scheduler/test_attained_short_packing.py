@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from scheduler.engine import plan
 from scheduler.model import ClusterState, Gpu, Node, PendingJob, RunningJob, ShareNode
 from scheduler.priority import Ranker, attained_factors, rank_pending, short_level
-from scheduler.simulate import _Backlog, labportal_policy
+from scheduler.simulate.backlog import _Backlog
+from scheduler.simulate.run import labportal_policy
 from tests.scheduler.builders import HOUR, NOW, flat_tree, gpus_for, job, policy, running, state
 
 DAY = 86_400.0

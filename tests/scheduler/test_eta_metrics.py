@@ -4,7 +4,8 @@ per-horizon error are measured from."""
 from __future__ import annotations
 
 from scheduler.predict import JobFeatures
-from scheduler.simulate import SimJob, _eta_errors_by_horizon, _near_delay_band
+from scheduler.simulate.metrics import _eta_errors_by_horizon, _near_delay_band
+from scheduler.simulate.workload import SimJob
 
 
 def _job(index: int, submit: float, eta: float | None, start: float) -> SimJob:

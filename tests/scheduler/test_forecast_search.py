@@ -14,7 +14,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import INF, _Forecast, _Pass
+from scheduler.engine import _Pass
+from scheduler.forecast import INF, _Forecast
 from scheduler.model import Reservation
 from tests.scheduler.builders import HOUR, NOW, gpus_for, policy, running, state
 

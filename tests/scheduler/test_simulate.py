@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.scheduler import main as bench_main
-from scheduler.simulate import POLICIES, main, round_up_to_standard_limit, simulate
+from scheduler.simulate.cli import main
+from scheduler.simulate.run import POLICIES, simulate
+from scheduler.simulate.workload import round_up_to_standard_limit
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba2023_openb_gpu.csv"
 KEYS = {

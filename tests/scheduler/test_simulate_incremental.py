@@ -22,17 +22,9 @@ from scheduler.model import (
     ShareNode,
 )
 from scheduler.priority import Ranker, rank_pending
-from scheduler.simulate import (
-    Simulation,
-    Workload,
-    _Backlog,
-    _EtaBudget,
-    _FreeUnits,
-    _witnesses,
-    build_cluster,
-    labportal_policy,
-    load_workload,
-)
+from scheduler.simulate.backlog import _Backlog, _FreeUnits, _witnesses
+from scheduler.simulate.run import Simulation, _EtaBudget, build_cluster, labportal_policy
+from scheduler.simulate.workload import Workload, load_workload
 from scheduler.workloads import PROFILES, Profile, generate, write
 
 

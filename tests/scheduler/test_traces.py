@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.simulate import simulate
+from scheduler.simulate.run import simulate
 from scheduler.traces import (
     COLUMNS,
     TraceError,

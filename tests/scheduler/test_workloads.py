@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.simulate import EmptyWorkload, auto_window_start, main, simulate
+from scheduler.simulate.cli import main
+from scheduler.simulate.run import simulate
+from scheduler.simulate.workload import EmptyWorkload, auto_window_start
 from scheduler.workloads import DAY, HOUR, PROFILES, generate, write
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "alibaba2023_openb_gpu.csv"
