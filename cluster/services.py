@@ -354,7 +354,8 @@ def _node_jobs_declare_lost(
             "since": last_heartbeat.strftime("%Y-%m-%d %H:%M:%S %Z"),
         }
     answers = signals.node_jobs_lost.send(sender=Node, node_id=node_id, reason=reason)
-    lost = sum(count for _receiver, count in answers if isinstance(count, int))
+    counts: list[object] = [count for _receiver, count in answers]
+    lost = sum(count for count in counts if isinstance(count, int))
     log.warning("node %s down past its grace period: %s job(s) marked lost", name, lost)
     return lost
 
