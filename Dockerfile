@@ -39,20 +39,21 @@ WORKDIR /opt/labportal/app
 # Dependencies first, in their own layer: a code change does not re-download them.
 COPY pyproject.toml package-lock.json deploy/docker/install_requirements.py deploy/docker/fetch_npm_assets.py ./
 RUN set -eux; \
-    python3 install_requirements.py pyproject.toml > /tmp/requirements.txt; \
+    python3 install_requirements.py pyproject.toml reports > /tmp/requirements.txt; \
     pip install -r /tmp/requirements.txt; \
     python3 fetch_npm_assets.py .; \
     rm /tmp/requirements.txt
 
 COPY . .
-# The project itself, editable so templates, static and locale stay at BASE_DIR.
+# The project itself, editable so templates, static and locale stay at BASE_DIR. The agent
+# and labctl are distributions of their own (Dockerfile.agent; distributions/labctl): not installed.
 # Static files are collected now, into the image: the data volume holds data only.
 RUN set -eux; \
     pip install --no-deps -e .; \
     SECRET_KEY=build-only ALLOWED_HOSTS=localhost LABPORTAL_VAR_DIR=/tmp/build-var \
       python3 manage.py collectstatic --noinput --verbosity 0; \
     rm -rf /tmp/build-var; \
-    python3 -m compileall -q labportal accounts cluster jobqueue reservations telemetry scheduler agent labctl
+    python3 -m compileall -q labportal accounts cluster jobqueue reservations telemetry scheduler
 
 USER labportal
 VOLUME ["/var/lib/labportal"]

@@ -7,12 +7,14 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test install assets lint typecheck bench bench-json messages clean
 
-# A new top-level package needs a fresh editable install to be importable by the console scripts.
-$(STAMP): pyproject.toml $(wildcard */__init__.py)
+# The portal with the test and report extras, the agent and labctl (distributions of their
+# own: distributions/agent, distributions/labctl), all editable. A new top-level package needs a fresh
+# editable install to be importable by the console scripts.
+$(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl/pyproject.toml $(wildcard */__init__.py)
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,reports]' -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
 
 install: $(STAMP) assets

@@ -20,6 +20,7 @@ from django.db.models.functions import Cast, Coalesce, Greatest, TruncWeek
 from django.utils import timezone
 
 from jobqueue.models import Job
+from reports.optional import require
 from reports.selectors import EpochSeconds, week_start
 
 HORIZON_WEEKS = 8
@@ -124,7 +125,7 @@ def weekly_demand(*, now: dt.datetime | None = None) -> tuple[list[dt.date], lis
 
 def _fit(history: Any) -> tuple[Any, str]:
     """The ETS model with the lowest AIC among the candidates that suit this much history."""
-    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+    ETSModel = require("statsmodels.tsa.exponential_smoothing.ets", "The demand forecast").ETSModel
 
     candidates: list[tuple[str, dict[str, Any]]] = [("ETS(A,N,N)", {})]
     if len(history) >= 6:
@@ -154,8 +155,7 @@ def _fit(history: Any) -> tuple[Any, str]:
 
 
 def _predict(history: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    import pandas as pd
-
+    pd = require("pandas", "The demand forecast")
     fit, name = _fit(pd.Series(history))
     frame = fit.get_prediction(start=len(history), end=len(history) + steps - 1).summary_frame(
         alpha=1 - BAND

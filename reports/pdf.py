@@ -11,6 +11,7 @@ from django.utils import translation
 from accounts.models import User
 from reports import charts
 from reports.forecast import ForecastState, latest_forecast
+from reports.optional import require
 from reports.periods import Period
 from reports.selectors import usage_report
 from reports.tables import report_tables
@@ -48,7 +49,7 @@ def forecast_context(state: ForecastState) -> dict[str, object]:
 
 def report_pdf(*, period: Period, viewer: User, language: str) -> bytes:
     """The report of `period` as `viewer` may see it, as a PDF in `language`."""
-    from weasyprint import HTML
+    HTML = require("weasyprint", "The PDF report").HTML
 
     from reports.services import forecast_refresh
 

@@ -17,6 +17,7 @@ from core.errors import NotAllowed, text_too_long
 from jobqueue.models import Queue, SchedulingPolicy
 from reports.errors import BadReplay
 from reports.models import DemandForecast, PolicyChange, ReportTask
+from reports.optional import ReportsExtraMissing
 from reports.periods import Period
 from reports.replay import (
     ATTAINED_FIRST,
@@ -143,6 +144,11 @@ def report_task_run(*, task_id: int) -> None:
     except BadReplay as exc:
         ReportTask.objects.filter(pk=task_id).update(
             state=ReportTask.State.FAILED, error=str(exc.message), finished_at=timezone.now()
+        )
+    except ReportsExtraMissing as exc:
+        log.error("report task %s: %s", task_id, exc)
+        ReportTask.objects.filter(pk=task_id).update(
+            state=ReportTask.State.FAILED, error=str(exc), finished_at=timezone.now()
         )
     except Exception:
         log.exception("report task %s failed", task_id)

@@ -20,7 +20,8 @@ usage: sudo install.sh --broker URL --token TOKEN [options]
   --runtime KIND        docker (default) or local (demo only; adds --allow-local-runtime)
   --allowed-mount-roots DIRS   required: colon-separated roots jobs may mount from, or none
   --monitor-only        telemetry only, for a Slurm node: no container runtime, no jobs
-  --source SPEC         what pip installs (default: the checkout this script is in)
+  --source SPEC         a checkout, or what pip installs: an agent wheel or URL
+                        (default: the checkout this script is in)
   --no-start            install and configure, but do not (re)start the service
 USAGE
 }
@@ -87,9 +88,14 @@ getent group docker >/dev/null || groupadd --system docker
 mkdir -p "$PREFIX"
 [ -x "$PREFIX/venv/bin/python" ] || "$PY" -m venv "$PREFIX/venv"
 "$PREFIX/venv/bin/pip" install -q --upgrade pip
-"$PREFIX/venv/bin/pip" install -q --upgrade --no-deps "$SOURCE"
-"$PREFIX/venv/bin/pip" install -q --upgrade \
-  "celery>=5.4,<5.8" "kombu>=5.4,<5.7" "redis>=5,<8" "docker>=7.1,<8" "nvidia-ml-py>=12.535,<14"
+# A checkout installs its agent distribution (distributions/agent: agent/ and protocol/, with
+# the dependencies its pyproject.toml names); any other SPEC (a wheel, a URL) as it is.
+SPEC="$SOURCE"
+[ -f "$SOURCE/distributions/agent/pyproject.toml" ] && SPEC="$SOURCE/distributions/agent"
+# Installs before the agent had a distribution of its own put the whole labportal one here;
+# it goes first, as it holds the same agent/ and protocol/ files.
+"$PREFIX/venv/bin/pip" uninstall -q -y labportal >/dev/null 2>&1 || true
+"$PREFIX/venv/bin/pip" install -q --upgrade "$SPEC"
 if [ -f "$SOURCE/docs/agent.md" ]; then
   mkdir -p "$PREFIX/docs"
   cp "$SOURCE/docs/agent.md" "$PREFIX/docs/"
