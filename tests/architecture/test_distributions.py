@@ -40,7 +40,8 @@ def _requirements(path: Path) -> dict[str, Requirement]:
 
 def _shipped(path: Path) -> dict[str, str]:
     """The wheel's top-level packages: where each comes from, relative to the repo root."""
-    include = _toml(path)["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    wheel = _toml(path)["tool"]["hatch"]["build"]["targets"]["wheel"]
+    include = wheel["hooks"]["custom"]["packages"]  # taken in by distributions/hatch_build.py
     return {
         target: str((path.parent / source).resolve().relative_to(ROOT))
         for source, target in include.items()
