@@ -20,7 +20,8 @@ from django.db.models.functions import Cast, Coalesce, Greatest, TruncWeek
 from django.utils import timezone
 
 from jobqueue.models import Job
-from reports.selectors import EpochSeconds, week_start
+from reports.sql import EpochSeconds
+from reports.weeks import week_start
 
 HORIZON_WEEKS = 8
 BACKTEST_WEEKS = 4

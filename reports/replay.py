@@ -51,8 +51,10 @@ from jobqueue.models import (
     parse_attained_thresholds,
 )
 from reports.errors import BadReplay
+from reports.lines import WeekLine
 from reports.periods import Period
-from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
+from reports.waits import percentile
+from reports.weeks import unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures
