@@ -100,17 +100,19 @@ def raw_sample_usage(
     rows = (
         period_jobs(period, names)
         .filter(runs_in(a, b))
-        .values_list("pk", "units", "started_at", "ended_at", *DIMENSION_FIELDS)
+        .values_list("pk", "units", "started_at", "ended_at", *DIMENSION_FIELDS, named=True)
     )
     by_key: dict[tuple[str, ...], list[float]] = {}
     by_week: dict[dt.date, float] = defaultdict(float)
-    for pk, units, started, ended, user, queue, node, gpu in rows.iterator(chunk_size=10_000):
-        mean = means.get(pk)
+    for row in rows.iterator(chunk_size=10_000):
+        mean = means.get(row.pk)
+        started, units = row.started_at, row.units
         if mean is None or started is None:
             continue
-        run_end = ended or b
+        run_end = row.ended_at or b
         hours = units * _overlap_h(started, run_end, a, b)
-        keys = names.keys(user, queue, node, names.model_of(node, gpu))
+        model = names.model_of(row.node_id, row.alloc_gpu)
+        keys = names.keys(row.owner_id, row.queue_id, row.node_id, model)
         line_sums = by_key.setdefault(keys, [0.0, 0.0])
         line_sums[0] += hours * mean
         line_sums[1] += hours
