@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F
 
 from alerts.models import AlertRule, Kind, QueueAlertPolicy
 from alerts.readings import GpuWindow, LatestSample, gpu_latest_samples, gpu_windows
@@ -117,24 +118,24 @@ class Cluster:
 def cluster_read(*, now: datetime) -> Cluster:
     rules = AlertRule.effective()
     gpus = {
-        row[0]: GpuRow(*row)
-        for row in Gpu.objects.exclude(state=Gpu.State.MISSING).values_list(
+        row["pk"]: GpuRow(**row)
+        for row in Gpu.objects.exclude(state=Gpu.State.MISSING).values(
             "pk",
             "kind",
             "parent_id",
             "node_id",
-            "node__name",
             "index",
             "uuid",
             "memory_mb",
             "shared_slots",
+            node_name=F("node__name"),
         )
     }
     running = [
-        JobRow(*row)
-        for row in Job.objects.filter(
-            state=Job.State.RUNNING, started_at__isnull=False
-        ).values_list("pk", "owner_id", "queue_id", "node_id", "started_at")
+        JobRow(**row)
+        for row in Job.objects.filter(state=Job.State.RUNNING, started_at__isnull=False).values(
+            "pk", "owner_id", "queue_id", "node_id", "started_at"
+        )
     ]
     cluster = Cluster(now=now, rules=rules, gpus=gpus, running=running)
     for job_id, gpu_id in Allocation.objects.filter(active=True).values_list("job_id", "gpu_id"):

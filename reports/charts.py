@@ -23,7 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 if TYPE_CHECKING:
     from reports.forecast import Forecast
-    from reports.selectors import UsageReport
+    from reports.lines import UsageReport
 
 # Fonts that carry Chinese; the first one installed wins (fonts-wqy-microhei in CI).
 CJK_FONTS = ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Source Han Sans SC")

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from jobqueue.models import Job
 from reports.optional import require
-from reports.selectors import EpochSeconds, week_start
+from reports.sql import EpochSeconds
+from reports.weeks import week_start
 
 HORIZON_WEEKS = 8
 BACKTEST_WEEKS = 4

@@ -51,8 +51,10 @@ from jobqueue.models import (
     parse_attained_thresholds,
 )
 from reports.errors import BadReplay
+from reports.lines import WeekLine
 from reports.periods import Period
-from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
+from reports.waits import percentile
+from reports.weeks import unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures
@@ -288,48 +290,35 @@ def workload_from_history(period: Period) -> tuple[Workload, list[SimJob]]:
             "command_shape_key",
             "emergency",
             "reservation_id",
+            named=True,
         )
     )
     # (submit, kind, simulator job, recorded start, recorded end): kind 0 sorts a booking
     # block before the jobs submitted at its start.
     entries: list[tuple[float, int, SimJob, float, float]] = []
     replayed = 0
-    for (
-        user,
-        category,
-        queue,
-        gpus,
-        shared,
-        submitted,
-        started,
-        ended,
-        limit,
-        preemptible,
-        model,
-        image,
-        shape,
-        emergency,
-        reservation_id,
-    ) in jobs.iterator(chunk_size=5000):
+    for row in jobs.iterator(chunk_size=5000):
+        started, ended = row.started_at, row.ended_at
         assert started is not None and ended is not None  # filtered above
         replayed += 1
-        if reservation_id is not None:
+        if row.reservation_id is not None:
             continue  # ran inside its booking: the booking's block stands for it
         duration = max(1.0, (ended - started).total_seconds())
+        user = row.owner__username
         job = SimJob(
             index=0,
             user=user,
-            category=category or "",
-            queue=EMERGENCY_QUEUE if emergency else queue,
-            gpus=gpus,
-            shared_slot=shared,
-            submit=_epoch(submitted),
+            category=row.owner__category__name or "",
+            queue=EMERGENCY_QUEUE if row.emergency else row.queue__name,
+            gpus=row.gpus,
+            shared_slot=row.shared_slot,
+            submit=_epoch(row.submitted_at),
             duration=duration,
             # The limit it was accepted with: a job may run past it (warn, don't kill).
-            time_limit=float(limit),
-            preemptible=preemptible,
-            features=JobFeatures(user, image, shape, gpus),
-            gpu_model=model or None,
+            time_limit=float(row.time_limit_s),
+            preemptible=row.preemptible,
+            features=JobFeatures(user, row.image__reference, row.command_shape_key, row.gpus),
+            gpu_model=row.gpu_model or None,
         )
         entries.append((job.submit, 1, job, _epoch(started), _epoch(ended)))
     if not replayed:

@@ -6,9 +6,9 @@ from typing import Any
 
 from rest_framework import serializers
 
+from reports.lines import FINAL_STATES
 from reports.models import ReportTask
 from reports.periods import KINDS
-from reports.selectors import FINAL_STATES
 from reports.services import MAX_GPU_MODEL_CHARS, MAX_LABEL_CHARS, MAX_OPTIONS
 
 

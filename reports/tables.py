@@ -15,7 +15,7 @@ from typing import Any
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from reports.selectors import FINAL_STATES, UsageReport
+from reports.lines import FINAL_STATES, UsageReport
 
 STATE_LABELS: dict[str, Promise] = {
     "completed": _("completed"),

@@ -34,6 +34,7 @@ from django.db.models import (
     Value,
 )
 
+from reports.sql import EpochSeconds
 from telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample, RollupCursor
 
 Window = tuple[dt.datetime, dt.datetime]
@@ -133,11 +134,9 @@ def rollup_usage(windows: TelemetryWindows, **group: Any) -> dict[tuple[Any, ...
 
 
 def rollup_usage_by_week(windows: TelemetryWindows, grid: Any) -> dict[dt.date, float]:
-    """Used GPU-hours from the rollups per week of `grid` (a `reports.selectors.WeekGrid`):
+    """Used GPU-hours from the rollups per week of `grid` (a `reports.weeks.WeekGrid`):
     summed per bucket (an hour or a minute) in SQL, the buckets fetched as seconds since
     1970 and put in their weeks here, cheaper than truncating every row to its week."""
-    from reports.selectors import EpochSeconds
-
     usage = rollup_usage(windows, t=EpochSeconds("bucket"))
     if not usage or not grid.weeks:
         return {}

@@ -265,11 +265,11 @@ def _top_job(counts: Counter[int]) -> int | None:
 
 
 def _minutes_python(start: datetime, end: datetime) -> int:
-    buckets: dict[tuple[int, datetime], list[tuple[Any, ...]]] = defaultdict(list)
-    for gpu_id, ts, util, mem, temp, power, job_id in GpuSample.objects.filter(
-        ts__gte=start, ts__lt=end
-    ).values_list("gpu_id", "ts", "util_pct", "mem_used_mb", "temp_c", "power_w", "job_id"):
-        buckets[(gpu_id, floor_to(ts, MINUTE))].append((util, mem, temp, power, job_id))
+    buckets: dict[tuple[int, datetime], list[Any]] = defaultdict(list)
+    for sample in GpuSample.objects.filter(ts__gte=start, ts__lt=end).values_list(
+        "gpu_id", "ts", "util_pct", "mem_used_mb", "temp_c", "power_w", "job_id", named=True
+    ):
+        buckets[(sample.gpu_id, floor_to(sample.ts, MINUTE))].append(sample)
     allocations = list(
         Allocation.objects.filter(allocated_at__lt=end)
         .filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
@@ -288,7 +288,7 @@ def _minutes_python(start: datetime, end: datetime) -> int:
 
     chosen: dict[tuple[int, datetime], int | None] = {}
     for key, rows in buckets.items():
-        seen = _top_job(Counter(r[4] for r in rows if r[4] is not None))
+        seen = _top_job(Counter(r.job_id for r in rows if r.job_id is not None))
         chosen[key] = seen if seen is not None else held_by(*key)
     owners = dict(
         Job.objects.filter(pk__in={j for j in chosen.values() if j is not None}).values_list(
@@ -303,11 +303,11 @@ def _minutes_python(start: datetime, end: datetime) -> int:
                 gpu_id=gpu_id,
                 bucket=bucket,
                 samples=len(rows),
-                util_mean=_mean(r[0] for r in rows),
-                util_max=_max(r[0] for r in rows),
-                mem_used_max_mb=_max(r[1] for r in rows),
-                temp_max_c=_max(r[2] for r in rows),
-                power_mean_w=_mean(r[3] for r in rows),
+                util_mean=_mean(r.util_pct for r in rows),
+                util_max=_max(r.util_pct for r in rows),
+                mem_used_max_mb=_max(r.mem_used_mb for r in rows),
+                temp_max_c=_max(r.temp_c for r in rows),
+                power_mean_w=_mean(r.power_w for r in rows),
                 job_id=job_id if job_id in owners else None,
                 user_id=owners.get(job_id) if job_id is not None else None,
             )

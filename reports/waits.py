@@ -1,0 +1,46 @@
+"""Waits per queue: how long the jobs that started in the period waited, as a mean and
+percentiles (which need every wait)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jobqueue.models import Queue
+from reports.jobtable import JobTable
+from reports.lines import WaitLine
+from reports.periods import Period
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def queue_waits(period: Period, table: JobTable) -> list[WaitLine]:
+    """Waits per queue of the jobs that started in the period (percentiles need every wait),
+    from the period's jobs (`job_table`)."""
+    queue_ids, jobs = table.queue_ids, table.jobs
+    if not len(jobs):
+        return []
+    started, submitted = jobs[:, 4], jobs[:, 3]
+    in_period = (started >= period.start.timestamp()) & (started < period.end.timestamp())
+    queue_names = dict(Queue.objects.values_list("pk", "name"))
+    waits = []
+    for queue_id in np.unique(queue_ids[in_period]):
+        wait_h = ((started - submitted)[in_period & (queue_ids == queue_id)] / 3600).tolist()
+        waits.append(
+            WaitLine(
+                queue_names[int(queue_id)],
+                len(wait_h),
+                sum(wait_h) / len(wait_h),
+                percentile(wait_h, 50),
+                percentile(wait_h, 95),
+            )
+        )
+    return sorted(waits, key=lambda w: w.queue)
