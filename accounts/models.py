@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from core.tokens import hash_secret, new_secret
+from core.models import HashedToken
 
 
 class Category(models.Model):
@@ -139,7 +139,7 @@ class PersonalAccessTokenQuerySet(models.QuerySet["PersonalAccessToken"]):
         )
 
 
-class PersonalAccessToken(models.Model):
+class PersonalAccessToken(HashedToken):
     """A token for the API and labctl. Only its SHA-256 is stored; the secret is shown once."""
 
     PREFIX = "lp_"
@@ -148,12 +148,8 @@ class PersonalAccessToken(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_tokens"
     )
     name = models.CharField(_("name"), max_length=80)
-    token_prefix = models.CharField(max_length=12, editable=False)
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = PersonalAccessTokenQuerySet.as_manager()
 
@@ -165,22 +161,17 @@ class PersonalAccessToken(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.token_prefix}…)"
 
-    @staticmethod
-    def hash_secret(secret: str) -> str:
-        return hash_secret(secret)
-
     @classmethod
     def issue(
         cls, *, user: User, name: str, lifetime: timedelta | None = None
     ) -> tuple[PersonalAccessToken, str]:
         """Create a token; returns it and the secret, which is never stored."""
-        secret = new_secret(cls.PREFIX)
+        secret, stored = cls.new_secret()
         token = cls.objects.create(
             user=user,
             name=name,
-            token_prefix=secret[:10],
-            token_hash=cls.hash_secret(secret),
             expires_at=timezone.now() + lifetime if lifetime else None,
+            **stored,
         )
         return token, secret
 

@@ -8,7 +8,7 @@ from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from core.tokens import hash_secret, new_secret
+from core.models import HashedToken
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
@@ -174,8 +174,10 @@ class NodeTokenQuerySet(models.QuerySet["NodeToken"]):
         return revoked
 
 
-class NodeToken(models.Model):
+class NodeToken(HashedToken):
     """The secret an agent presents on every message. Only its SHA-256 is stored."""
+
+    PREFIX = "lpn_"
 
     name = models.CharField(_("name"), max_length=80)
     node_name = models.SlugField(
@@ -183,10 +185,6 @@ class NodeToken(models.Model):
         max_length=63,
         help_text=_("The node this token may register as."),
     )
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    token_prefix = models.CharField(max_length=12, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = NodeTokenQuerySet.as_manager()
 
@@ -198,19 +196,10 @@ class NodeToken(models.Model):
     def __str__(self) -> str:
         return f"{self.node_name} ({self.token_prefix}…)"
 
-    @staticmethod
-    def hash_secret(secret: str) -> str:
-        return hash_secret(secret)
-
     @classmethod
     def issue(cls, *, node_name: str, name: str = "") -> tuple[NodeToken, str]:
-        secret = new_secret("lpn_")
-        token = cls.objects.create(
-            node_name=node_name,
-            name=name or node_name,
-            token_hash=cls.hash_secret(secret),
-            token_prefix=secret[:10],
-        )
+        secret, stored = cls.new_secret()
+        token = cls.objects.create(node_name=node_name, name=name or node_name, **stored)
         return token, secret
 
     @classmethod

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from core.tokens import hash_secret, new_secret
+from core.models import HashedToken
 
 
 class GpuSample(models.Model):
@@ -202,11 +202,13 @@ class RetentionPolicy(models.Model):
         return policy
 
 
-class ScrapeToken(models.Model):
+class ScrapeToken(HashedToken):
     """A Bearer token Prometheus presents to read /metrics. Only its SHA-256 is stored."""
 
+    PREFIX = "lpm_"
+
     name = models.CharField(_("name"), max_length=80, help_text=_("Which Prometheus uses it."))
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    # The base's fields, with the names the admin shows.
     token_prefix = models.CharField(_("starts with"), max_length=12, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
@@ -222,16 +224,16 @@ class ScrapeToken(models.Model):
 
     @classmethod
     def issue(cls, *, name: str) -> tuple[ScrapeToken, str]:
-        secret = new_secret("lpm_")
-        token = cls.objects.create(
-            name=name, token_hash=hash_secret(secret), token_prefix=secret[:10]
-        )
+        secret, stored = cls.new_secret()
+        token = cls.objects.create(name=name, **stored)
         return token, secret
 
     @classmethod
     def authenticate(cls, secret: str) -> ScrapeToken | None:
         """The active token with this secret, its use recorded at most once a minute."""
-        token = cls.objects.filter(token_hash=hash_secret(secret), revoked_at__isnull=True).first()
+        token = cls.objects.filter(
+            token_hash=cls.hash_secret(secret), revoked_at__isnull=True
+        ).first()
         if token is not None:
             now = timezone.now()
             if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
