@@ -43,6 +43,7 @@ from django.utils.translation import gettext_lazy
 
 from accounts.models import Category, User
 from cluster.models import Gpu
+from core.stats import percentile
 from jobqueue.models import (
     EmergencyRequest,
     Job,
@@ -52,7 +53,7 @@ from jobqueue.models import (
 )
 from reports.errors import BadReplay
 from reports.periods import Period
-from reports.selectors import WeekLine, percentile, unmet_demand, weeks_of
+from reports.selectors import WeekLine, unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm
 from scheduler.predict import JobFeatures

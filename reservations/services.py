@@ -9,20 +9,18 @@ and the owner is told. Maintenance bookings cost nothing.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Max, Q
-from django.utils import formats, timezone, translation
+from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from accounts import services as account_services
-from accounts.models import CreditPolicy
+from accounts.models import CREDIT_QUANTUM, CreditPolicy
 from jobqueue import services as job_services
 from reservations.errors import (
     BookingRuleViolation,
@@ -36,8 +34,6 @@ from reservations.slotfinder import FreeSlot, bookable_gpus, free_slot_earliest
 from reservations.timegrid import ceil_to_grid, floor_to_grid, is_on_grid, overlap, weeks_touching
 from telemetry.models import GpuSample
 
-# The ledger keeps credits to three decimals; charges and refunds are rounded alike.
-CREDIT_QUANTUM = Decimal("0.001")
 # Staff book over the category rules, within these bounds: a start up to a day back (to
 # record maintenance already under way) and an end within a year. A booking from 1970
 # was accepted and charged 1.14 M credits.
@@ -56,12 +52,6 @@ def credit_policy_reservation_rate() -> Decimal:
 
 def credit_policy_no_show_minutes() -> int:
     return int(CreditPolicy.current().no_show_window_minutes)
-
-
-def _language_of(user: Any) -> AbstractContextManager[None]:
-    """Messages to a member are written in their language, not the worker's."""
-    language = getattr(user, "preferred_language", "") or settings.LANGUAGE_CODE
-    return translation.override(language)
 
 
 # --- Helpers ----------------------------------------------------------------------------
@@ -567,7 +557,7 @@ def reservations_start_due(*, now: datetime) -> int:
                 continue
             reservation = Reservation.objects.select_related("user").get(pk=reservation_id)
             labels = ", ".join(g.label for g in reservation.gpus.select_related("node"))
-            with _language_of(reservation.user):
+            with account_services.in_language_of(reservation.user):
                 account_services.notify(
                     user=reservation.user,
                     kind="reservation_started",
@@ -607,7 +597,7 @@ def reservations_warn_ending(*, now: datetime) -> int:
             jobs = list(jobs_running_in_reservation(reservation))
             if not jobs:
                 continue
-            with _language_of(reservation.user):
+            with account_services.in_language_of(reservation.user):
                 if rules.end_policy == BookingRule.EndPolicy.STOP:
                     consequence = _(
                         "They will be stopped at the end of the slot (SIGTERM, then SIGKILL after a grace period)."
@@ -656,7 +646,7 @@ def reservations_end_due(*, now: datetime) -> int:
                         % {"end": _when(reservation.end)},
                     )
             if jobs:
-                with _language_of(reservation.user):
+                with account_services.in_language_of(reservation.user):
                     title = (
                         _("Your reservation ended; %(count)d jobs in it are being stopped")
                         if stopping
@@ -716,7 +706,7 @@ def reservations_check_no_show(*, now: datetime) -> int:
             ):
                 continue
             Reservation.objects.filter(pk=reservation_id).update(no_show=True)
-            with _language_of(reservation.user):
+            with account_services.in_language_of(reservation.user):
                 account_services.notify(
                     user=reservation.user,
                     kind="reservation_no_show",
