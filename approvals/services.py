@@ -102,16 +102,6 @@ def grant_queues() -> QuerySet[Queue]:
     return Queue.objects.filter(requires_grant=True, is_active=True)
 
 
-def grant_in_force(user: User, queue: Queue, at: datetime | None = None) -> PriorityGrant | None:
-    """The member's approved grant for `queue` that is still before its deadline, if any."""
-    return (
-        PriorityGrant.objects.in_force(at)
-        .filter(user=user, queue=queue)
-        .order_by("-deadline")
-        .first()
-    )
-
-
 def emergency_jobs_eligible(user: User) -> QuerySet[Job]:
     """The member's jobs that an emergency can lift: those still waiting."""
     return Job.objects.filter(owner=user, state__in=Job.WAITING_STATES).select_related("queue")

@@ -462,12 +462,12 @@ if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_
     )
 if LABPORTAL_EXECUTOR == "slurm":
     # Slurm schedules and enforces time limits; the portal reconciles with it instead.
-    from slurm.beat import slurm_beat_schedule  # noqa: E402
+    from slurm.beat import slurm_beat_schedule
 
     for _portal_pass in ("scheduling-pass", "time-limits"):
         CELERY_BEAT_SCHEDULE.pop(_portal_pass, None)
     CELERY_BEAT_SCHEDULE.update(slurm_beat_schedule(sync_s=LABPORTAL_SLURM_SYNC_S))
-    from slurm.rules_beat import SLURM_RULES_BEAT_SCHEDULE  # noqa: E402
+    from slurm.rules_beat import SLURM_RULES_BEAT_SCHEDULE
 
     CELERY_BEAT_SCHEDULE.update(SLURM_RULES_BEAT_SCHEDULE)
 
@@ -487,7 +487,7 @@ if LABPORTAL_BACKUP_HOUR > 23:
 # Nightly backups from beat; off in the demo (DEBUG), on in production.
 LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
 if LABPORTAL_BACKUP_ENABLED:
-    from ops.beat import backup_beat_schedule  # noqa: E402
+    from ops.beat import backup_beat_schedule
 
     CELERY_BEAT_SCHEDULE.update(backup_beat_schedule(hour=LABPORTAL_BACKUP_HOUR))
 
