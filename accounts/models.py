@@ -420,6 +420,7 @@ class CreditPolicy(models.Model):
         return Decimal("0")
 
 
+# The ledger keeps credits to three decimals; charges and refunds are rounded alike.
 CREDIT_QUANTUM = Decimal("0.001")
 
 

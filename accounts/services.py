@@ -161,12 +161,6 @@ def account_locked(user: User) -> CreditAccount:
     return CreditAccount.objects.select_for_update().get(pk=account.pk)
 
 
-def credit_account_for(user: User) -> CreditAccount:
-    """The member's account (created empty on first use)."""
-    account, _created = CreditAccount.objects.get_or_create(user=user)
-    return account
-
-
 def ledger_post(
     *,
     user: User,

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 
 from accounts.models import CreditPolicy, Notification, User
 from accounts.services import in_language_of, notify
-from core.errors import DomainError, NotAllowed
+from core.errors import DomainError, NotAllowed, StaffOnly
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,6 @@ class InvalidEmergencyRequest(ApprovalRefused):
 class EmergencyLimitReached(ApprovalRefused):
     code = "emergency_limit_reached"
     status_code = 429
-
-
-class StaffOnly(NotAllowed):
-    code = "staff_only"
 
 
 def _url(name: str) -> str:
@@ -104,20 +100,6 @@ def emergencies_visible_to(user: User) -> QuerySet[EmergencyRequest]:
 
 def grant_queues() -> QuerySet[Queue]:
     return Queue.objects.filter(requires_grant=True, is_active=True)
-
-
-def grant_in_force(user: User, queue: Queue, at: datetime | None = None) -> PriorityGrant | None:
-    """The member's approved grant for `queue` that is still before its deadline, if any."""
-    return (
-        PriorityGrant.objects.filter(
-            user=user,
-            queue=queue,
-            state=PriorityGrant.State.APPROVED,
-            deadline__gt=at or timezone.now(),
-        )
-        .order_by("-deadline")
-        .first()
-    )
 
 
 def emergency_jobs_eligible(user: User) -> QuerySet[Job]:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from core.stats import percentile
 from scheduler.engine import forget_topology, plan
 from scheduler.model import (
     CategoryPolicy,
@@ -176,14 +177,6 @@ def time_passes(
         wall.append(time.perf_counter() - began)
         cpu.append(time.process_time() - began_cpu)
     return wall, cpu
-
-
-def percentile(samples: Sequence[float], pct: float) -> float:
-    ordered = sorted(samples)
-    k = (len(ordered) - 1) * pct / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def bench_size(pending: int, gpus: int, reservations: int, repeats: int) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +13,8 @@ from django.conf import settings
 
 from cluster.models import Gpu, Node
 
-log = logging.getLogger(__name__)
+# The job queue (layer 3) sits above the cluster (layer 2): its models are looked up by
+# name through the app registry, never imported. The job queue is always installed.
 
 
 def jobs_on_node(*, node_id: int, job_ids: Iterable[int]) -> set[int]:
@@ -27,11 +27,7 @@ def jobs_on_node(*, node_id: int, job_ids: Iterable[int]) -> set[int]:
     ids = {job_id for job_id in job_ids}
     if not ids:
         return set()
-    try:
-        job_model = apps.get_model("jobqueue", "Job")
-    except LookupError:
-        log.error("jobqueue.Job does not exist yet: no job can be checked against node %s", node_id)
-        return set()
+    job_model = apps.get_model("jobqueue", "Job")
     return set(job_model.objects.filter(pk__in=ids, node_id=node_id).values_list("pk", flat=True))
 
 
@@ -113,10 +109,7 @@ def nodes_for_live_page() -> list[LiveNode]:
 
 def active_allocations_by_gpu(gpu_ids: Iterable[int]) -> dict[int, list[Any]]:
     """Active allocations (with job and owner loaded) of these GPUs, by GPU id."""
-    try:
-        allocation_model = apps.get_model("jobqueue", "Allocation")
-    except LookupError:  # the job queue's models are not installed yet
-        return {}
+    allocation_model = apps.get_model("jobqueue", "Allocation")
     by_gpu: dict[int, list[Any]] = defaultdict(list)
     active = allocation_model.objects.filter(active=True, gpu_id__in=list(gpu_ids))
     for allocation in active.select_related("job__owner").order_by("job_id"):

@@ -29,3 +29,7 @@ def text_too_long(field: str, length: int, limit: int) -> str:
 class NotAllowed(DomainError):
     code = "not_allowed"
     status_code = 403
+
+
+class StaffOnly(NotAllowed):
+    code = "staff_only"

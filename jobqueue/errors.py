@@ -54,7 +54,3 @@ class InvalidTransition(DomainError):
 
 class NotJobOwner(NotAllowed):
     code = "not_job_owner"
-
-
-class StaffOnly(NotAllowed):
-    code = "staff_only"

@@ -151,6 +151,12 @@ class StaffDecision(models.Model):
         abstract = True
 
 
+class PriorityGrantQuerySet(models.QuerySet["PriorityGrant"]):
+    def in_force(self, at: datetime | None = None) -> PriorityGrantQuerySet:
+        """The grants approved and still before their deadline at `at` (default: now)."""
+        return self.filter(state=PriorityGrant.State.APPROVED, deadline__gt=at or timezone.now())
+
+
 class PriorityGrant(StaffDecision):
     """A member's approved right to use a grant-only queue (`high`) until a deadline."""
 
@@ -170,6 +176,8 @@ class PriorityGrant(StaffDecision):
     state = models.CharField(
         _("state"), max_length=16, choices=State.choices, default=State.PENDING
     )
+
+    objects = PriorityGrantQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("priority grant")

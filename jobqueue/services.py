@@ -25,7 +25,7 @@ from accounts import services as account_services
 from accounts.models import User
 from cluster.models import Gpu, Node
 from core.durations import hours_minutes, lazy_hours_minutes
-from core.errors import DomainError
+from core.errors import DomainError, StaffOnly
 from core.i18n import lazy_text
 from jobqueue import executor
 from jobqueue.errors import (
@@ -38,7 +38,6 @@ from jobqueue.errors import (
     QueueNotFound,
     QuotaExceeded,
     ReservationNotUsable,
-    StaffOnly,
     TimeLimitTooLong,
     TooManyGpus,
 )
@@ -443,9 +442,7 @@ def _queue_for_submit(queue: str | Queue) -> Queue:
 
 
 def _has_grant(owner: User, queue: Queue) -> bool:
-    return PriorityGrant.objects.filter(
-        user=owner, queue=queue, state=PriorityGrant.State.APPROVED, deadline__gt=timezone.now()
-    ).exists()
+    return PriorityGrant.objects.in_force().filter(user=owner, queue=queue).exists()
 
 
 def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:

@@ -15,11 +15,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on a server
 
-from django.core.cache import cache  # noqa: E402
-from django.utils import translation  # noqa: E402
-from django.utils.translation import gettext as _  # noqa: E402
-from matplotlib import font_manager  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from django.core.cache import cache
+from django.utils import translation
+from django.utils.translation import gettext as _
+from matplotlib import font_manager
+from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from reports.forecast import Forecast

@@ -43,6 +43,7 @@ from django.utils.translation import gettext_lazy
 
 from accounts.models import Category, User
 from cluster.models import Gpu
+from core.stats import percentile
 from jobqueue.models import (
     EmergencyRequest,
     Job,
@@ -53,7 +54,6 @@ from jobqueue.models import (
 from reports.errors import BadReplay
 from reports.lines import WeekLine
 from reports.periods import Period
-from reports.waits import percentile
 from reports.weeks import unmet_demand, weeks_of
 from reservations.models import Reservation
 from scheduler import model as sm

@@ -12,18 +12,6 @@ from reports.periods import KINDS
 from reports.services import MAX_GPU_MODEL_CHARS, MAX_LABEL_CHARS, MAX_OPTIONS
 
 
-class PeriodQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    period = serializers.ChoiceField(choices=KINDS, required=False, default="month")
-    at = serializers.DateField(required=False, help_text="A day in the month, quarter or year.")
-    from_ = serializers.DateField(required=False, help_text="First day of a custom period.")
-    to = serializers.DateField(required=False, help_text="Last day of a custom period.")
-
-    def get_fields(self) -> dict[str, Any]:
-        fields = super().get_fields()
-        fields["from"] = fields.pop("from_")
-        return fields
-
-
 class PeriodSerializer(serializers.Serializer):  # type: ignore[type-arg]
     start = serializers.DateTimeField()
     end = serializers.DateTimeField(help_text="The first moment after the period.")

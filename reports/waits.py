@@ -3,23 +3,13 @@ percentiles (which need every wait)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from core.stats import percentile
 from jobqueue.models import Queue
 from reports.jobtable import JobTable
 from reports.lines import WaitLine
 from reports.periods import Period
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * pct / 100
-    lo = math.floor(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def queue_waits(period: Period, table: JobTable) -> list[WaitLine]:

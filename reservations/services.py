@@ -9,19 +9,19 @@ and the owner is told. Maintenance bookings cost nothing.
 
 from __future__ import annotations
 
-import logging
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Max, Q
-from django.utils import formats, timezone, translation
+from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from accounts import services as account_services
+from accounts.models import CREDIT_QUANTUM, CreditPolicy
+from jobqueue import services as job_services
 from reservations.errors import (
     BookingRuleViolation,
     GpuNotBookable,
@@ -32,13 +32,8 @@ from reservations.errors import (
 from reservations.models import BookingRule, BookingRules, Reservation, ReservationSlot, gpu_hours
 from reservations.slotfinder import FreeSlot, bookable_gpus, free_slot_earliest
 from reservations.timegrid import ceil_to_grid, floor_to_grid, is_on_grid, overlap, weeks_touching
+from telemetry.models import GpuSample
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_RESERVATION_RATE = Decimal("1")
-DEFAULT_NO_SHOW_MINUTES = 15
-# The ledger keeps credits to three decimals; charges and refunds are rounded alike.
-CREDIT_QUANTUM = Decimal("0.001")
 # Staff book over the category rules, within these bounds: a start up to a day back (to
 # record maintenance already under way) and an end within a year. A booking from 1970
 # was accepted and charged 1.14 M credits.
@@ -48,58 +43,15 @@ STAFF_HORIZON = timedelta(days=366)
 NO_SHOW_UTIL_PCT = 5.0
 
 
-# --- Contracts with accounts and jobqueue (imported lazily: they may load after us) -------
+# --- Contracts with accounts and jobqueue ---------------------------------------------
 
 
 def credit_policy_reservation_rate() -> Decimal:
-    try:
-        from accounts.models import CreditPolicy  # type: ignore[attr-defined]
-
-        return Decimal(str(CreditPolicy.current().reservation_rate))
-    except (ImportError, AttributeError):
-        return DEFAULT_RESERVATION_RATE
+    return Decimal(str(CreditPolicy.current().reservation_rate))
 
 
 def credit_policy_no_show_minutes() -> int:
-    try:
-        from accounts.models import CreditPolicy  # type: ignore[attr-defined]
-
-        return int(CreditPolicy.current().no_show_window_minutes)
-    except (ImportError, AttributeError):
-        return DEFAULT_NO_SHOW_MINUTES
-
-
-def _ledger_post(**kwargs: Any) -> None:
-    try:
-        from accounts.services import ledger_post  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        logger.warning("accounts.services.ledger_post is missing; credits not posted: %s", kwargs)
-        return
-    ledger_post(**kwargs)
-
-
-def _notify(**kwargs: Any) -> None:
-    try:
-        from accounts.services import notify  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        logger.info("accounts.services.notify is missing; not sent: %s", kwargs.get("title"))
-        return
-    notify(**kwargs)
-
-
-def _language_of(user: Any) -> AbstractContextManager[None]:
-    """Messages to a member are written in their language, not the worker's."""
-    language = getattr(user, "preferred_language", "") or settings.LANGUAGE_CODE
-    return translation.override(language)
-
-
-def _job_request_stop(**kwargs: Any) -> None:
-    try:
-        from jobqueue.services import job_request_stop  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        logger.warning("jobqueue.services.job_request_stop is missing; job %s not stopped", kwargs)
-        return
-    job_request_stop(**kwargs)
+    return int(CreditPolicy.current().no_show_window_minutes)
 
 
 # --- Helpers ----------------------------------------------------------------------------
@@ -398,7 +350,7 @@ def reservation_create(
     charged_from = max(start, current_slot)
     cost = (gpu_hours(len(gpu_ids), end - charged_from) * rate).quantize(CREDIT_QUANTUM)
     if cost > 0:
-        _ledger_post(
+        account_services.ledger_post(
             user=user,
             amount=-cost,
             kind="reservation",
@@ -432,7 +384,7 @@ def reservation_cancel(*, reservation_id: int, actor: Any) -> Reservation:
     reservation.save(update_fields=["state", "ended_at"])
     reservation.slots.update(live=False)
     if reservation.charged > 0:
-        _ledger_post(
+        account_services.ledger_post(
             user=reservation.user,
             amount=reservation.charged,
             kind="refund",
@@ -483,7 +435,7 @@ def reservation_release_early(*, reservation_id: int, actor: Any) -> Reservation
     # Released GPUs are free for others straight away.
     reservation.slots.update(live=False, end=reservation.end)
     if refund > 0:
-        _ledger_post(
+        account_services.ledger_post(
             user=reservation.user,
             amount=refund,
             kind="refund",
@@ -555,7 +507,7 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
         CREDIT_QUANTUM
     )
     if extra > 0:
-        _ledger_post(
+        account_services.ledger_post(
             user=user,
             amount=-extra,
             kind="reservation",
@@ -605,8 +557,8 @@ def reservations_start_due(*, now: datetime) -> int:
                 continue
             reservation = Reservation.objects.select_related("user").get(pk=reservation_id)
             labels = ", ".join(g.label for g in reservation.gpus.select_related("node"))
-            with _language_of(reservation.user):
-                _notify(
+            with account_services.in_language_of(reservation.user):
+                account_services.notify(
                     user=reservation.user,
                     kind="reservation_started",
                     title=_("Your reservation has started: %(gpus)s") % {"gpus": labels},
@@ -645,7 +597,7 @@ def reservations_warn_ending(*, now: datetime) -> int:
             jobs = list(jobs_running_in_reservation(reservation))
             if not jobs:
                 continue
-            with _language_of(reservation.user):
+            with account_services.in_language_of(reservation.user):
                 if rules.end_policy == BookingRule.EndPolicy.STOP:
                     consequence = _(
                         "They will be stopped at the end of the slot (SIGTERM, then SIGKILL after a grace period)."
@@ -654,7 +606,7 @@ def reservations_warn_ending(*, now: datetime) -> int:
                     consequence = _(
                         "They may keep running, but other bookings and jobs may need the GPUs."
                     )
-                _notify(
+                account_services.notify(
                     user=reservation.user,
                     kind="reservation_ending",
                     title=_("Your reservation ends at %(end)s; %(count)d jobs still run in it")
@@ -688,19 +640,19 @@ def reservations_end_due(*, now: datetime) -> int:
             stopping = rules.end_policy == BookingRule.EndPolicy.STOP
             if stopping:
                 for job in jobs:
-                    _job_request_stop(
+                    job_services.job_request_stop(
                         job_id=job.pk,
                         reason=_("The reservation it ran in ended at %(end)s.")
                         % {"end": _when(reservation.end)},
                     )
             if jobs:
-                with _language_of(reservation.user):
+                with account_services.in_language_of(reservation.user):
                     title = (
                         _("Your reservation ended; %(count)d jobs in it are being stopped")
                         if stopping
                         else _("Your reservation ended; %(count)d jobs in it keep running")
                     ) % {"count": len(jobs)}
-                    _notify(
+                    account_services.notify(
                         user=reservation.user,
                         kind="reservation_ended",
                         title=title,
@@ -726,10 +678,6 @@ def reservation_was_used(reservation: Reservation, *, until: datetime) -> bool:
         .exists()
     ):
         return True
-    try:
-        from telemetry.models import GpuSample
-    except ImportError:
-        return False
     return GpuSample.objects.filter(
         gpu_id__in=gpu_ids, ts__gte=reservation.start, ts__lt=until, util_pct__gte=NO_SHOW_UTIL_PCT
     ).exists()
@@ -758,8 +706,8 @@ def reservations_check_no_show(*, now: datetime) -> int:
             ):
                 continue
             Reservation.objects.filter(pk=reservation_id).update(no_show=True)
-            with _language_of(reservation.user):
-                _notify(
+            with account_services.in_language_of(reservation.user):
+                account_services.notify(
                     user=reservation.user,
                     kind="reservation_no_show",
                     title=_("Your reserved GPUs are unused"),

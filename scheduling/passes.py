@@ -737,11 +737,7 @@ def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
     )
     if not waiting:
         return []
-    in_force = set(
-        PriorityGrant.objects.filter(
-            state=PriorityGrant.State.APPROVED, deadline__gt=now
-        ).values_list("user_id", "queue_id")
-    )
+    in_force = set(PriorityGrant.objects.in_force(now).values_list("user_id", "queue_id"))
     lapsed = [j for j in waiting if (j.owner_id, j.queue_id) not in in_force]
     if not lapsed:
         return []

@@ -397,7 +397,7 @@ def _sync_qos(admin: SlurmAdmin, result: PolicyResult, now: datetime) -> None:
     top = top_qos_name()
     has_top = _ensure_top_qos(admin, result)
     wanted: dict[str, set[str]] = {unix: set() for unix in logins.values()}
-    for grant in PriorityGrant.objects.filter(state=PriorityGrant.State.APPROVED, deadline__gt=now):
+    for grant in PriorityGrant.objects.in_force(now):
         unix = logins.get(grant.user_id)
         if unix and grant.queue_id in grant_qos:
             wanted[unix].add(grant_qos[grant.queue_id])

@@ -87,7 +87,7 @@ def run_concurrently(
             connect()
             barrier.wait()
             fn()
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted on
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()

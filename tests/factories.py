@@ -27,7 +27,7 @@ class UserFactory(DjangoModelFactory[User]):
     password = factory.PostGenerationMethodCall("set_password", "correct-horse-battery")
 
     @factory.post_generation
-    def save_password(obj: User, create: bool, extracted: object, **kwargs: object) -> None:  # noqa: N805
+    def save_password(obj: User, create: bool, extracted: object, **kwargs: object) -> None:
         if create:
             obj.save()
 

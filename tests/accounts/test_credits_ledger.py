@@ -113,7 +113,7 @@ def test_concurrent_charges_keep_the_balance_equal_to_the_sum_of_entries(alice: 
                 # Every charge is also delivered twice, by different threads.
                 for _copy in range(2):
                     post(alice, "-1.5", f"charge:{(worker + _copy) % 8}:{i}", "charge")
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()

@@ -27,7 +27,8 @@ from django.utils import timezone
 from accounts.models import LedgerEntry
 from cluster.models import RejectedMessage
 from cluster.protocol import MessageRefused
-from jobqueue.errors import InvalidTransition, StaffOnly
+from core.errors import StaffOnly
+from jobqueue.errors import InvalidTransition
 from jobqueue.models import Job, SchedulingPolicy
 from jobqueue.services import job_cancel, job_force_end, job_request_stop
 from scheduling.agent_events import job_event_apply, jobs_escalate_stops, jobs_reconcile_with_node

@@ -133,7 +133,7 @@ def test_the_database_row_holds_nothing_that_is_in_the_url(alice: Any, clock: An
     assert page_url == api_url == client.get("/api/reservations/feed/").json()["url"]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT * FROM {CalendarFeed._meta.db_table} WHERE id = %s",  # noqa: S608
+            f"SELECT * FROM {CalendarFeed._meta.db_table} WHERE id = %s",
             [feed.pk],
         )
         row = cursor.fetchone()

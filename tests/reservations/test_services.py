@@ -375,17 +375,17 @@ class TestWithTheRealLedger:
         self, alice: Any, gpus: list[Any], clock: Any
     ) -> None:
         from accounts.models import LedgerEntry
-        from accounts.services import credit_account_for
+        from accounts.selectors import balance_of
 
         first = book(alice, gpus[:2], 1, 3)  # 4 GPU-hours x 1.5
-        assert credit_account_for(alice).balance == Decimal("-6")
+        assert balance_of(alice) == Decimal("-6")
         reservation_cancel(reservation_id=first.pk, actor=alice)
-        assert credit_account_for(alice).balance == 0
+        assert balance_of(alice) == 0
         second = book(alice, gpus[:1], 1, 5)
         clock.move_to(at(1) + timedelta(minutes=20))
         reservation_release_early(reservation_id=second.pk, actor=alice)
         # charged 4 x 1.5; used until 10:30 (the next grid step), so 3.5 hours x 1.5 come back
-        assert credit_account_for(alice).balance == Decimal("-0.75")
+        assert balance_of(alice) == Decimal("-0.75")
         assert LedgerEntry.objects.filter(reservation=second).count() == 2
 
     def test_the_start_and_a_no_show_reach_the_bell(
