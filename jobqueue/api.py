@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from core.api_params import choices_param, choices_schema_param
-from jobqueue import executor, selectors, services
+from jobqueue import executor, selectors, services, submit
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
     JobBatchSerializer,
@@ -61,7 +61,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         payload.is_valid(raise_exception=True)
         data = dict(payload.validated_data)
         data["reservation_id"] = data.pop("reservation", None)
-        job = services.job_submit(owner=request_user(request), **data)
+        job = submit.job_submit(owner=request_user(request), **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobBatchSerializer, responses={201: JobSerializer(many=True)})
@@ -75,7 +75,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             spec = dict(item)
             spec["reservation_id"] = spec.pop("reservation", None)
             specs.append(spec)
-        jobs = services.jobs_submit_batch(owner=request_user(request), specs=specs)
+        jobs = submit.jobs_submit_batch(owner=request_user(request), specs=specs)
         created = (
             Job.objects.filter(pk__in=[j.pk for j in jobs])
             .select_related("owner", "queue", "image", "node")

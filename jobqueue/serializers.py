@@ -21,7 +21,7 @@ from jobqueue.models import (
     command_limit_refusal,
     env_limit_refusal,
 )
-from jobqueue.services import BATCH_TOO_LARGE, MAX_BATCH
+from jobqueue.submit import BATCH_TOO_LARGE, MAX_BATCH
 
 MAX_INT32 = 2**31 - 1
 MAX_BIGINT = 2**63 - 1

@@ -15,7 +15,7 @@ from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
-from jobqueue import executor, selectors, services
+from jobqueue import executor, selectors, services, submit
 from jobqueue.extensions import job_page_context
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, SchedulingPolicy
@@ -33,7 +33,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         hours = data["time_limit_hours"]
         try:
-            job = services.job_submit(
+            job = submit.job_submit(
                 owner=user,
                 queue=data["queue"],
                 image=data["image"].reference,

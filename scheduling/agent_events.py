@@ -34,6 +34,7 @@ from cluster.protocol import (
     job_id_parse,
 )
 from cluster.services import node_known
+from jobqueue.events import record_event
 from jobqueue.models import Job, JobEvent, SchedulingPolicy
 from jobqueue.services import (
     LOG_TAIL_CHARS,
@@ -41,7 +42,6 @@ from jobqueue.services import (
     finish_locked,
     force_end_locked,
     job_locked,
-    record_event,
     requeue_locked,
 )
 from scheduling import dispatch

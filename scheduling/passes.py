@@ -39,6 +39,7 @@ from django.utils.translation import gettext_noop
 from accounts.models import Category, User
 from accounts.selectors import has_credit
 from cluster.models import Gpu, Node
+from jobqueue.events import record_event
 from jobqueue.models import (
     Allocation,
     EmergencyRequest,
@@ -48,7 +49,6 @@ from jobqueue.models import (
     SchedulerLock,
     SchedulingPolicy,
 )
-from jobqueue.services import record_event
 from reservations.selectors import reservation_rows_for_scheduler
 from scheduler import model as sm
 from scheduler.engine import plan as engine_plan

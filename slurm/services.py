@@ -146,7 +146,7 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         submitted_at=job.submitted_at,
         output_path=request.output_path.replace("%j", str(slurm_job_id)),
     )
-    from jobqueue.services import record_event
+    from jobqueue.events import record_event
 
     record_event(
         job,
@@ -159,7 +159,7 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
 
 def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None) -> None:
     """scancel as the job's unix user; the sync records the end Slurm reports."""
-    from jobqueue.services import record_event
+    from jobqueue.events import record_event
 
     record = SlurmJob.objects.filter(job=job).first()
     if record is None:  # never reached Slurm (refused): nothing runs anywhere
@@ -414,7 +414,7 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
                 setattr(job, key, value)
         job.save(update_fields=list(changed))
         if target == Job.State.RUNNING and was_waiting:
-            from jobqueue.services import record_event
+            from jobqueue.events import record_event
 
             record_event(
                 job,
@@ -438,7 +438,8 @@ def _apply_state(
     job: Job, state: str, *, at: datetime, exit_code: int | None = None, reason: str = ""
 ) -> None:
     """End the portal job as Slurm ended it, as the agents' path ends one (credits, notice)."""
-    from jobqueue.services import finish_locked, record_event
+    from jobqueue.events import record_event
+    from jobqueue.services import finish_locked
 
     job.pending_reason = ""
     job.estimated_start = None

@@ -18,7 +18,7 @@ from django.utils import timezone
 from accounts.services import notify
 from cluster.models import Node
 from jobqueue.models import Job, PriorityGrant, Queue
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 from reservations.services import reservation_create
 from scheduling.passes import scheduling_pass
 from tests.browser.conftest import log_in

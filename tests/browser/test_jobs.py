@@ -12,7 +12,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from jobqueue.models import Job
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 from scheduling.agent_events import job_event_apply
 from scheduling.passes import scheduling_pass
 from tests.browser.conftest import log_in

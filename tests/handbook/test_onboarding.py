@@ -11,7 +11,7 @@ from django.utils import timezone
 from accounts.models import PersonalAccessToken
 from handbook.selectors import onboarding_checklist
 from handbook.services import onboarding_mark
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 from reservations.services import reservation_create
 from tests.factories import make_cluster
 

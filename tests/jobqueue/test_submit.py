@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from jobqueue import errors
 from jobqueue.models import Job, PriorityGrant, Queue, VolumeMount
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 
 pytestmark = pytest.mark.django_db
 

@@ -114,7 +114,7 @@ def test_a_command_with_a_nul_is_refused_by_the_submit_service_too(
     alice: Any, cluster: Any, image: Any
 ) -> None:
     from jobqueue.errors import JobRefused
-    from jobqueue.services import job_submit
+    from jobqueue.submit import job_submit
 
     with pytest.raises(JobRefused, match="NUL"):
         job_submit(owner=alice, queue="normal", image=image.reference, command=["echo", "\x00"])

@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.client import FakePayload
 
 from jobqueue.models import MAX_COMMAND_CHARS
-from jobqueue.services import MAX_BATCH
+from jobqueue.submit import MAX_BATCH
 from tests.conftest import api_as
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from accounts.models import Notification, User
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 from ops import backups
 from tests.factories import ContainerImageFactory, UserFactory, make_cluster
 

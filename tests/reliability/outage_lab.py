@@ -31,7 +31,7 @@ def setup(node_name: str) -> str:
 
 def submit(shell: str) -> int:
     from accounts.models import User
-    from jobqueue.services import job_submit
+    from jobqueue.submit import job_submit
 
     job = job_submit(
         owner=User.objects.get(username="alice"),

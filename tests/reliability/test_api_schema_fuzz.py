@@ -37,7 +37,7 @@ schema = schemathesis.pytest.from_fixture("live_schema")
 @pytest.fixture
 def lab(db: Any, cluster: Any, image: Any, alice: Any) -> dict[str, str]:
     """A small lab with one of everything, and a Bearer token for a member and for staff."""
-    from jobqueue.services import job_submit
+    from jobqueue.submit import job_submit
     from reservations.services import reservation_create
 
     job_submit(owner=alice, queue="normal", image=image.reference, command=["echo", "hi"])

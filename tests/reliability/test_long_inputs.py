@@ -180,7 +180,7 @@ REDIRECT_CASES = [
 @pytest.fixture
 def setting(alice: Any, cluster: Any, image: Any, queues: Any) -> dict[str, Any]:
     """What the cases refer to: a waiting job of alice's, her pending grant, a policy."""
-    from jobqueue.services import job_submit
+    from jobqueue.submit import job_submit
 
     CreditPolicy.objects.update_or_create(pk=1, defaults={"emergency_max_uses": 1000})
     waiting = job_submit(owner=alice, queue="normal", image=IMAGE, command="sleep 1")

@@ -18,7 +18,7 @@ from accounts.services import ledger_post
 from benchmarks.local_slurm import LocalSlurm
 from cluster.models import Gpu
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
-from jobqueue.services import job_submit
+from jobqueue.submit import job_submit
 from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin

@@ -1,0 +1,401 @@
+"""Submitting jobs: the command, environment, mounts, queue, grant, booking and limits
+checked against the lab's rules, the job saved with its predicted run time, and handed
+to the executor (``jobqueue.executor.current().job_queued``)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from accounts.models import User
+from cluster.models import Gpu, Node
+from core.durations import hours_minutes
+from core.errors import DomainError
+from jobqueue import executor
+from jobqueue.errors import (
+    GrantRequired,
+    ImageNotAllowed,
+    JobRefused,
+    MountNotAllowed,
+    QueueNotFound,
+    QuotaExceeded,
+    ReservationNotUsable,
+    TimeLimitTooLong,
+    TooManyGpus,
+)
+from jobqueue.events import record_event
+from jobqueue.models import (
+    SHELL_PREFIX,
+    Allocation,
+    ContainerImage,
+    Job,
+    PriorityGrant,
+    Queue,
+    VolumeMount,
+    command_limit_refusal,
+    env_limit_refusal,
+)
+from jobqueue.prediction import job_predict_runtime
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LABPORTAL_JOB_ID"}
+
+
+def _parse_command(command: str | Iterable[str]) -> list[str]:
+    """A string is shell text, run as typed through `/bin/sh -c`; a list is an exec vector."""
+    if not isinstance(command, str):
+        command = list(command)
+    refusal = command_limit_refusal(command)
+    if refusal is not None:
+        raise JobRefused(refusal)
+    if isinstance(command, str):
+        if not command.strip():
+            raise JobRefused(
+                _("The command is empty. Give the program to run, e.g. python train.py.")
+            )
+        try:
+            # The shell would refuse unbalanced quotes only once the job runs; say so now.
+            shlex.split(command)
+        except ValueError as exc:
+            raise JobRefused(
+                _("The command could not be parsed (%(error)s). Check its quotes.") % {"error": exc}
+            ) from None
+        return [*SHELL_PREFIX, command.strip()]
+    argv = [str(part) for part in command]
+    if not argv or not argv[0].strip():
+        raise JobRefused(_("The command is empty. Give the program to run, e.g. python train.py."))
+    if any("\x00" in part for part in argv):
+        # No process argument can hold one, and PostgreSQL cannot store it.
+        raise JobRefused(_("The command contains a NUL character (\\0); remove it."))
+    return argv
+
+
+def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise JobRefused(_("The environment must be a list of NAME=value pairs."))
+    refusal = env_limit_refusal(dict(env))
+    if refusal is not None:
+        raise JobRefused(refusal)
+    cleaned: dict[str, str] = {}
+    for name, value in env.items():
+        if not ENV_NAME.match(str(name)):
+            raise JobRefused(
+                _(
+                    "“%(name)s” is not a valid environment variable name: use letters, digits and _, not starting with a digit."
+                )
+                % {"name": name}
+            )
+        if name in RESERVED_ENV:
+            raise JobRefused(
+                _("%(name)s is set by LabPortal to the job's GPUs; remove it from the environment.")
+                % {"name": name}
+            )
+        cleaned[str(name)] = str(value)
+    return cleaned
+
+
+def largest_node_capacity(
+    *, shared_slot: bool, min_memory_mb: int, gpu_model: str, unknown_memory_fits: bool = False
+) -> int:
+    """The most matching GPU units any one node that takes work could ever give a job.
+
+    ``unknown_memory_fits``: a GPU whose memory is unknown (0, a Slurm GRES no agent or
+    admin has described) counts as large enough.
+    """
+    units = Gpu.objects.filter(node__state__in=[Node.State.UP, Node.State.DRAINING]).exclude(
+        state=Gpu.State.MISSING
+    )
+    if shared_slot:
+        units = units.filter(kind=Gpu.Kind.SLOT)
+    else:
+        units = units.exclude(kind=Gpu.Kind.SLOT).filter(children__isnull=True)
+    if min_memory_mb:
+        enough = Q(memory_mb__gte=min_memory_mb)
+        units = units.filter(enough | Q(memory_mb=0) if unknown_memory_fits else enough)
+    if gpu_model:
+        units = units.filter(model__icontains=gpu_model)
+    best = units.values("node").annotate(n=Count("id")).aggregate(m=Max("n"))["m"]
+    return int(best or 0)
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    owner: User,
+    queue: str | Queue,
+    image: str,
+    command: str | Iterable[str],
+    gpus: int = 1,
+    shared_slot: bool = False,
+    env: Mapping[str, Any] | None = None,
+    mounts: Iterable[str] = (),
+    time_limit_s: int | None = None,
+    min_gpu_memory_mb: int = 0,
+    gpu_model: str = "",
+    cpus: Decimal | float | int = Decimal("4"),
+    memory_mb: int = 16384,
+    name: str = "",
+    reservation_id: int | None = None,
+    preemptible: bool = False,
+) -> Job:
+    """Validate a job against the lab's rules and queue it; every refusal says what to change."""
+    owner.lock_for_limits()
+    queue_obj = _queue_for_submit(queue)
+    image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
+    if image_obj is None:
+        allowed = ", ".join(
+            ContainerImage.objects.filter(enabled=True).values_list("reference", flat=True)[:10]
+        )
+        raise ImageNotAllowed(
+            _(
+                "The image “%(image)s” is not on the lab's allowlist. Use one of: %(allowed)s — or ask an admin to add it."
+            )
+            % {"image": image, "allowed": allowed or _("(none yet)")}
+        )
+    argv = _parse_command(command)
+    clean_env = _clean_env(env)
+    gpus = int(gpus)
+    if shared_slot:
+        if not queue_obj.allows_shared_slots:
+            raise JobRefused(
+                _(
+                    "The %(queue)s queue does not use shared GPU slots; submit to the debug queue or ask for whole GPUs."
+                )
+                % {"queue": queue_obj.name}
+            )
+        gpus = 1
+    if gpus < 1:
+        raise JobRefused(_("A job needs at least one GPU."))
+    if gpus > queue_obj.max_gpus_per_job:
+        raise TooManyGpus(
+            _("The %(queue)s queue allows at most %(max)d GPUs per job; ask for fewer.")
+            % {"queue": queue_obj.name, "max": queue_obj.max_gpus_per_job}
+        )
+    category = owner.category
+    if category is not None and gpus > category.max_concurrent_gpus:
+        raise TooManyGpus(
+            _("Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.")
+            % {"category": category.name, "max": category.max_concurrent_gpus}
+        )
+    # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
+    slurm_places = min_gpu_memory_mb > 0 and not executor.portal_schedules()
+    capacity = largest_node_capacity(
+        shared_slot=shared_slot,
+        min_memory_mb=min_gpu_memory_mb,
+        gpu_model=gpu_model,
+        unknown_memory_fits=slurm_places,
+    )
+    memory_unchecked = slurm_places and (
+        largest_node_capacity(
+            shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model
+        )
+        < gpus
+    )
+    if gpus > capacity:
+        if capacity == 0:
+            raise TooManyGpus(
+                _(
+                    "No GPU in the lab matches this request (model “%(model)s”, at least %(mem)d MiB%(slot)s). Relax the constraints."
+                )
+                % {
+                    "model": gpu_model or _("any"),
+                    "mem": min_gpu_memory_mb,
+                    "slot": _(", shared slot") if shared_slot else "",
+                }
+            )
+        raise TooManyGpus(
+            _(
+                "No node has %(gpus)d matching GPUs; the largest has %(capacity)d. A job's GPUs must be on one node, so ask for at most %(capacity)d."
+            )
+            % {"gpus": gpus, "capacity": capacity}
+        )
+    limit = int(time_limit_s) if time_limit_s else queue_obj.default_time_limit_s
+    if limit <= 0:
+        raise JobRefused(_("The time limit must be positive."))
+    if limit > queue_obj.max_time_limit_s:
+        raise TimeLimitTooLong(
+            _(
+                "The %(queue)s queue allows a time limit of at most %(max)s; ask for less, or use another queue."
+            )
+            % {"queue": queue_obj.name, "max": hours_minutes(queue_obj.max_time_limit_s)}
+        )
+    if category is not None:
+        waiting = Job.objects.filter(owner=owner).pending().count()
+        if waiting >= category.max_queued_jobs:
+            raise QuotaExceeded(
+                _(
+                    "You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start."
+                )
+                % {"n": waiting}
+            )
+    if queue_obj.requires_grant and not _has_grant(owner, queue_obj):
+        raise GrantRequired(
+            _(
+                "The %(queue)s queue needs an approved priority grant. Apply for one (reason and deadline), or submit to the normal queue."
+            )
+            % {"queue": queue_obj.name}
+        )
+    mount_objs = _mounts_for(owner, mounts)
+    reservation = _reservation_for(owner, reservation_id, gpus) if reservation_id else None
+    try:
+        cpus_value = Decimal(str(cpus))
+    except ArithmeticError:
+        raise JobRefused(_("CPUs must be a number, e.g. 4 or 0.5.")) from None
+    if cpus_value <= 0 or memory_mb <= 0:
+        raise JobRefused(_("CPUs and memory must be positive."))
+
+    job = Job(
+        owner=owner,
+        queue=queue_obj,
+        name=name[:120],
+        image=image_obj,
+        command=argv,
+        env=clean_env,
+        gpus=gpus,
+        shared_slot=shared_slot,
+        min_gpu_memory_mb=min_gpu_memory_mb,
+        gpu_model=gpu_model,
+        cpus=cpus_value,
+        memory_mb=memory_mb,
+        time_limit_s=limit,
+        preemptible=preemptible,
+        reservation=reservation,
+        state=Job.State.PENDING,
+        # No reason until the first pass has placed it: pages say "being scheduled".
+        pending_reason="",
+    )
+    job.shape_command()
+    job.predicted_runtime_s = job_predict_runtime(job)
+    job.save()
+    if mount_objs:
+        job.mounts.set(mount_objs)
+    record_event(
+        job,
+        "submitted",
+        gettext_noop("Submitted to the %(queue)s queue."),
+        params={"queue": queue_obj.name},
+        actor=owner,
+    )
+    if memory_unchecked:
+        record_event(
+            job,
+            "gpu_memory_unchecked",
+            gettext_noop(
+                "LabPortal does not know the memory of the Slurm nodes' GPUs, so the minimum of %(mem)d MiB per GPU was not checked: Slurm places the job."
+            ),
+            params={"mem": min_gpu_memory_mb},
+        )
+    executor.current().job_queued(job)
+    # A new job has no GPUs yet and only the mounts just set: whoever shows it
+    # (the API's answer) need not ask the database again.
+    job._prefetched_objects_cache = {  # type: ignore[attr-defined]
+        "allocations": Allocation.objects.none(),
+        **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
+    }
+    # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
+    # it on the job); in agents mode there is none.
+    slurm_row = Job.slurm.related  # type: ignore[attr-defined]
+    if not slurm_row.is_cached(job):
+        slurm_row.set_cached_value(job, None)
+    return job
+
+
+MAX_BATCH = 500
+BATCH_TOO_LARGE = gettext_noop("A batch holds at most %(max)d jobs; split it into smaller batches.")
+
+
+@transaction.atomic
+def jobs_submit_batch(*, owner: User, specs: list[dict[str, Any]]) -> list[Job]:
+    """Submit many jobs at once (like a Slurm job array): all are queued, or none is.
+
+    A refusal names the job it is about (its place in the batch) and says what to change.
+    """
+    if not specs:
+        raise JobRefused(_("The batch is empty: send at least one job."))
+    if len(specs) > MAX_BATCH:
+        raise JobRefused(_(BATCH_TOO_LARGE) % {"max": MAX_BATCH})
+    jobs = []
+    # One transaction holds the whole batch and any refusal rolls it all back, so
+    # each job needs no savepoint of its own (two statements fewer per job).
+    submit_one = job_submit.__wrapped__  # type: ignore[attr-defined]
+    for place, spec in enumerate(specs, start=1):
+        try:
+            jobs.append(submit_one(owner=owner, **spec))
+        except DomainError as exc:
+            refusal = type(exc)(
+                _("Job %(place)d of %(count)d: %(reason)s")
+                % {"place": place, "count": len(specs), "reason": exc.message}
+            )
+            raise refusal from exc
+    return jobs
+
+
+def _queue_for_submit(queue: str | Queue) -> Queue:
+    if isinstance(queue, Queue):
+        return queue
+    queue_obj = Queue.objects.filter(name=queue, is_active=True).first()
+    if queue_obj is None:
+        names = ", ".join(Queue.objects.filter(is_active=True).values_list("name", flat=True))
+        raise QueueNotFound(
+            _("There is no open queue called “%(queue)s”. Choose one of: %(names)s.")
+            % {"queue": queue, "names": names}
+        )
+    return queue_obj
+
+
+def _has_grant(owner: User, queue: Queue) -> bool:
+    return PriorityGrant.objects.in_force().filter(user=owner, queue=queue).exists()
+
+
+def _mounts_for(owner: User, names: Iterable[str]) -> list[VolumeMount]:
+    wanted = [n for n in dict.fromkeys(names) if n]
+    if not wanted:
+        return []
+    found = {m.name: m for m in VolumeMount.objects.filter(name__in=wanted, enabled=True)}
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        allowed = ", ".join(VolumeMount.objects.filter(enabled=True).values_list("name", flat=True))
+        raise MountNotAllowed(
+            _("These mounts are not on the lab's allowlist: %(missing)s. Allowed: %(allowed)s.")
+            % {"missing": ", ".join(missing), "allowed": allowed or _("(none)")}
+        )
+    for mount in found.values():
+        try:
+            mount.source_for(owner.username)
+        except ValueError:
+            raise MountNotAllowed(
+                _("The mount %(name)s cannot be used with your user name; ask an admin.")
+                % {"name": mount.name}
+            ) from None
+    return [found[n] for n in wanted]
+
+
+def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
+    reservation = Job.reservation_model().objects.live().filter(pk=reservation_id).first()
+    if reservation is None or reservation.user_id != owner.pk:
+        raise ReservationNotUsable(
+            _(
+                "Reservation %(id)s is not one of your current bookings. Pick one from My reservations."
+            )
+            % {"id": reservation_id}
+        )
+    if reservation.end <= timezone.now():
+        raise ReservationNotUsable(_("That reservation has already ended."))
+    booked = reservation.gpus.count()
+    if gpus > booked:
+        raise ReservationNotUsable(
+            _("The reservation holds %(booked)d GPUs; ask for at most that many.")
+            % {"booked": booked}
+        )
+    return reservation
