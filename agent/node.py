@@ -10,14 +10,14 @@ twice, because the broker may deliver a task twice.
 from __future__ import annotations
 
 import logging
-import pwd
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
+
+import psutil
 
 from agent import __version__
 from agent.gpu.base import GpuBackend, GpuSample, ProcessSample
@@ -44,17 +44,11 @@ MONITOR_ONLY_REFUSAL = "monitor_only"
 def unix_user_of(pid: int) -> str | None:
     """The login name (or uid) owning host process ``pid``; ``None`` if it is gone."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
+        # psutil: the name of the process's real uid, or the uid if it has no name.
+        name: str = psutil.Process(pid).username()
+    except (psutil.Error, ValueError):  # gone, or no pid (psutil refuses one below 0)
         return None
-    for line in status.splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])
-            try:
-                return pwd.getpwuid(uid).pw_name
-            except KeyError:
-                return str(uid)
-    return None
+    return name
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from agent.runtime.base import (
     ContainerRuntime,
     JobSpec,
@@ -56,13 +58,7 @@ _LEADER_EXIT_WAIT_S = 2.0
 _POLL_S = 0.05
 
 
-def _proc_stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), or None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _proc_start_ticks(pid: int, *, zombie: bool = False) -> int | None:
@@ -70,22 +66,37 @@ def _proc_start_ticks(pid: int, *, zombie: bool = False) -> int | None:
 
     A zombie counts as gone unless ``zombie`` is set: the start time of a child that
     has already exited, but that its parent has not reaped, is still its own.
+
+    The ticks (not psutil's ``create_time``, in seconds since the epoch) are what is
+    stored and compared: they never change, while the epoch time moves with the
+    clock (an NTP step) and would no longer match after an agent restart.
     """
-    fields = _proc_stat_fields(pid)
-    if fields is None or fields[0] == "X" or (fields[0] == "Z" and not zombie):
-        return None  # a zombie has finished; it only awaits reaping
-    return int(fields[19])
+    try:
+        process = psutil.Process(pid)
+        status = process.status()
+        if status == psutil.STATUS_DEAD or (status == psutil.STATUS_ZOMBIE and not zombie):
+            return None  # a zombie has finished; it only awaits reaping
+        while True:
+            # create_time() is the start ticks over the clock rate plus the boot time,
+            # read each call: take that boot time back off, unless the clock moved.
+            boot = psutil.boot_time()
+            created = process.create_time()
+            if psutil.boot_time() == boot:
+                return round((created - boot) * _CLOCK_TICKS)
+            process = psutil.Process(pid)  # its create_time() is cached with the old boot time
+    except (psutil.Error, ValueError):  # gone, or no pid (psutil refuses one below 0)
+        return None
 
 
 def _group_members(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid``, from /proc."""
+    """The processes of process group ``pgid`` (zombies too: ``_proc_start_ticks`` drops them)."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat_fields(int(entry.name))
-        if fields is not None and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+        except OSError:
+            continue  # gone since it was listed
     return members
 
 

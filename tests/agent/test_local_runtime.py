@@ -291,3 +291,22 @@ def test_a_job_recorded_without_a_start_time_is_neither_running_nor_cleaned_up(
         assert os.getpgid(meta["pid"]) == meta["pid"]  # untouched
     finally:
         runtime.stop(12, 0)
+
+
+def test_a_start_time_an_earlier_agent_read_from_proc_still_identifies_the_job(
+    runtime: LocalProcessRuntime, tmp_path: Path
+) -> None:
+    # Earlier agents stored the start time as /proc/PID/stat's starttime field (clock
+    # ticks since boot); this one asks psutil. Their state files must keep working.
+    runtime.start(spec(13, "sleep 30"))
+    meta = runtime._meta(13)
+    assert meta is not None
+    stat = Path(f"/proc/{meta['pid']}/stat").read_text()
+    since_boot = int(stat[stat.rindex(")") + 2 :].split()[19])
+    after = LocalProcessRuntime(tmp_path, enabled=True)
+    try:
+        assert meta["start_ticks"] == since_boot
+        status = after.job_status(13)
+        assert status is not None and status.state == "running"
+    finally:
+        runtime.stop(13, 0)
