@@ -483,32 +483,21 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
     gpus_of_job = {} if gpus_in_row else _gpus_of_running_jobs()
     running = [
         sm.RunningJob(
-            id=pk,
-            user=username,
-            queue=queue_name,
-            gpu_ids=tuple(gpu_uuids if gpus_in_row else gpus_of_job.get(pk, ())),
-            start_time=epoch(started_at or dispatched_at or now),
-            time_limit_s=float(time_limit_s),
-            predicted_runtime_s=float(predicted) if predicted else None,
-            preemptible=preemptible,
-            category=category_name if category_name is not None else UNCATEGORISED,
-            reservation_id=reservation_id,
-            emergency=is_emergency,
+            id=row.pk,
+            user=row.owner__username,
+            queue=row.queue__name,
+            gpu_ids=tuple(row.gpu_uuids if gpus_in_row else gpus_of_job.get(row.pk, ())),
+            start_time=epoch(row.started_at or row.dispatched_at or now),
+            time_limit_s=float(row.time_limit_s),
+            predicted_runtime_s=(
+                float(row.predicted_runtime_s) if row.predicted_runtime_s else None
+            ),
+            preemptible=row.preemptible,
+            category=_category(row.owner__category__name),
+            reservation_id=row.reservation_id,
+            emergency=row.is_emergency,
         )
-        for (
-            pk,
-            username,
-            category_name,
-            queue_name,
-            started_at,
-            dispatched_at,
-            time_limit_s,
-            predicted,
-            preemptible,
-            reservation_id,
-            is_emergency,
-            gpu_uuids,
-        ) in running_rows.values_list(
+        for row in running_rows.values_list(
             "pk",
             "owner__username",
             "owner__category__name",
@@ -521,6 +510,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             "reservation_id",
             "is_emergency",
             "gpu_uuids",
+            named=True,
         )
     ]
     # Plain rows, not model instances: a busy queue has thousands of waiting jobs.
@@ -544,43 +534,30 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             "preemptible",
             "state",
             "is_emergency",
+            named=True,
         )
     )
     pending = [
         sm.PendingJob(
-            id=pk,
-            user=username,
-            queue=queue_name,
-            submit_time=submit_epoch,
-            gpus=gpus,
-            shared_slot=shared_slot,
-            min_memory_mb=min_memory_mb,
-            gpu_model=gpu_model or None,
-            time_limit_s=float(time_limit_s),
-            predicted_runtime_s=float(predicted) if predicted else None,
-            reservation_id=reservation_id,
-            emergency=is_emergency,
-            preemptible=preemptible,
-            held=state == Job.State.HELD,
-            category=category_name if category_name is not None else UNCATEGORISED,
+            id=row.pk,
+            user=row.owner__username,
+            queue=row.queue__name,
+            submit_time=row.submit_epoch,
+            gpus=row.gpus,
+            shared_slot=row.shared_slot,
+            min_memory_mb=row.min_gpu_memory_mb,
+            gpu_model=row.gpu_model or None,
+            time_limit_s=float(row.time_limit_s),
+            predicted_runtime_s=(
+                float(row.predicted_runtime_s) if row.predicted_runtime_s else None
+            ),
+            reservation_id=row.reservation_id,
+            emergency=row.is_emergency,
+            preemptible=row.preemptible,
+            held=row.state == Job.State.HELD,
+            category=_category(row.owner__category__name),
         )
-        for (
-            pk,
-            username,
-            category_name,
-            queue_name,
-            submit_epoch,
-            gpus,
-            shared_slot,
-            min_memory_mb,
-            gpu_model,
-            time_limit_s,
-            predicted,
-            reservation_id,
-            preemptible,
-            state,
-            is_emergency,
-        ) in waiting
+        for row in waiting
     ]
     reservations = tuple(
         sm.Reservation(id=pk, user=username, gpu_ids=gpu_ids, start=epoch(start), end=epoch(end))
@@ -759,6 +736,11 @@ def _move_jobs_whose_grant_lapsed(now: datetime) -> list[int]:
         )
         moved.append(job.pk)
     return moved
+
+
+def _category(name: str | None) -> str:
+    """The engine's category of a member: their category's name, or the uncategorised one."""
+    return name if name is not None else UNCATEGORISED
 
 
 def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: datetime) -> list[int]:
