@@ -14,7 +14,7 @@ and `extra["text"]` ("free" or "identifier") explains a text field from its valu
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
 from msgspec import Meta, Struct
 
@@ -436,6 +436,6 @@ class StartJob(Message, frozen=True, kw_only=True):
                 raise ValueError(f"environment variable name {name!r} is not valid")
 
 
-def node_name_valid(value: object) -> bool:
+def node_name_valid(value: object) -> TypeGuard[str]:
     """A node name as the portal stores it: letters, digits, - and _, at most 63."""
     return isinstance(value, str) and NODE_NAME.fullmatch(value) is not None

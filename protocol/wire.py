@@ -7,6 +7,7 @@ reasons an admin or a member reads stay the same whichever side decodes.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
@@ -92,7 +93,7 @@ def explain(cls: type[Message], data: dict[str, Any], error: str) -> str:
     if missing:
         segments.append((missing.group(1), ""))
     info: Any = inspect.type_info(cls)
-    owner: type[Message] = cls
+    owner: Any = cls
     field: inspect.Field | None = None
     cursor: Any = data
     parent: dict[str, Any] = data
@@ -119,10 +120,11 @@ def explain(cls: type[Message], data: dict[str, Any], error: str) -> str:
         return owner.missing.format(key=key)
     entry = _unwrap(info)
     if item and isinstance(entry, inspect.StructType) and at and not missing:
-        return entry.cls.object_refused.format(type=type(cursor).__name__)
+        refused: str = getattr(entry.cls, "object_refused", text)
+        return refused.format(type=type(cursor).__name__)
     extra, base = _extra(field.type)
     if "text" in extra:
-        return _text_refusal(key, value, getattr(base, "max_length", None), extra["text"])
+        return text_refusal(key, value, getattr(base, "max_length", None), extra["text"])
     if item and "refused_item" in extra:
         template = extra["refused_item"]
     elif _TYPE_ERROR.match(text) and "refused_type" in extra:
@@ -135,7 +137,8 @@ def explain(cls: type[Message], data: dict[str, Any], error: str) -> str:
         return f"{key}: {text}"
 
 
-def _text_refusal(key: str, value: Any, max_length: int | None, kind: str) -> str:
+def text_refusal(key: str, value: Any, max_length: int | None, kind: str) -> str:
+    """Why `value` is not a text of this `kind` ("identifier", "free" or "blank_ok")."""
     if not isinstance(value, str) or (kind != "blank_ok" and not value.strip()):
         return f"{key} must be a non-empty string, got {value!r:.80}"
     if max_length is not None and len(value) > max_length:
@@ -177,5 +180,8 @@ def _extra(info: Any) -> tuple[dict[str, Any], Any]:
             return extra, info
 
 
+@functools.cache
 def _optional_fields(cls: type[Message]) -> list[str]:
-    return [f.encode_name for f in inspect.type_info(cls).fields if not f.required]
+    info = inspect.type_info(cls)
+    assert isinstance(info, inspect.StructType)
+    return [f.encode_name for f in info.fields if not f.required]
