@@ -240,7 +240,8 @@ class JobEvent(Message, frozen=True, kw_only=True):
             Meta(
                 ge=MIN_EXIT_CODE,
                 le=MAX_EXIT_CODE,
-                description="128+N: killed by signal N (137 SIGKILL, 143 SIGTERM)",
+                description="the shell convention: 128+N means killed by signal N "
+                "(137 SIGKILL, 143 SIGTERM)",
                 extra={
                     "refused": f"{{key}} must be null or an integer from {MIN_EXIT_CODE} to "
                     f"{MAX_EXIT_CODE}, got {{value!r:.40}}"
@@ -281,10 +282,21 @@ class Mount(Message, frozen=True, kw_only=True):
     object_refused: ClassVar[str] = "each mount must be an object with source, target, read_only"
 
     source: Annotated[
-        str, Meta(min_length=1, extra={"refused": "mount {key} must be a non-empty string"})
+        str,
+        Meta(
+            min_length=1,
+            description="an absolute path; the agent refuses one outside its "
+            "`--allowed-mount-root` directories, or through a symlink below one",
+            extra={"refused": "mount {key} must be a non-empty string"},
+        ),
     ]
     target: Annotated[
-        str, Meta(min_length=1, extra={"refused": "mount {key} must be a non-empty string"})
+        str,
+        Meta(
+            min_length=1,
+            description="an absolute path in the container",
+            extra={"refused": "mount {key} must be a non-empty string"},
+        ),
     ]
     read_only: Annotated[
         bool, Meta(extra={"refused": "mount {parent[source]!r}: 'read_only' must be true or false"})
@@ -369,7 +381,6 @@ class StartJob(Message, frozen=True, kw_only=True):
         float,
         Meta(
             gt=0,
-            description="> 0",
             extra={"refused": _POSITIVE, "refused_type": "'cpus' must be an integer or a number"},
         ),
     ]
@@ -377,7 +388,7 @@ class StartJob(Message, frozen=True, kw_only=True):
         int,
         Meta(
             gt=0,
-            description="> 0; memory and memory+swap limit",
+            description="memory and memory+swap limit",
             extra={"refused": _POSITIVE, "refused_type": "'memory_mb' must be an integer"},
         ),
     ]
@@ -385,7 +396,6 @@ class StartJob(Message, frozen=True, kw_only=True):
         int,
         Meta(
             gt=0,
-            description="> 0",
             extra={"refused": _POSITIVE, "refused_type": "'pids_limit' must be an integer"},
         ),
     ]
