@@ -9,66 +9,28 @@ and adds what only the portal does: a refusal becomes `MessageRefused` (a
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from msgspec import structs
 
 from cluster.models import RejectedMessage
 from protocol import wire
 from protocol.messages import (
-    GPU_BACKENDS,
-    IDENTIFIER,
-    JOB_EVENT_KINDS,
-    MAX_CONTAINER_ID_CHARS,
-    MAX_EVENT_ID_CHARS,
-    MAX_EXIT_CODE,
-    MAX_GPU_UUID_CHARS,
-    MAX_GPUS_PER_NODE,
-    MAX_JOB_IDS,
     MAX_LOG_CHARS,
-    MAX_NODE_NAME_CHARS,
-    MAX_TS,
-    MIN_EXIT_CODE,
-    MIN_TS,
-    NODE_NAME,
-    RUNTIMES,
     GpuReport,
     Heartbeat,
     JobEvent,
     JobLogsReport,
     Message,
-    node_name_valid,
 )
-
-__all__ = [
-    "GPU_BACKENDS",
-    "JOB_EVENT_KINDS",
-    "MAX_CONTAINER_ID_CHARS",
-    "MAX_EVENT_ID_CHARS",
-    "MAX_EXIT_CODE",
-    "MAX_GPUS_PER_NODE",
-    "MAX_GPU_UUID_CHARS",
-    "MAX_JOB_IDS",
-    "MAX_LOG_CHARS",
-    "MAX_NODE_NAME_CHARS",
-    "MAX_TS",
-    "MIN_EXIT_CODE",
-    "MIN_TS",
-    "NODE_NAME",
-    "RUNTIMES",
-    "GpuReport",
-    "node_name_valid",
-]
 
 M = TypeVar("M", bound=Message)
 
 # PostgreSQL refuses NUL in text and JSON, and no database takes a lone surrogate
 # (JSON over the broker can carry one: "\ud800").
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_IDENTIFIER = re.compile(IDENTIFIER)
 
 
 class MessageRefused(Exception):
@@ -84,30 +46,9 @@ def malformed(detail: str) -> MessageRefused:
     return MessageRefused(RejectedMessage.Reason.MALFORMED, detail)
 
 
-def is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def db_text(value: str) -> str:
     """`value` with what no database column can hold (NUL, lone surrogates) replaced by U+FFFD."""
     return _UNSTORABLE.sub("\ufffd", value)
-
-
-def identifier_field(
-    data: dict[str, Any], key: str, *, max_length: int, required: bool = True
-) -> str:
-    """An identifier (a UUID, an event or container id) in a message not yet defined in
-    `protocol.messages` (GPU samples): refused as the defined messages refuse one."""
-    value = data.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or len(value) > max_length or not _IDENTIFIER.match(value):
-        raise malformed(wire.text_refusal(key, value, max_length, "identifier"))
-    return value
 
 
 def decode(cls: type[M], data: object) -> M:

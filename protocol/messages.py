@@ -13,6 +13,7 @@ and `extra["text"]` ("free" or "identifier") explains a text field from its valu
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
@@ -271,6 +272,138 @@ class JobEvent(Message, frozen=True, kw_only=True):
         ]
         | None
     ) = None
+
+
+MAX_SAMPLES_PER_BATCH = 10_000
+MAX_PROCESSES_PER_SAMPLE = 1_024
+MAX_PROCESS_CONTAINER_ID_CHARS = 128
+MAX_UNIX_USER_CHARS = 64
+MAX_PID = 2**31 - 1
+
+
+def _metric(low: int, high: int, kind: str, description: str = "") -> Meta:
+    return Meta(
+        ge=low,
+        le=high,
+        description=description,
+        extra={
+            "refused": f"{{key}} must be null or {kind} from {low} to {high}, got {{value!r:.40}}"
+        },
+    )
+
+
+def _of_a_process(what: str) -> Meta:
+    return Meta(extra={"refused": f"a process's {{key}} must be null or {what}"})
+
+
+class SampleProcess(Message, frozen=True, kw_only=True):
+    """One entry of a sample's `processes`: a process on the GPU."""
+
+    object_refused: ClassVar[str] = "each process needs a pid, a non-negative 32-bit integer"
+
+    pid: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_PID,
+            extra={"refused": "each process needs a pid, a non-negative 32-bit integer"},
+        ),
+    ]
+    used_mb: (
+        Annotated[int, Meta(ge=0, le=MAX_MEMORY_MB), _of_a_process("a non-negative integer")] | None
+    ) = None
+    container_id: Annotated[str, _identifier(MAX_PROCESS_CONTAINER_ID_CHARS)] | None = None
+    job_id: (
+        Annotated[
+            int,
+            Meta(
+                gt=0, le=MAX_JOB_ID, description="null: the process belongs to no job on this node"
+            ),
+            _of_a_process("a positive integer"),
+        ]
+        | None
+    ) = None
+    unix_user: (
+        Annotated[
+            str,
+            Meta(max_length=MAX_UNIX_USER_CHARS, description="sent for a process of no job"),
+            _of_a_process("a user name"),
+        ]
+        | None
+    ) = None
+    slurm_job_id: (
+        Annotated[
+            int,
+            Meta(gt=0, le=MAX_JOB_ID, description="a monitor-only (Slurm) node's job id for it"),
+            _of_a_process("a positive integer"),
+        ]
+        | None
+    ) = None
+
+
+class Sample(Message, frozen=True, kw_only=True):
+    """One entry of `control.samples_ingest(node, token, samples)`: a GPU's readings.
+
+    Any reading is null when the hardware does not report it (a MIG instance has no
+    utilisation and no temperature)."""
+
+    object_refused: ClassVar[str] = "must be an object, got {type}"
+
+    gpu_uuid: GpuUuid
+    ts: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="epoch seconds; the portal refuses a sample from the future or too old",
+            extra={"refused": "{key} must be epoch seconds, got {value!r:.40}"},
+        ),
+    ]
+    util_pct: Annotated[float, _metric(0, 100, "a number")] | None = None
+    mem_used_mb: Annotated[int, _metric(0, MAX_MEMORY_MB, "an integer")] | None = None
+    mem_total_mb: Annotated[int, _metric(0, MAX_MEMORY_MB, "an integer")] | None = None
+    temp_c: Annotated[float, _metric(-50, 200, "a number")] | None = None
+    power_w: Annotated[float, _metric(0, 10_000, "a number")] | None = None
+    sm_clock_mhz: Annotated[int, _metric(0, 100_000, "an integer")] | None = None
+    ecc_errors: (
+        Annotated[
+            int,
+            _metric(
+                0,
+                MAX_JOB_ID,
+                "an integer",
+                "the volatile count of uncorrected ECC errors since the driver loaded",
+            ),
+        ]
+        | None
+    ) = None
+    xid_errors: (
+        Annotated[
+            int,
+            _metric(
+                0, MAX_JOB_ID, "an integer", "the XID critical errors seen since the agent started"
+            ),
+        ]
+        | None
+    ) = None
+    processes: (
+        Annotated[
+            list[SampleProcess],
+            Meta(
+                max_length=MAX_PROCESSES_PER_SAMPLE,
+                extra={"refused": f"{{key}} must be a list of at most {MAX_PROCESSES_PER_SAMPLE}"},
+            ),
+        ]
+        | None
+    ) = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.ts):
+            raise ValueError(f"ts must be epoch seconds, got {self.ts!r:.40}")
+
+
+METRICS = tuple(
+    name for name in Sample.__struct_fields__ if name not in ("gpu_uuid", "ts", "processes")
+)
 
 
 # Portal -> agent -----------------------------------------------------------------------

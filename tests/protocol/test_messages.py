@@ -53,7 +53,7 @@ def test_docs_agent_md_holds_the_tables_the_messages_generate() -> None:
     text = (ROOT / "docs" / "agent.md").read_text(encoding="utf-8")
 
     assert text == docs.render(text), "run: python -m protocol.docs docs/agent.md"
-    for name in ("StartJob", "Mount", "NodeInfo", "GpuReport", "Heartbeat", "JobEvent"):
+    for name in ("StartJob", "NodeInfo", "GpuReport", "Heartbeat", "JobEvent", "Sample"):
         assert f"<!-- generated: protocol.messages.{name} -->" in text
 
 
