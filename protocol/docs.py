@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from protocol import messages
+from protocol import messages, wire
 
 GENERATED = re.compile(
     r"(<!-- generated: protocol\.messages\.(\w+) -->\n).*?(<!-- end generated -->)", re.S
@@ -32,7 +32,7 @@ def table(cls: type[messages.Message]) -> str:
     rows = ["| field | type | notes |", "| --- | --- | --- |"]
     for field in info.fields:
         hints = typing.get_type_hints(cls, include_extras=True)
-        notes = [*_constraints(field.type), _description(field.type)]
+        notes = [*_constraints(field.type), wire.unwrap(field.type)[2]]
         if not field.required:
             notes.append(f"optional, default `{_default(field)}`")
         rows.append(
@@ -92,48 +92,15 @@ def _type_name(info: Any) -> str:
     return names.get(type(info), type(info).__name__)
 
 
-def _bare(info: Any) -> Any:
-    while True:
-        if isinstance(info, inspect.Metadata):
-            info = info.type
-        elif isinstance(info, inspect.UnionType):
-            info = next(t for t in info.types if not isinstance(t, inspect.NoneType))
-        else:
-            return info
-
-
-def _extra(info: Any) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    while isinstance(info, inspect.Metadata | inspect.UnionType):
-        if isinstance(info, inspect.Metadata):
-            extra.update(info.extra or {})
-            info = info.type
-        else:
-            info = next(t for t in info.types if not isinstance(t, inspect.NoneType))
-    return extra
-
-
-def _description(info: Any) -> str:
-    while isinstance(info, inspect.Metadata | inspect.UnionType):
-        if isinstance(info, inspect.Metadata):
-            description = (info.extra_json_schema or {}).get("description")
-            if description:
-                return str(description)
-            info = info.type
-        else:
-            info = next(t for t in info.types if not isinstance(t, inspect.NoneType))
-    return ""
-
-
 def _constraints(info: Any) -> list[str]:
-    bare = _bare(info)
+    bare, extra, _description = wire.unwrap(info)
     out = []
     if isinstance(bare, inspect.StrType):
         if bare.min_length:
             out.append("non-empty")
         if bare.max_length is not None:
             out.append(f"at most {bare.max_length} characters")
-        if _extra(info).get("text") == "identifier":
+        if extra.get("text") == "identifier":
             out.append("no control characters")
     if isinstance(bare, inspect.ListType) and bare.max_length is not None:
         out.append(f"at most {bare.max_length} entries")

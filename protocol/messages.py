@@ -150,6 +150,12 @@ class GpuReport(Message, frozen=True, kw_only=True):
             raise ValueError("a whole GPU has no parent_uuid")
 
 
+GPUS = Meta(
+    max_length=MAX_GPUS_PER_NODE,
+    extra={"refused": f"{{key}} must be a list of at most {MAX_GPUS_PER_NODE} entries"},
+)
+
+
 class NodeInfo(Message, frozen=True, kw_only=True):
     """`control.node_register(node, token, info)`: what the node is and which GPUs it has."""
 
@@ -167,11 +173,8 @@ class NodeInfo(Message, frozen=True, kw_only=True):
     ]
     gpus: Annotated[
         list[GpuReport],
-        Meta(
-            max_length=MAX_GPUS_PER_NODE,
-            description="a malformed entry is set aside, the others register",
-            extra={"refused": f"{{key}} must be a list of at most {MAX_GPUS_PER_NODE} entries"},
-        ),
+        GPUS,
+        Meta(description="a malformed entry is set aside, the others register"),
     ]
 
 

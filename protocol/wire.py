@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 import msgspec
-from msgspec import Meta, inspect
+from msgspec import inspect
 
-from protocol.messages import MAX_GPUS_PER_NODE, GpuReport, Message, NodeInfo
+from protocol.messages import GPUS, GpuReport, Message, NodeInfo
 
 M = TypeVar("M", bound=Message)
 
@@ -51,13 +51,7 @@ def decode(cls: type[M], data: object) -> M:
 
 # `gpus` with each entry left as sent, so that one bad GPU does not refuse the others.
 class _NodeInfoEntries(NodeInfo, frozen=True, kw_only=True):
-    gpus: Annotated[
-        list[Any],
-        Meta(
-            max_length=MAX_GPUS_PER_NODE,
-            extra={"refused": f"{{key}} must be a list of at most {MAX_GPUS_PER_NODE} entries"},
-        ),
-    ]
+    gpus: Annotated[list[Any], GPUS]
 
 
 def node_info_decode(info: object) -> tuple[NodeInfo, list[str]]:
@@ -122,7 +116,7 @@ def explain(cls: type[Message], data: dict[str, Any], error: str) -> str:
     if item and isinstance(entry, inspect.StructType) and at and not missing:
         refused: str = getattr(entry.cls, "object_refused", text)
         return refused.format(type=type(cursor).__name__)
-    extra, base = _extra(field.type)
+    base, extra, _description = unwrap(field.type)
     if "text" in extra:
         return text_refusal(key, value, getattr(base, "max_length", None), extra["text"])
     if item and "refused_item" in extra:
@@ -154,30 +148,25 @@ def _entry(cursor: Any, index: str) -> Any:
     return None
 
 
-def _unwrap(info: Any) -> Any:
-    """The type under its metadata, and under `| None`."""
-    while True:
-        if isinstance(info, inspect.Metadata):
-            info = info.type
-        elif isinstance(info, inspect.UnionType):
-            members = [t for t in info.types if not isinstance(t, inspect.NoneType)]
-            info = members[0] if members else info.types[0]
-        else:
-            return info
-
-
-def _extra(info: Any) -> tuple[dict[str, Any], Any]:
-    """A field's own `extra` (not its entries'), and its type under the metadata."""
+def unwrap(info: Any) -> tuple[Any, dict[str, Any], str]:
+    """A field's type (msgspec.inspect) under its metadata and `| None`, with its own
+    `extra` and description (not its entries')."""
     extra: dict[str, Any] = {}
+    description = ""
     while True:
         if isinstance(info, inspect.Metadata):
-            extra.update(info.extra or {})
+            extra = {**(info.extra or {}), **extra}
+            description = description or (info.extra_json_schema or {}).get("description", "")
             info = info.type
         elif isinstance(info, inspect.UnionType):
             members = [t for t in info.types if not isinstance(t, inspect.NoneType)]
             info = members[0] if members else info.types[0]
         else:
-            return extra, info
+            return info, extra, description
+
+
+def _unwrap(info: Any) -> Any:
+    return unwrap(info)[0]
 
 
 @functools.cache
