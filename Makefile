@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,reports]' -e ./distributions/agent -e ./distributions/labctl
+	@# Again without dependencies: a venv made before the agent and labctl had their own
+	@# distributions loses their commands when the old portal install is replaced.
+	$(PY) -m pip install --quiet --no-deps --force-reinstall -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
 
 install: $(STAMP) assets

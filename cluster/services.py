@@ -21,14 +21,9 @@ from django.utils.translation import gettext
 from cluster import signals
 from cluster.errors import SlotsRefused
 from cluster.models import ControlClock, Gpu, Node, RejectedMessage
-from cluster.protocol import (
-    MAX_NODE_NAME_CHARS,
-    MessageRefused,
-    RegisterInfo,
-    db_text,
-    heartbeat_parse,
-)
+from cluster.protocol import MessageRefused, RegisterInfo, db_text, heartbeat_parse
 from core.executors import portal_schedules
+from protocol.messages import MAX_NODE_NAME_CHARS
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,10 @@ from django.utils import timezone
 
 from cluster import services
 from cluster.models import NodeToken, RejectedMessage
-from cluster.protocol import MessageRefused, node_name_valid, register_info_parse
+from cluster.protocol import MessageRefused, register_info_parse
 from cluster.signing import report_nonce_claim, report_nonces_prune, report_signature_refusal
 from protocol.broker import Rejection
+from protocol.messages import node_name_valid
 
 log = logging.getLogger(__name__)
 

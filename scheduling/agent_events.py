@@ -27,11 +27,10 @@ from cluster import selectors as cluster_selectors
 from cluster import signals as cluster_signals
 from cluster.models import Node, RejectedMessage
 from cluster.protocol import (
-    MAX_LOG_CHARS,
     MessageRefused,
     db_text,
     job_event_parse,
-    job_id_parse,
+    job_logs_parse,
 )
 from cluster.services import node_known
 from jobqueue.events import record_event
@@ -66,13 +65,11 @@ def job_event_accept(*, node_name: str, event: object) -> None:
 
 def job_logs_accept(*, node_name: str, job_id: object, text: object) -> None:
     """Store a job's log text, if the job is one this node was given; keeps the last 1 MB."""
-    checked_id = job_id_parse(job_id)
-    if not isinstance(text, str):
-        raise MessageRefused(RejectedMessage.Reason.MALFORMED, "text must be a string")
+    report = job_logs_parse(job_id, text)
     node = node_known(node_name=node_name)
-    if not cluster_selectors.job_is_on_node(job_id=checked_id, node_id=node.pk):
-        raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {checked_id} (logs)")
-    job_logs_store(job_id=checked_id, text=db_text(text[-MAX_LOG_CHARS:]))
+    if not cluster_selectors.job_is_on_node(job_id=report.job_id, node_id=node.pk):
+        raise MessageRefused(RejectedMessage.Reason.JOB_NOT_ON_NODE, f"job {report.job_id} (logs)")
+    job_logs_store(job_id=report.job_id, text=report.text)
 
 
 def job_event_apply(*, node_name: str, event: Mapping[str, Any]) -> None:

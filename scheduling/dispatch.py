@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 from django.conf import settings
 from django.db import transaction
 
 from cluster.models import Node
 from cluster.signing import command_auth
+from protocol.messages import Mount, StartJob
 
 logger = logging.getLogger(__name__)
 
@@ -33,30 +35,32 @@ def _send(task: str, args: list[Any], node: Node) -> None:
 
 
 def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
-    """The `agent.start_job` payload: everything the agent needs, nothing it must look up."""
+    """The `agent.start_job` payload (`protocol.messages.StartJob`): everything the agent
+    needs, nothing it must look up."""
     uid, gid = job.owner.ensure_unix_ids()
-    mounts = [
-        {"source": m.source_for(job.owner.username), "target": m.target, "read_only": m.read_only}
-        for m in job.mounts.all()
-    ]
-    return {
-        "job_id": job.pk,
-        "attempt": job.dispatch_count,
-        "image": job.image.reference,
-        "command": list(job.command),
-        "env": {**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
-        "gpu_uuids": [g.uuid for g in gpus],
-        "gpu_indices": sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
-        "uid": uid,
-        "gid": gid,
-        "username": job.owner.username,
-        "cpus": float(job.cpus),
-        "memory_mb": int(job.memory_mb),
-        "pids_limit": getattr(settings, "LABPORTAL_PIDS_LIMIT", PIDS_LIMIT),
-        "mounts": mounts,
-        "time_limit_s": int(job.time_limit_s),
-        "network": "egress" if job.queue.network_egress else "none",
-    }
+    spec = StartJob(
+        job_id=job.pk,
+        attempt=job.dispatch_count,
+        image=job.image.reference,
+        command=list(job.command),
+        env={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        gpu_uuids=[g.uuid for g in gpus],
+        gpu_indices=sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
+        uid=uid,
+        gid=gid,
+        username=job.owner.username,
+        cpus=float(job.cpus),
+        memory_mb=int(job.memory_mb),
+        pids_limit=getattr(settings, "LABPORTAL_PIDS_LIMIT", PIDS_LIMIT),
+        mounts=[
+            Mount(source=m.source_for(job.owner.username), target=m.target, read_only=m.read_only)
+            for m in job.mounts.all()
+        ],
+        time_limit_s=int(job.time_limit_s),
+        network="egress" if job.queue.network_egress else "none",
+    )
+    wire: dict[str, Any] = msgspec.to_builtins(spec)
+    return wire
 
 
 def send_start(*, node: Node, spec: dict[str, Any]) -> None:

@@ -17,36 +17,16 @@ from django.utils import timezone
 
 from cluster import selectors
 from cluster.models import Gpu, RejectedMessage
-from cluster.protocol import (
-    MAX_GPU_UUID_CHARS,
-    MessageRefused,
-    identifier_field,
-    is_int,
-    is_number,
-    malformed,
-)
+from cluster.protocol import MessageRefused, decode, malformed
 from cluster.services import message_reject, node_registered, node_registered_with_gpus
+from protocol.messages import MAX_SAMPLES_PER_BATCH, METRICS, Sample, SampleProcess
 from telemetry.models import GpuSample
 from telemetry.rollups import LATE_WINDOW, rollups_rewind
 
 log = logging.getLogger(__name__)
 
-MAX_SAMPLES_PER_BATCH = 10_000
-MAX_PROCESSES_PER_SAMPLE = 1_024
 # A node clock this far ahead is wrong; its samples would shadow the real latest status.
 MAX_CLOCK_AHEAD = timedelta(minutes=5)
-
-# metric: (integer only, lowest, highest)
-METRIC_RANGES: dict[str, tuple[bool, float, float]] = {
-    "util_pct": (False, 0, 100),
-    "mem_used_mb": (True, 0, 2**31 - 1),
-    "mem_total_mb": (True, 0, 2**31 - 1),
-    "temp_c": (False, -50, 200),
-    "power_w": (False, 0, 10_000),
-    "sm_clock_mhz": (True, 0, 100_000),
-    "ecc_errors": (True, 0, 2**63 - 1),
-    "xid_errors": (True, 0, 2**63 - 1),
-}
 
 
 @dataclass(frozen=True)
@@ -148,7 +128,7 @@ def _samples_store(accepted: list[tuple[int, ParsedSample]]) -> None:
     _gpus_latest_update(newest)
 
 
-_SAMPLE_COLUMNS = ("gpu_id", "ts", *METRIC_RANGES, "processes", "job_id")
+_SAMPLE_COLUMNS = ("gpu_id", "ts", *METRICS, "processes", "job_id")
 _LATEST_FIELDS = ("util_pct", "mem_used_mb", "temp_c", "power_w")
 
 # One statement, whatever the batch's size: the samples go in as one array per column
@@ -173,7 +153,7 @@ def _sample_rows(accepted: list[tuple[int, ParsedSample]]) -> list[tuple[Any, ..
         (
             gpu_id,
             sample.ts,
-            *(sample.metrics[name] for name in METRIC_RANGES),
+            *(sample.metrics[name] for name in METRICS),
             sample.processes,
             next(iter(sample.job_ids)) if len(sample.job_ids) == 1 else None,
         )
@@ -275,34 +255,24 @@ def _gpus_latest_update(newest: dict[int, ParsedSample]) -> None:
 
 
 def sample_parse(raw: Any, *, now: datetime) -> ParsedSample:
-    """Validate one sample of a `samples_ingest` batch; raise `MessageRefused` saying what is wrong."""
-    if not isinstance(raw, dict):
-        raise malformed(f"must be an object, got {type(raw).__name__}")
-    uuid = identifier_field(raw, "gpu_uuid", max_length=MAX_GPU_UUID_CHARS)
-    ts = raw.get("ts")
-    if not is_number(ts) or ts <= 0:
-        raise malformed(f"ts must be epoch seconds, got {ts!r:.40}")
+    """Validate one sample of a `samples_ingest` batch (`protocol.messages.Sample`), and
+    its time against the portal's clock; raise `MessageRefused` saying what is wrong."""
+    sample = decode(Sample, raw)
     try:
-        when = datetime.fromtimestamp(ts, tz=UTC)
+        when = datetime.fromtimestamp(sample.ts, tz=UTC)
     except (OverflowError, OSError, ValueError) as exc:
-        raise malformed(f"ts {ts!r:.40} is not a time") from exc
+        raise malformed(f"ts {sample.ts!r:.40} is not a time") from exc
     if when > now + MAX_CLOCK_AHEAD:
         raise malformed(f"ts {when.isoformat()} is in the future: check the node's clock (NTP)")
     if when < now - timedelta(seconds=settings.LABPORTAL_REPORT_MAX_AGE_S):
         # As old as no report may be (LABPORTAL_REPORT_MAX_AGE_S): a wrong clock or a replay.
         raise malformed(f"ts {when.isoformat()} is stale: check the node's clock (NTP)")
-    metrics = {name: _metric(raw, name, *bounds) for name, bounds in METRIC_RANGES.items()}
-    return ParsedSample(gpu_uuid=uuid, ts=when, metrics=metrics, processes=_processes(raw))
-
-
-def _metric(raw: dict[str, Any], name: str, integer: bool, low: float, high: float) -> Any:
-    value = raw.get(name)
-    if value is None:
-        return None
-    if not (is_int(value) if integer else is_number(value)) or not low <= value <= high:
-        kind = "an integer" if integer else "a number"
-        raise malformed(f"{name} must be null or {kind} from {low} to {high}, got {value!r:.40}")
-    return value
+    return ParsedSample(
+        gpu_uuid=sample.gpu_uuid,
+        ts=when,
+        metrics={name: getattr(sample, name) for name in METRICS},
+        processes=[_process(p) for p in sample.processes or ()],
+    )
 
 
 # Which portal job a process reported with an executor's own job id belongs to: the
@@ -321,46 +291,17 @@ def portal_job_for_slurm_job(slurm_job_id: int) -> int | None:
     return resolve(slurm_job_id) if resolve is not None else None
 
 
-def _processes(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    processes = raw.get("processes")
-    if processes is None:
-        return []
-    if not isinstance(processes, list) or len(processes) > MAX_PROCESSES_PER_SAMPLE:
-        raise malformed(f"processes must be a list of at most {MAX_PROCESSES_PER_SAMPLE}")
-    clean = []
-    for process in processes:
-        if not isinstance(process, dict) or not (
-            is_int(process.get("pid")) and 0 <= process["pid"] < 2**31
-        ):
-            raise malformed("each process needs a pid, a non-negative 32-bit integer")
-        used_mb, container_id, job_id = (
-            process.get("used_mb"),
-            process.get("container_id"),
-            process.get("job_id"),
-        )
-        if used_mb is not None and (not is_int(used_mb) or not 0 <= used_mb < 2**31):
-            raise malformed("a process's used_mb must be null or a non-negative integer")
-        if container_id is not None:
-            container_id = identifier_field(process, "container_id", max_length=128)
-        if job_id is not None and (not is_int(job_id) or not 0 < job_id < 2**63):
-            raise malformed("a process's job_id must be null or a positive integer")
-        unix_user = process.get("unix_user")
-        if unix_user is not None and (not isinstance(unix_user, str) or len(unix_user) > 64):
-            raise malformed("a process's unix_user must be null or a user name")
-        entry = {
-            "pid": process["pid"],
-            "used_mb": used_mb,
-            "container_id": container_id,
-            "job_id": job_id,
-        }
-        if unix_user is not None:  # only a stray's owner is worth the bytes
-            entry["unix_user"] = unix_user
-        slurm_job_id = process.get("slurm_job_id")
-        if slurm_job_id is not None:
-            if not is_int(slurm_job_id) or not 0 < slurm_job_id < 2**63:
-                raise malformed("a process's slurm_job_id must be null or a positive integer")
-            entry["slurm_job_id"] = slurm_job_id
-            if job_id is None:  # Slurm mode: the portal job that Slurm job runs
-                entry["job_id"] = portal_job_for_slurm_job(slurm_job_id)
-        clean.append(entry)
-    return clean
+def _process(process: SampleProcess) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "pid": process.pid,
+        "used_mb": process.used_mb,
+        "container_id": process.container_id,
+        "job_id": process.job_id,
+    }
+    if process.unix_user is not None:  # only a stray's owner is worth the bytes
+        entry["unix_user"] = process.unix_user
+    if process.slurm_job_id is not None:
+        entry["slurm_job_id"] = process.slurm_job_id
+        if process.job_id is None:  # Slurm mode: the portal job that Slurm job runs
+            entry["job_id"] = portal_job_for_slurm_job(process.slurm_job_id)
+    return entry

@@ -1,18 +1,22 @@
 """The interface every container runtime implements, and the job spec it runs.
 
 ``JobSpec.from_wire`` is the one place the portal's ``start_job`` payload is
-checked. A spec that fails the check raises ``SpecRejected``; the agent turns
-that into a ``start_failed`` event carrying the message, so the member sees why.
+checked: it decodes it as ``protocol.messages.StartJob`` (the message's one
+definition) and then applies this node's own rules (the mount roots). A spec that
+fails the check raises ``SpecRejected``; the agent turns that into a
+``start_failed`` event carrying the message, so the member sees why.
 """
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
+
+from protocol import wire
+from protocol.messages import Mount, StartJob
 
 LABEL_JOB_ID = "labportal.job_id"
 LABEL_NODE = "labportal.node"
@@ -35,11 +39,6 @@ def device_uuid(uuid: str) -> str:
 def device_uuids(uuids: Sequence[str]) -> list[str]:
     """The distinct physical devices of ``uuids``, in order."""
     return list(dict.fromkeys(device_uuid(u) for u in uuids))
-
-
-NETWORK_MODES = ("none", "egress")
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class SpecRejected(Exception):
@@ -100,86 +99,27 @@ class JobSpec:
         mount source must lie under one of them, whatever the portal says. With
         no roots, no mount is allowed at all.
         """
-        if not isinstance(data, Mapping):
-            raise SpecRejected("the job spec must be an object")
-
-        def need(key: str, kind: type | tuple[type, ...]) -> Any:
-            if key not in data:
-                raise SpecRejected(f"the job spec has no {key!r}")
-            value = data[key]
-            # bool is an int in Python; a flag is never a valid value here.
-            if isinstance(value, bool) or not isinstance(value, kind):
-                raise SpecRejected(f"{key!r} must be {_kind_name(kind)}")
-            return value
-
-        job_id = need("job_id", int)
-        image = need("image", str).strip()
-        if not image:
-            raise SpecRejected("'image' is empty")
-        command = need("command", list)
-        if not all(isinstance(c, str) for c in command):
-            raise SpecRejected("'command' must be a list of strings")
-        env = data.get("env") or {}
-        if not isinstance(env, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise SpecRejected("'env' must map strings to strings")
-        for key in env:
-            if not _ENV_NAME.match(key):
-                raise SpecRejected(f"environment variable name {key!r} is not valid")
-        gpu_uuids = data.get("gpu_uuids") or []
-        if not isinstance(gpu_uuids, list) or not all(isinstance(u, str) and u for u in gpu_uuids):
-            raise SpecRejected("'gpu_uuids' must be a list of GPU UUID strings")
-        gpu_indices = data.get("gpu_indices") or []
-        if not isinstance(gpu_indices, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in gpu_indices
-        ):
-            raise SpecRejected("'gpu_indices' must be a list of integers")
-        uid = need("uid", int)
-        gid = need("gid", int)
-        # Root in the container owns files on the member's volumes as root and
-        # is one kernel bug away from root on the host: never run a job as root.
-        if uid <= 0 or gid <= 0:
-            raise SpecRejected(
-                f"refusing to run job {job_id} as uid {uid} gid {gid}: jobs must run as "
-                "the member's own non-root uid and gid"
-            )
-        username = need("username", str)
-        cpus = float(need("cpus", (int, float)))
-        memory_mb = need("memory_mb", int)
-        pids_limit = need("pids_limit", int)
-        if cpus <= 0 or memory_mb <= 0 or pids_limit <= 0:
-            raise SpecRejected("'cpus', 'memory_mb' and 'pids_limit' must be positive")
-        time_limit_s = data.get("time_limit_s") or 0
-        if not isinstance(time_limit_s, int) or isinstance(time_limit_s, bool):
-            raise SpecRejected("'time_limit_s' must be an integer")
-        attempt = data.get("attempt") or 0
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-            raise SpecRejected("'attempt' must be a non-negative integer")
-        mounts_raw = data.get("mounts") or []
-        if not isinstance(mounts_raw, list):
-            raise SpecRejected("'mounts' must be a list")
-        mounts = [_check_mount(m, allowed_mount_roots) for m in mounts_raw]
-        network = data.get("network") or "none"
-        if network not in NETWORK_MODES:
-            raise SpecRejected(f"'network' must be one of {', '.join(NETWORK_MODES)}")
+        try:
+            wire_spec = wire.decode(StartJob, data)
+        except wire.Refused as exc:
+            raise SpecRejected(exc.detail) from None
         return cls(
-            network=network,
-            job_id=job_id,
-            attempt=attempt,
-            image=image,
-            command=list(command),
-            env=dict(env),
-            gpu_uuids=list(gpu_uuids),
-            gpu_indices=list(gpu_indices),
-            uid=uid,
-            gid=gid,
-            username=username,
-            cpus=cpus,
-            memory_mb=memory_mb,
-            pids_limit=pids_limit,
-            mounts=mounts,
-            time_limit_s=time_limit_s,
+            network=wire_spec.network,
+            job_id=wire_spec.job_id,
+            attempt=wire_spec.attempt,
+            image=wire_spec.image.strip(),
+            command=list(wire_spec.command),
+            env=dict(wire_spec.env),
+            gpu_uuids=list(wire_spec.gpu_uuids),
+            gpu_indices=list(wire_spec.gpu_indices),
+            uid=wire_spec.uid,
+            gid=wire_spec.gid,
+            username=wire_spec.username,
+            cpus=wire_spec.cpus,
+            memory_mb=wire_spec.memory_mb,
+            pids_limit=wire_spec.pids_limit,
+            mounts=[_check_mount(m, allowed_mount_roots) for m in wire_spec.mounts],
+            time_limit_s=wire_spec.time_limit_s,
         )
 
     def visible_devices(self) -> str:
@@ -199,15 +139,7 @@ class JobSpec:
         return device_uuids(self.gpu_uuids)
 
 
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "an integer", float: "a number", str: "a string", list: "a list"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _check_path(path: Any, what: str) -> str:
-    if not isinstance(path, str) or not path:
-        raise SpecRejected(f"mount {what} must be a non-empty string")
+def _check_path(path: str, what: str) -> str:
     pure = PurePosixPath(path)
     if not pure.is_absolute():
         raise SpecRejected(f"mount {what} {path!r} is not an absolute path")
@@ -219,14 +151,9 @@ def _check_path(path: Any, what: str) -> str:
     return str(pure)
 
 
-def _check_mount(raw: Any, allowed_roots: Sequence[str]) -> MountSpec:
-    if not isinstance(raw, Mapping):
-        raise SpecRejected("each mount must be an object with source, target, read_only")
-    source = _check_path(raw.get("source"), "source")
-    target = _check_path(raw.get("target"), "target")
-    read_only = raw.get("read_only", True)
-    if not isinstance(read_only, bool):
-        raise SpecRejected(f"mount {source!r}: 'read_only' must be true or false")
+def _check_mount(mount: Mount, allowed_roots: Sequence[str]) -> MountSpec:
+    source = _check_path(mount.source, "source")
+    target = _check_path(mount.target, "target")
     if not allowed_roots:
         raise SpecRejected(
             f"mount source {source!r} refused: this node allows no mounts (its operator "
@@ -239,7 +166,7 @@ def _check_mount(raw: Any, allowed_roots: Sequence[str]) -> MountSpec:
             f"({', '.join(allowed_roots)})"
         )
     root = max(roots, key=lambda r: len(PurePosixPath(r).parts))
-    return MountSpec(source=source, target=target, root=root, read_only=read_only)
+    return MountSpec(source=source, target=target, root=root, read_only=mount.read_only)
 
 
 def _is_under(path: str, root: str) -> bool:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from cluster import protocol
 from cluster.models import Gpu, Node, RejectedMessage
 from cluster.tasks import node_heartbeat, node_register
 from jobqueue.models import Job, JobEvent
+from protocol import messages as protocol
 from scheduling.tasks import job_event, job_logs_report
 from telemetry.tasks import samples_ingest
 from tests.cluster.conftest import gpu_entry, job_on, register_info

@@ -247,17 +247,21 @@ def test_inventory_maps_node_states_and_gpu_counts(scripted: ScriptedSlurm) -> N
 def test_telemetry_attributes_a_slurm_jobs_gpu_process_to_its_portal_job(
     scripted: ScriptedSlurm, alice: Any, image: Any
 ) -> None:
-    from telemetry.services import _processes
+    from django.utils import timezone
+
+    from telemetry.services import sample_parse
 
     job = submit(alice)
-    processes = _processes(
-        {
-            "processes": [
-                {"pid": 5, "used_mb": 100, "slurm_job_id": 1001},
-                {"pid": 6, "slurm_job_id": 9},
-            ]
-        }
-    )
+    now = timezone.now()
+    sample = {
+        "gpu_uuid": "GPU-a",
+        "ts": now.timestamp(),
+        "processes": [
+            {"pid": 5, "used_mb": 100, "slurm_job_id": 1001},
+            {"pid": 6, "slurm_job_id": 9},
+        ],
+    }
+    processes = sample_parse(sample, now=now).processes
     assert [(p["job_id"], p["slurm_job_id"]) for p in processes] == [(job.pk, 1001), (None, 9)]
 
 
