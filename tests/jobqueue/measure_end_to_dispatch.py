@@ -43,7 +43,7 @@ def old_notify(job: Job) -> None:
         "duration": services.lazy_hours_minutes(job.duration() or timedelta(0)),
         "reason": services.lazy_text(services.gettext_noop("exit code %(code)s"), code=0),
     }
-    services.credit_services.notify(
+    services.account_services.notify(
         user=job.owner,
         kind=f"job_{job.state}",
         title=services.lazy_text(title, **params),

@@ -81,7 +81,7 @@ def test_no_service_sets_a_job_state_by_hand() -> None:
                         and isinstance(target.value, ast.Name)
                         and target.value.id in {"job", "j"}
                     ):
-                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                        offenders.append(f"{path.relative_to(ROOT)}:{target.lineno}")
     assert offenders == [], offenders
 
 
