@@ -27,11 +27,11 @@ def postgres_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-def require_binaries() -> None:
-    """Skip (fail in CI) unless initdb, pg_ctl and redis-server are installed."""
+def require_binaries(*, redis: bool = True) -> None:
+    """Skip (fail in CI) unless initdb, pg_ctl and (with `redis`) redis-server are installed."""
     if postgres_bin() is None:
         require_in_ci("PostgreSQL's server binaries (/usr/lib/postgresql/*/bin/initdb)")
-    if shutil.which("redis-server") is None:
+    if redis and shutil.which("redis-server") is None:
         require_in_ci("redis-server")
 
 

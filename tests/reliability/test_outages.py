@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -47,12 +47,18 @@ class Lab:
     """The private servers, the real processes, and ways to look at what they did."""
 
     pg: PrivatePostgres
-    redis: PrivateRedis
+    private_redis: PrivateRedis | None  # None on the filesystem broker
     stack: Stack
     node: str
     token: str
     shared: Path  # a directory the job (another uid) can read: the test's switch lives here
     state_dir: Path  # the agent's
+    broker_url: str  # the agent's: the private Redis, or filesystem://<the portal's folder>
+
+    @property
+    def redis(self) -> PrivateRedis:
+        assert self.private_redis is not None, "this lab runs on the filesystem broker"
+        return self.private_redis
 
     def lab(self, *args: str) -> str:
         done = subprocess.run(
@@ -94,7 +100,7 @@ class Lab:
         self.stack.agent(
             name=self.node,
             token=self.token,
-            broker=self.redis.url,
+            broker=self.broker_url,
             runtime="local",
             gpus=1,
             state_dir=self.state_dir,
@@ -125,27 +131,46 @@ class Lab:
 
 @pytest.fixture
 def start_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
-    """Start the private servers and a control worker with these settings; stop all after."""
-    require_binaries()
+    """Start the private servers and a control worker with these settings; stop all after.
+
+    ``broker="filesystem"`` runs the demo's serverless broker instead of the private
+    Redis: kombu's filesystem transport on a folder under the lab's var/, which the
+    agent names too (as ``rundemo`` does), and the demo's file cache.
+    """
     cleanups: list[Callable[[], None]] = []
 
-    def start(**control_env: str) -> Lab:
-        pg, redis = PrivatePostgres(), PrivateRedis()
-        cleanups.extend([pg.close, redis.close])
+    def start(*, broker: Literal["redis", "filesystem"] = "redis", **control_env: str) -> Lab:
+        require_binaries(redis=broker == "redis")
+        var_dir = tmp_path / "var"
+        pg = PrivatePostgres()
+        cleanups.append(pg.close)
         pg.start()
         pg.create_database()
-        redis.start()
+        redis: PrivateRedis | None = None
+        if broker == "redis":
+            redis = PrivateRedis()
+            cleanups.append(redis.close)
+            redis.start()
+            control_broker = agent_broker = redis.url
+        else:
+            # The portal's settings put the queues in var/broker/out (labportal/settings.py).
+            control_broker, agent_broker = (
+                "filesystem://",
+                f"filesystem://{var_dir / 'broker' / 'out'}",
+            )
         env = {
             **os.environ,
             "DATABASE_URL": pg.url,
-            "CELERY_BROKER_URL": redis.url,
-            "LABPORTAL_VAR_DIR": str(tmp_path / "var"),
+            "CELERY_BROKER_URL": control_broker,
+            "LABPORTAL_VAR_DIR": str(var_dir),
             "LABPORTAL_ALLOW_SIMULATION": "true",
             "PYTHONUNBUFFERED": "1",
             **control_env,
         }
         for leaked in ("DJANGO_SETTINGS_MODULE", "CACHE_URL"):
-            env.pop(leaked, None)  # the cache is the broker's Redis, as in production
+            # The cache is the broker's Redis, as in production; a file cache under var/
+            # on the filesystem broker, as in the demo.
+            env.pop(leaked, None)
         stack = Stack(env=env, log_dir=tmp_path / "logs")
         cleanups.insert(0, stack.stop)
         # The job runs as a member's uid, which cannot enter pytest's own (0700) directories.
@@ -154,12 +179,13 @@ def start_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
         cleanups.append(lambda: shutil.rmtree(shared, ignore_errors=True))
         lab = Lab(
             pg=pg,
-            redis=redis,
+            private_redis=redis,
             stack=stack,
             node=f"out-{uuid.uuid4().hex[:6]}",
             token="",
             shared=shared,
             state_dir=tmp_path / "agent",
+            broker_url=agent_broker,
         )
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "-v", "0"],
