@@ -137,7 +137,7 @@ class JobSubmitForm(forms.Form):
                 )
         cast(forms.TypedChoiceField, self.fields["reservation"]).choices = choices
 
-    template_name = forms.CharField(label=_("Template name"), max_length=80, required=False)
+    save_as_name = forms.CharField(label=_("Template name"), max_length=80, required=False)
 
     def clean_command(self) -> str:
         # A browser sends a textarea's line breaks as CRLF; the shell would see each \r.

@@ -79,9 +79,9 @@ def _page_id(raw: str) -> int:
 
 def _template_save(request: HttpRequest, form: JobSubmitForm) -> JobTemplate | None:
     """Keep the form as the member's template; None (and the form says why) without a name."""
-    name = form.cleaned_data["template_name"].strip()
+    name = form.cleaned_data["save_as_name"].strip()
     if not name:
-        form.add_error("template_name", _("Give the template a name to save it under."))
+        form.add_error("save_as_name", _("Give the template a name to save it under."))
         return None
     template, created = job_templates.job_template_save(
         owner=request_user(request), name=name, fields=form.template_fields()

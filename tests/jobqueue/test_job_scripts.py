@@ -154,7 +154,7 @@ def test_a_member_saves_a_template_and_picks_it(alice: Any, cluster: Any, image:
     client = logged_in(alice)
     response = client.post(
         SUBMIT,
-        form_data(command="cd /x\r\nmake", env="A=1", template_name="nightly", save_template="1"),
+        form_data(command="cd /x\r\nmake", env="A=1", save_as_name="nightly", save_template="1"),
     )
     template = JobTemplate.objects.get(owner=alice, name="nightly")
     assert response.status_code == 302
@@ -164,7 +164,7 @@ def test_a_member_saves_a_template_and_picks_it(alice: Any, cluster: Any, image:
     form = client.get(f"{SUBMIT}?template={template.pk}").context["form"]
     assert form["command"].value() == "cd /x\nmake" and form["env"].value() == "A=1"
     # The same name again replaces it.
-    client.post(SUBMIT, form_data(command="make all", template_name="nightly", save_template="1"))
+    client.post(SUBMIT, form_data(command="make all", save_as_name="nightly", save_template="1"))
     assert JobTemplate.objects.get(owner=alice, name="nightly").fields["command"] == "make all"
 
 
@@ -213,7 +213,7 @@ def test_a_template_is_checked_again_when_submitted(alice: Any, cluster: Any, im
     assert not Job.objects.exists()
 
 
-def test_template_names_are_unique_per_owner_and_lab_wide(alice: Any, bob: Any) -> None:
+def test_save_as_names_are_unique_per_owner_and_lab_wide(alice: Any, bob: Any) -> None:
     JobTemplate.objects.create(owner=alice, name="t")
     JobTemplate.objects.create(owner=bob, name="t")
     JobTemplate.objects.create(owner=None, name="t")
