@@ -13,6 +13,7 @@ from jobqueue.models import (
     ContainerImage,
     Job,
     JobEvent,
+    JobTemplate,
     Queue,
     SchedulingPolicy,
     VolumeMount,
@@ -172,3 +173,13 @@ class SchedulingPolicyAdmin(admin.ModelAdmin[SchedulingPolicy]):
 
     def has_delete_permission(self, request: object, obj: object = None) -> bool:
         return False
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(admin.ModelAdmin[JobTemplate]):
+    """Lab-wide templates (no owner) are made here; members keep their own on the submit page."""
+
+    list_display = ("name", "owner", "updated_at")
+    list_filter = (("owner", admin.EmptyFieldListFilter),)
+    search_fields = ("name",)
+    raw_id_fields = ("owner",)

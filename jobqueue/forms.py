@@ -9,6 +9,8 @@ from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
+from jobqueue.arrays import array_indices, array_specs
+from jobqueue.job_templates import TEMPLATE_FIELDS
 from jobqueue.models import (
     ContainerImage,
     Job,
@@ -33,14 +35,32 @@ class JobSubmitForm(forms.Form):
         to_field_name="reference",
         empty_label=None,
     )
-    # No max_length: it would become the input's maxlength, and a browser cuts a longer
+    # No max_length: it would become the textarea's maxlength, and a browser cuts a longer
     # paste short without a word. clean_command refuses it with the limit instead.
     command = forms.CharField(
-        label=_("Command"),
-        widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 10"}),
+        label=_("Script"),
+        widget=forms.Textarea(
+            attrs={
+                "rows": 6,
+                "class": "script",
+                "spellcheck": "false",
+                "autocapitalize": "off",
+                "placeholder": "cd /data\npython train.py --epochs 10",
+            }
+        ),
         help_text=_(
-            "Runs as typed through /bin/sh -c, so ; && | and $VARIABLES work: "
-            "cd /data && python train.py"
+            "One command or a whole script, run as typed through /bin/sh -c, so ; && | "
+            "and $VARIABLES work, one command per line."
+        ),
+    )
+    array = forms.CharField(
+        label=_("Array"),
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"placeholder": "0-9"}),
+        help_text=_(
+            "Optional: 0-9 or 1,4,7 submits one job per index, all at once or none; "
+            "each job finds its index in $LABPORTAL_ARRAY_INDEX."
         ),
     )
     gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
@@ -117,12 +137,54 @@ class JobSubmitForm(forms.Form):
                 )
         cast(forms.TypedChoiceField, self.fields["reservation"]).choices = choices
 
+    save_as_name = forms.CharField(label=_("Template name"), max_length=80, required=False)
+
     def clean_command(self) -> str:
-        command: str = self.cleaned_data["command"]
+        # A browser sends a textarea's line breaks as CRLF; the shell would see each \r.
+        command: str = self.cleaned_data["command"].replace("\r\n", "\n").replace("\r", "\n")
         refusal = command_limit_refusal(command)
         if refusal is not None:
             raise forms.ValidationError(refusal)
         return command
+
+    def clean_array(self) -> list[int]:
+        text: str = self.cleaned_data["array"]
+        if not text:
+            return []
+        try:
+            return array_indices(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def submit_specs(self) -> list[dict[str, Any]]:
+        """The submit service's arguments (less the owner): one job, or one per array index."""
+        data = self.cleaned_data
+        hours = data["time_limit_hours"]
+        spec = {
+            "queue": data["queue"],
+            "image": data["image"].reference,
+            "command": data["command"],
+            "gpus": data["gpus"],
+            "shared_slot": data["shared_slot"],
+            "env": data["env"],
+            "mounts": [m.name for m in data.get("mounts", [])],
+            "time_limit_s": int(hours * 3600) if hours else None,
+            "min_gpu_memory_mb": (data["min_gpu_memory_gb"] or 0) * 1024,
+            "gpu_model": data["gpu_model"],
+            "cpus": data["cpus"],
+            "memory_mb": data["memory_gb"] * 1024,
+            "name": data["name"],
+            "reservation_id": data["reservation"],
+            "preemptible": data["preemptible"],
+        }
+        return array_specs(spec, data["array"]) if data["array"] else [spec]
+
+    def template_fields(self) -> dict[str, Any]:
+        """The form's fields as typed, for a saved template (checked again when submitted)."""
+        fields = {name: self[name].value() for name in TEMPLATE_FIELDS if name in self.fields}
+        fields["command"] = self.cleaned_data["command"]
+        fields["env"] = "\n".join(str(fields.get("env") or "").splitlines())
+        return fields
 
     def clean_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

@@ -766,3 +766,49 @@ class SchedulingPolicy(models.Model):
             return parse_attained_thresholds(self.attained_thresholds)
         except ValidationError:
             return (4.0, 8.0, 16.0)
+
+
+class JobTemplateQuerySet(models.QuerySet["JobTemplate"]):
+    def usable_by(self, user: Any) -> JobTemplateQuerySet:
+        """The templates a member may pick: their own and the lab-wide ones."""
+        return self.filter(models.Q(owner=user) | models.Q(owner__isnull=True))
+
+
+class JobTemplate(models.Model):
+    """A saved submit form: its fields as the member typed them, checked again at submit."""
+
+    name = models.CharField(_("name"), max_length=80)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="job_templates",
+        verbose_name=_("owner"),
+        help_text=_("Empty for a lab-wide template that every member can pick."),
+    )
+    fields = models.JSONField(_("form fields"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = JobTemplateQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job template")
+        verbose_name_plural = _("job templates")
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="job_template_name_per_owner"),
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(owner__isnull=True),
+                name="job_template_lab_wide_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_lab_wide(self) -> bool:
+        return self.owner_id is None

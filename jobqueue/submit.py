@@ -63,8 +63,9 @@ def _parse_command(command: str | Iterable[str]) -> list[str]:
                 _("The command is empty. Give the program to run, e.g. python train.py.")
             )
         try:
-            # The shell would refuse unbalanced quotes only once the job runs; say so now.
-            shlex.split(command)
+            # The shell would refuse unbalanced quotes only once the job runs; say so now
+            # (a quote in a script's # comment is no quote to the shell).
+            shlex.split(command, comments=True)
         except ValueError as exc:
             raise JobRefused(
                 _("The command could not be parsed (%(error)s). Check its quotes.") % {"error": exc}

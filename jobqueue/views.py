@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -15,50 +17,106 @@ from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
-from jobqueue import executor, selectors, services, submit
+from jobqueue import executor, job_templates, resubmit, selectors, services, submit
 from jobqueue.extensions import job_page_context
 from jobqueue.forms import JobSubmitForm
-from jobqueue.models import Job, SchedulingPolicy
+from jobqueue.models import Job, JobTemplate, SchedulingPolicy
 
 
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
     # Links (e.g. the first-steps checklist) may prefill a few fields: ?queue=debug&command=...
-    prefill = {
+    prefill: dict[str, Any] = {
         k: v for k, v in request.GET.items() if k in ("queue", "command", "time_limit_hours")
     }
+    if request.GET.get("clone"):
+        # "Clone and edit": a member's own job (staff: any) fills the form in.
+        source = get_object_or_404(
+            selectors.jobs_visible_to(user), pk=_page_id(request.GET["clone"])
+        )
+        prefill = resubmit.job_form_initial(source)
+    elif request.GET.get("template"):
+        picked = get_object_or_404(
+            JobTemplate.objects.usable_by(user), pk=_page_id(request.GET["template"])
+        )
+        prefill = dict(picked.fields)
     form = JobSubmitForm(request.POST or None, user=user, initial=prefill)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        hours = data["time_limit_hours"]
+    if request.method == "POST" and form.is_valid() and "save_template" in request.POST:
+        template = _template_save(request, form)
+        if template is not None:
+            return redirect(f"{reverse('job_submit')}?template={template.pk}")
+    elif request.method == "POST" and form.is_valid():
+        specs = form.submit_specs()
         try:
-            job = submit.job_submit(
-                owner=user,
-                queue=data["queue"],
-                image=data["image"].reference,
-                command=data["command"],
-                gpus=data["gpus"],
-                shared_slot=data["shared_slot"],
-                env=data["env"],
-                mounts=[m.name for m in data.get("mounts", [])],
-                time_limit_s=int(hours * 3600) if hours else None,
-                min_gpu_memory_mb=(data["min_gpu_memory_gb"] or 0) * 1024,
-                gpu_model=data["gpu_model"],
-                cpus=data["cpus"],
-                memory_mb=data["memory_gb"] * 1024,
-                name=data["name"],
-                reservation_id=data["reservation"],
-                preemptible=data["preemptible"],
-            )
+            if len(specs) == 1:
+                jobs = [submit.job_submit(owner=user, **specs[0])]
+            else:
+                jobs = submit.jobs_submit_batch(owner=user, specs=specs)
         except DomainError as exc:
             form.add_error(None, str(exc.message))
         else:
-            messages.success(request, _("Job #%(id)d submitted.") % {"id": job.pk})
-            return redirect("job_detail", pk=job.pk)
-    return render(
-        request, "jobqueue/submit.html", {"form": form}, status=form_page_status(request, form)
+            if len(jobs) == 1:
+                messages.success(request, _("Job #%(id)d submitted.") % {"id": jobs[0].pk})
+            else:
+                messages.success(
+                    request,
+                    _("%(count)d jobs submitted: #%(first)d–#%(last)d.")
+                    % {"count": len(jobs), "first": jobs[0].pk, "last": jobs[-1].pk},
+                )
+            return redirect("job_detail", pk=jobs[0].pk)
+    context = {
+        "form": form,
+        "templates": JobTemplate.objects.usable_by(user).select_related("owner"),
+    }
+    return render(request, "jobqueue/submit.html", context, status=form_page_status(request, form))
+
+
+def _page_id(raw: str) -> int:
+    """A row id from the query string; anything else finds no row (a 404, not a 500)."""
+    return int(raw) if raw.isdigit() else 0
+
+
+def _template_save(request: HttpRequest, form: JobSubmitForm) -> JobTemplate | None:
+    """Keep the form as the member's template; None (and the form says why) without a name."""
+    name = form.cleaned_data["save_as_name"].strip()
+    if not name:
+        form.add_error("save_as_name", _("Give the template a name to save it under."))
+        return None
+    template, created = job_templates.job_template_save(
+        owner=request_user(request), name=name, fields=form.template_fields()
     )
+    if created:
+        messages.success(request, _("Template “%(name)s” saved.") % {"name": template.name})
+    else:
+        messages.success(request, _("Template “%(name)s” updated.") % {"name": template.name})
+    return template
+
+
+@login_required
+@require_POST
+def job_template_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    # Only the member's own: lab-wide templates are the admins' (in the admin).
+    template = get_object_or_404(JobTemplate, pk=pk, owner=request_user(request))
+    template.delete()
+    messages.success(request, _("Template “%(name)s” deleted.") % {"name": template.name})
+    return redirect("job_submit")
+
+
+@login_required
+@require_POST
+def job_submit_again(request: HttpRequest, pk: int) -> HttpResponse:
+    user = request_user(request)
+    job = get_object_or_404(selectors.jobs_visible_to(user), pk=pk)
+    try:
+        new = resubmit.job_submit_again(job=job, actor=user)
+    except DomainError as exc:
+        messages.error(request, str(exc.message))
+        return redirect("job_detail", pk=job.pk)
+    messages.success(
+        request, _("Job #%(id)d submitted again as job #%(new)d.") % {"id": job.pk, "new": new.pk}
+    )
+    return redirect("job_detail", pk=new.pk)
 
 
 @login_required
