@@ -9,6 +9,8 @@ from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
+from jobqueue.dependencies import parse_dependency
+from jobqueue.errors import JobRefused
 from jobqueue.models import (
     ContainerImage,
     Job,
@@ -92,6 +94,24 @@ class JobSubmitForm(forms.Form):
             "May be requeued for an emergency or a reservation; fine for jobs that checkpoint."
         ),
     )
+
+    run_after = forms.CharField(
+        label=_("Run after"),
+        required=False,
+        max_length=1000,
+        help_text=_(
+            "Optional: afterok:12:13 starts it after jobs 12 and 13 have completed; afterany:12 after job 12 has ended, however."
+        ),
+    )
+
+    def clean_run_after(self) -> tuple[str, list[int]] | None:
+        text = self.cleaned_data.get("run_after", "")
+        if not text.strip():
+            return None
+        try:
+            return parse_dependency(text)
+        except JobRefused as refusal:
+            raise forms.ValidationError(str(refusal.message)) from None
 
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -50,6 +51,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
                 name=data["name"],
                 reservation_id=data["reservation"],
                 preemptible=data["preemptible"],
+                **_dependency_arguments(data.get("run_after")),
             )
         except DomainError as exc:
             form.add_error(None, str(exc.message))
@@ -161,3 +163,11 @@ def job_refresh_logs(request: HttpRequest, pk: int) -> HttpResponse:
             request, _("Asked the node for the latest log lines; they appear in a few seconds.")
         )
     return redirect("job_detail", pk=job.pk)
+
+
+def _dependency_arguments(run_after: tuple[str, list[int]] | None) -> dict[str, Any]:
+    """job_submit's dependency arguments from the form's "Run after" (afterok:12:13)."""
+    if run_after is None:
+        return {}
+    kind, ids = run_after
+    return {"dependency": kind, "depends_on": ids}

@@ -212,3 +212,28 @@ def test_a_cancelled_dependency_cancels_an_afterok_job(
     _run_pass(capture)  # the pass the cancel asked for
     b.refresh_from_db()
     assert b.state == Job.State.CANCELLED and b.end_reason == "dependency_failed"
+
+
+# --- The web form -------------------------------------------------------------
+
+
+def test_the_submit_form_takes_run_after(alice: Any, cluster: Any, image: Any, client: Any) -> None:
+    a = submit(alice)
+    client.force_login(alice)
+    form = {
+        "queue": "normal",
+        "image": image.reference,
+        "command": "python train.py",
+        "gpus": 1,
+        "cpus": "4",
+        "memory_gb": 16,
+        "run_after": f"afterok:{a.pk}",
+    }
+    page = client.get(reverse("job_submit")).content.decode()
+    assert "Run after" in page
+    response = client.post(reverse("job_submit"), form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    job = Job.objects.exclude(pk=a.pk).get()
+    assert list(job.depends_on.all()) == [a] and job.dependency_kind == "afterok"
+    bad = client.post(reverse("job_submit"), {**form, "run_after": "after:1"})
+    assert "is not a dependency" in bad.content.decode()
