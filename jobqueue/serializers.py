@@ -179,7 +179,7 @@ class JobSubmitSerializer(CheapCopySerializer):
         try:
             return parse_dependency(value)
         except JobRefused as refusal:
-            raise serializers.ValidationError(refusal.message) from None
+            raise serializers.ValidationError(str(refusal.message)) from None
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         refusal = env_limit_refusal(value)

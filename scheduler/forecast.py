@@ -327,9 +327,9 @@ class _Forecast:
         book_limits, limiters = self._book_limits, self.limiters
         # Expected ends (by predicted run times) of the jobs others may depend on.
         ends: dict[int, float] = {}
-        for job in p.state.running:
-            ends[job.id] = p._running_ends(
-                job.start_time, job.time_limit_s, job.predicted_runtime_s
+        for run in p.state.running:
+            ends[run.id] = p._running_ends(
+                run.start_time, run.time_limit_s, run.predicted_runtime_s
             )[1]
         for item in self.ranked:
             job = item.job
@@ -357,7 +357,7 @@ class _Forecast:
                 for dep in job.depends_on:
                     end = ends.get(dep)
                     if end is not None:
-                        t_min = max(t_min, end)
+                        t_min = max(t_min, end) if t_min is not None else end
                     elif dep not in pending_ids or dep in estimates:
                         t_min = None  # unknown here, or never starts as things are
                         break

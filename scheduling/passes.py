@@ -582,13 +582,13 @@ def _engine_input(
             named=True,
         )
     )
-    waiting = list(waiting)
+    waiting_rows = list(waiting)
     # Only the dependencies not yet met go to the engine (one query, only when any waits).
     unmet, failed = (
         waiting_dependencies(
-            {row.pk: row.dependency_kind for row in waiting if row.dependency_kind}
+            {row.pk: row.dependency_kind for row in waiting_rows if row.dependency_kind}
         )
-        if any(row.dependency_kind for row in waiting)
+        if any(row.dependency_kind for row in waiting_rows)
         else ({}, {})
     )
     pending = [
@@ -612,7 +612,7 @@ def _engine_input(
             category=_category(row.owner__category__name),
             depends_on=unmet.get(row.pk, ()),
         )
-        for row in waiting
+        for row in waiting_rows
     ]
     reservations = tuple(
         sm.Reservation(id=pk, user=username, gpu_ids=gpu_ids, start=epoch(start), end=epoch(end))
