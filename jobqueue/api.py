@@ -44,7 +44,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         jobs = (
             selectors.jobs_visible_to(self.request.user)
             .select_related("slurm")
-            .prefetch_related("allocations__gpu", "mounts")
+            .prefetch_related("allocations__gpu", "mounts", "depends_on")
         )
         params = self.request.query_params
         states = choices_param(self.request, "state", Job.State.values)
@@ -59,8 +59,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = JobSubmitSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        data = dict(payload.validated_data)
-        data["reservation_id"] = data.pop("reservation", None)
+        data = _submit_arguments(payload.validated_data)
         job = submit.job_submit(owner=request_user(request), **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
@@ -72,14 +71,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         payload.is_valid(raise_exception=True)
         specs = []
         for item in payload.validated_data["jobs"]:
-            spec = dict(item)
-            spec["reservation_id"] = spec.pop("reservation", None)
-            specs.append(spec)
+            specs.append(_submit_arguments(item))
         jobs = submit.jobs_submit_batch(owner=request_user(request), specs=specs)
         created = (
             Job.objects.filter(pk__in=[j.pk for j in jobs])
             .select_related("owner", "queue", "image", "node")
-            .prefetch_related("allocations__gpu", "mounts")
+            .prefetch_related("allocations__gpu", "mounts", "depends_on")
             .order_by("pk")
         )
         return Response(JobSerializer(created, many=True).data, status=status.HTTP_201_CREATED)
@@ -163,3 +160,13 @@ def _bounded_int(raw: str | None, name: str, default: int, low: int, high: int) 
             {name: _("Give a whole number from %(low)d to %(high)d.") % {"low": low, "high": high}}
         )
     return value
+
+
+def _submit_arguments(validated: Any) -> dict[str, Any]:
+    """job_submit's arguments from a validated JobSubmitSerializer."""
+    data = dict(validated)
+    data["reservation_id"] = data.pop("reservation", None)
+    dependency = data.pop("dependency", None)
+    if dependency is not None:
+        data["dependency"], data["depends_on"] = dependency
+    return data

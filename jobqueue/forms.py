@@ -10,6 +10,8 @@ from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
 from jobqueue.arrays import array_indices, array_specs
+from jobqueue.dependencies import parse_dependency
+from jobqueue.errors import JobRefused
 from jobqueue.job_templates import TEMPLATE_FIELDS
 from jobqueue.models import (
     ContainerImage,
@@ -113,6 +115,24 @@ class JobSubmitForm(forms.Form):
         ),
     )
 
+    run_after = forms.CharField(
+        label=_("Run after"),
+        required=False,
+        max_length=1000,
+        help_text=_(
+            "Optional: afterok:12:13 starts it after jobs 12 and 13 have completed; afterany:12 after job 12 has ended, however."
+        ),
+    )
+
+    def clean_run_after(self) -> tuple[str, list[int]] | None:
+        text = self.cleaned_data.get("run_after", "")
+        if not text.strip():
+            return None
+        try:
+            return parse_dependency(text)
+        except JobRefused as refusal:
+            raise forms.ValidationError(str(refusal.message)) from None
+
     def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Everyday work goes to `normal`; `high` needs a grant and `debug` is short.
@@ -177,6 +197,8 @@ class JobSubmitForm(forms.Form):
             "reservation_id": data["reservation"],
             "preemptible": data["preemptible"],
         }
+        if data.get("run_after") is not None:  # "Run after": afterok:12:13
+            spec["dependency"], spec["depends_on"] = data["run_after"]
         return array_specs(spec, data["array"]) if data["array"] else [spec]
 
     def template_fields(self) -> dict[str, Any]:

@@ -264,6 +264,29 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(owner=user)
 
 
+# Slurm's dependency kinds (jobqueue/dependencies.py): afterok waits for each job to
+# complete with exit code 0, afterany for each to end, however.
+AFTEROK = "afterok"
+AFTERANY = "afterany"
+FINAL_JOB_STATES = ("completed", "failed", "cancelled", "timed_out", "lost")
+
+
+def dependency_satisfied(kind: str, state: str, exit_code: int | None) -> bool:
+    """Whether a dependency in ``state`` lets the job start."""
+    if kind == AFTERANY:
+        return state in FINAL_JOB_STATES
+    return state == "completed" and exit_code in (0, None)
+
+
+def dependency_never_satisfied(kind: str, state: str, exit_code: int | None) -> bool:
+    """Whether an afterok dependency ended in a way that can never let the job start."""
+    return (
+        kind == AFTEROK
+        and state in FINAL_JOB_STATES
+        and not dependency_satisfied(kind, state, exit_code)
+    )
+
+
 class Job(models.Model):
     """A containerised job: what to run, on how many GPUs, for how long, and what happened."""
 
@@ -281,6 +304,7 @@ class Job(models.Model):
     WAITING_STATES = (State.PENDING, State.HELD)
     ACTIVE_STATES = (State.DISPATCHED, State.RUNNING)
     FINAL_STATES = (State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMED_OUT, State.LOST)
+    assert tuple(FINAL_STATES) == FINAL_JOB_STATES
     # The job's life (docs/jobs.md): the only moves of `state` there are. Every service
     # changes the state with move_to(), which refuses any other; a final state is final.
     # Waiting → running directly is Slurm's (it reports a start the portal did not send).
@@ -361,6 +385,17 @@ class Job(models.Model):
     # Since when the node's heartbeats contradict this job's state (it is not reported
     # though it should run there, or reported though it ended); None while they agree.
     unreported_since = models.DateTimeField(null=True, blank=True)
+    # Slurm's afterok / afterany: the earlier jobs this one waits for, and how they must
+    # have ended (jobqueue/dependencies.py); the pass cancels an afterok that cannot be met.
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="dependents"
+    )
+    dependency_kind = models.CharField(
+        _("dependency"),
+        max_length=8,
+        blank=True,
+        choices=[(AFTEROK, AFTEROK), (AFTERANY, AFTERANY)],
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -406,6 +441,7 @@ class Job(models.Model):
         "constraints": _("No GPU in the lab can satisfy the request (model, memory or size)."),
         "node_unavailable": _("Only nodes that are draining or down could run it."),
         "preempting": _("Preemptible jobs are being requeued to make room for it."),
+        "dependency": _("Waiting for job %(ids)s."),
     }
 
     # The same reasons as another member reads them: never "you" about someone else's job.
@@ -449,7 +485,19 @@ class Job(models.Model):
         reasons = (
             self.PENDING_REASONS if reader_id == self.owner_id else self.PENDING_REASONS_FOR_OTHERS
         )
-        return str(reasons.get(self.pending_reason, self.pending_reason))
+        text = str(reasons.get(self.pending_reason, self.pending_reason))
+        if self.pending_reason == "dependency":
+            return text % {"ids": ", ".join(str(pk) for pk in self.waiting_for_ids())}
+        return text
+
+    def waiting_for_ids(self) -> list[int]:
+        """The jobs it depends on that have not yet ended as its dependency kind asks
+        (all of them prefetched: ``depends_on``)."""
+        return sorted(
+            dep.pk
+            for dep in self.depends_on.all()
+            if not dependency_satisfied(self.dependency_kind, dep.state, dep.exit_code)
+        )
 
     def duration(self) -> timedelta | None:
         """How long a finished job ran; None if it never started."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import F, Prefetch, Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet, prefetch_related_objects
 
 from jobqueue.models import Allocation, Job
 
@@ -73,8 +73,14 @@ def queue_overview(
         running_jobs = running_jobs.only(*PAGE_RUNNING_FIELDS)
         allocations = allocations.only(*PAGE_ALLOCATION_FIELDS)
     running = list(running_jobs.prefetch_related(Prefetch("allocations", queryset=allocations)))
+    waiting = list(waiting_jobs[waiting_offset:end])
+    # "Waiting for job 12.": the jobs it waits for, read once for the page (none: no query).
+    prefetch_related_objects(
+        [job for job in waiting if job.pending_reason == "dependency"],
+        Prefetch("depends_on", queryset=Job.objects.only("id", "state", "exit_code")),
+    )
     return {
-        "waiting": list(waiting_jobs[waiting_offset:end]),
+        "waiting": waiting,
         "waiting_total": total,
         "waiting_offset": waiting_offset,
         "running": running,

@@ -9,6 +9,8 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from core.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
+from jobqueue.dependencies import MAX_DEPENDENCIES, parse_dependency
+from jobqueue.errors import JobRefused
 from jobqueue.extensions import job_api_fields
 from jobqueue.models import (
     MAX_COMMAND_ARGS,
@@ -62,6 +64,10 @@ class JobSerializer(CachedFieldsModelSerializer):
         slug_field="name", many=True, read_only=True
     )
     pending_reason_text = serializers.CharField(read_only=True)
+    dependency = serializers.SerializerMethodField(
+        help_text="The jobs it waits for, in Slurm's syntax (afterok:12:13, afterany:12); "
+        "null when it waits for none."
+    )
 
     class Meta:
         model = Job
@@ -96,6 +102,7 @@ class JobSerializer(CachedFieldsModelSerializer):
             "pending_reason",
             "pending_reason_text",
             "predicted_runtime_s",
+            "dependency",
             "slurm",
         ]
         read_only_fields = fields
@@ -113,6 +120,12 @@ class JobSerializer(CachedFieldsModelSerializer):
 
     def get_gpu_uuids(self, job: Job) -> list[str]:
         return [a.gpu.uuid for a in job.allocations.all()]
+
+    def get_dependency(self, job: Job) -> str | None:
+        if not job.dependency_kind:
+            return None
+        ids = sorted(dep.pk for dep in job.depends_on.all())
+        return ":".join([job.dependency_kind, *map(str, ids)]) if ids else None
 
 
 class JobSubmitSerializer(CheapCopySerializer):
@@ -149,6 +162,24 @@ class JobSubmitSerializer(CheapCopySerializer):
         required=False, allow_null=True, min_value=1, max_value=MAX_BIGINT
     )
     preemptible = serializers.BooleanField(default=False)
+    dependency = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="Start only after other jobs of yours, in Slurm's syntax: afterok:12:13 "
+        "(after jobs 12 and 13 have completed with exit code 0) or afterany:12 (after job 12 "
+        f"has ended, however). At most {MAX_DEPENDENCIES} jobs. A job whose afterok "
+        "dependency fails, is cancelled, times out or is lost is cancelled with the end "
+        "reason dependency_failed.",
+    )
+
+    def validate_dependency(self, value: str) -> tuple[str, list[int]] | None:
+        if not value.strip():
+            return None
+        try:
+            return parse_dependency(value)
+        except JobRefused as refusal:
+            raise serializers.ValidationError(str(refusal.message)) from None
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         refusal = env_limit_refusal(value)

@@ -25,6 +25,7 @@ from core.durations import hours_minutes, lazy_hours_minutes
 from core.errors import StaffOnly
 from core.i18n import lazy_text
 from jobqueue import executor
+from jobqueue.dependencies import DEPENDENCY_FAILED
 from jobqueue.errors import (
     InvalidTransition,
     JobRefused,
@@ -248,6 +249,51 @@ def finish_locked(
     request_scheduling_pass()
     _after_final(job)
     _notify_job_end(job)
+
+
+@transaction.atomic
+def jobs_cancel_for_failed_dependency(
+    failed: Mapping[int, int], *, at: datetime | None = None
+) -> list[int]:
+    """Cancel waiting jobs whose afterok dependency can never be met, as
+    {job id: the dependency that ended without completing (or a job cancelled for one)}:
+    end reason ``dependency_failed``, an event, and a notification to the owner.
+
+    Slurm would keep such a job pending (DependencyNeverSatisfied) unless told
+    ``--kill-on-invalid-dep``; a lab wants the GPUs' queue clean and the member told, so
+    LabPortal cancels it. Called by the scheduling pass, which finds these jobs."""
+    at = at or timezone.now()
+    cancelled: list[int] = []
+    for job_id, dependency_id in sorted(failed.items()):
+        job = job_locked(job_id)
+        if job.state not in Job.WAITING_STATES:
+            continue
+        job.queue_position = None
+        job.estimated_start = None
+        finish_locked(job, Job.State.CANCELLED, at=at, reason=DEPENDENCY_FAILED)
+        params = {"id": job.pk, "dependency": dependency_id}
+        record_event(job, "cancelled", _DEPENDENCY_FAILED_BODY, params=params, at=at)
+        cancelled.append(job.pk)
+        if job.owner.notify_job_end:
+            transaction.on_commit(
+                partial(
+                    account_services.notify,
+                    user=job.owner,
+                    kind="job_cancelled",
+                    title=lazy_text(_DEPENDENCY_FAILED_TITLE, **params),
+                    body=lazy_text(_DEPENDENCY_FAILED_BODY, **params),
+                    url=f"/jobs/{job.pk}/",
+                    dedupe_key=f"job-end:{job.pk}:{job.dispatch_count}",
+                ),
+                robust=True,
+            )
+    return cancelled
+
+
+_DEPENDENCY_FAILED_TITLE = gettext_noop("Job #%(id)s was cancelled: its dependency failed")
+_DEPENDENCY_FAILED_BODY = gettext_noop(
+    "Job #%(id)s was cancelled without starting: job #%(dependency)s, which it waited for (afterok), ended without completing."
+)
 
 
 # The end states a member waits for; a cancel is their own (or an admin's) doing.

@@ -21,6 +21,7 @@ from cluster.models import Gpu, Node
 from core.durations import hours_minutes
 from core.errors import DomainError
 from jobqueue import executor
+from jobqueue.dependencies import AFTEROK, dependencies_for_submit
 from jobqueue.errors import (
     GrantRequired,
     ImageNotAllowed,
@@ -149,8 +150,13 @@ def job_submit(
     name: str = "",
     reservation_id: int | None = None,
     preemptible: bool = False,
+    depends_on: Iterable[int] = (),
+    dependency: str = AFTEROK,
 ) -> Job:
-    """Validate a job against the lab's rules and queue it; every refusal says what to change."""
+    """Validate a job against the lab's rules and queue it; every refusal says what to change.
+
+    ``depends_on``: earlier jobs of the owner's (staff: anyone's) that it waits for, as
+    Slurm's ``dependency`` kind says: ``afterok`` (each completed) or ``afterany``."""
     owner.lock_for_limits()
     queue_obj = _queue_for_submit(queue)
     image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
@@ -255,6 +261,7 @@ def job_submit(
         raise JobRefused(_("CPUs must be a number, e.g. 4 or 0.5.")) from None
     if cpus_value <= 0 or memory_mb <= 0:
         raise JobRefused(_("CPUs and memory must be positive."))
+    dependencies = dependencies_for_submit(owner, depends_on, dependency)
 
     job = Job(
         owner=owner,
@@ -272,6 +279,7 @@ def job_submit(
         time_limit_s=limit,
         preemptible=preemptible,
         reservation=reservation,
+        dependency_kind=dependency if dependencies else "",
         state=Job.State.PENDING,
         # No reason until the first pass has placed it: pages say "being scheduled".
         pending_reason="",
@@ -281,6 +289,8 @@ def job_submit(
     job.save()
     if mount_objs:
         job.mounts.set(mount_objs)
+    if dependencies:
+        job.depends_on.set(dependencies)
     record_event(
         job,
         "submitted",
@@ -303,6 +313,7 @@ def job_submit(
     job._prefetched_objects_cache = {  # type: ignore[attr-defined]
         "allocations": Allocation.objects.none(),
         **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
+        **({} if dependencies else {"depends_on": Job.objects.none()}),
     }
     # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
     # it on the job); in agents mode there is none.

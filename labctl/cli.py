@@ -25,6 +25,7 @@ from labctl.parsing import (
     argtype,
     parse_array,
     parse_count,
+    parse_dependency,
     parse_duration,
     parse_env,
     parse_hours,
@@ -131,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a job array: 0-9 or 1,4,7; each job gets LABPORTAL_ARRAY_INDEX (all queued or none)",
     )
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
+    p.add_argument(
+        "--dependency",
+        "-d",
+        type=argtype(parse_dependency),
+        metavar="afterok:ID[:ID…]",
+        help="start only after other jobs of yours: afterok:12:13 (each completed) or "
+        "afterany:12 (ended, however), as Slurm's --dependency",
+    )
     p.add_argument(
         "--preemptible",
         action="store_true",
@@ -313,6 +322,7 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
         "memory_mb": args.memory,
         "name": args.name,
         "reservation": args.reservation,
+        "dependency": args.dependency,
     }
     payload.update({k: v for k, v in optional.items() if v is not None})
     if args.shared_slot:
@@ -452,6 +462,8 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
     ]
     if job.get("reservation"):
         fields.append(("reservation", job["reservation"]))
+    if job.get("dependency"):
+        fields.append(("runs after", job["dependency"]))
     if job.get("mounts"):
         fields.append(("mounts", ", ".join(job["mounts"])))
     fields.append(("submitted", when(job.get("submitted_at"), relative=True)))

@@ -73,6 +73,27 @@ def parse_array(text: str) -> list[int]:
     return list(dict.fromkeys(indices))
 
 
+MAX_DEPENDENCIES = 64  # the portal's (jobqueue.dependencies); a test holds the two together
+_DEPENDENCY = re.compile(r"^(afterok|afterany)((?::\d+)+)$")
+
+
+def parse_dependency(text: str) -> str:
+    """Slurm's syntax, checked before sending: "afterok:12:13" or "afterany:12"."""
+    value = text.strip().lower()
+    match = _DEPENDENCY.match(value)
+    if match is None:
+        raise ValueError(
+            f"“{text}” is not a dependency: write afterok:12:13 (after jobs 12 and 13 "
+            "completed) or afterany:12 (after job 12 ended, however)."
+        )
+    ids = list(dict.fromkeys(match.group(2).split(":")[1:]))
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(
+            f"A job may depend on at most {MAX_DEPENDENCIES} jobs; “{text}” names {len(ids)}."
+        )
+    return ":".join([match.group(1), *ids])
+
+
 def parse_when(text: str, *, now: datetime | None = None) -> datetime:
     """An aware datetime from '2026-12-01 14:00', ISO 8601, 'today 14:00' or 'tomorrow 9:30'.
 

@@ -709,6 +709,11 @@ class _Pass:
                 reasons[job.id] = static or per_job or Reason.CONSTRAINTS
                 never.add(job.id)
                 continue
+            if job.depends_on:
+                # Not before the jobs it waits for: no start, no guarantee; the forecast
+                # places it after their expected ends.
+                reasons[job.id] = Reason.DEPENDENCY
+                continue
 
             reservation: Reservation | None = None
             restrict: list[int] | None = None

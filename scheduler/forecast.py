@@ -322,73 +322,118 @@ class _Forecast:
         p = self.p
         now = p.now
         self.limiters = self._init_limiters()
-        started, never, preempting = self.started, self.never, self.preempting
-        units_needed, matching_classes = p.units_needed, p.matching_classes
-        book, book_limits, limiters = self._book, self._book_limits, self.limiters
-        drain_held = self.drain_held
+        started = self.started
+        units_needed = p.units_needed
+        book_limits, limiters = self._book_limits, self.limiters
+        # Expected ends (by predicted run times) of the jobs others may depend on.
+        ends: dict[int, float] = {}
+        for run in p.state.running:
+            ends[run.id] = p._running_ends(
+                run.start_time, run.time_limit_s, run.predicted_runtime_s
+            )[1]
         for item in self.ranked:
             job = item.job
             if job.id in started:
-                pred = job.predicted_runtime_s
-                r = min(pred, job.time_limit_s) if pred is not None else job.time_limit_s
+                r = self._runtime(job)
+                ends[job.id] = now + r
                 book_limits(limiters, job.user, job.queue, job.category, units_needed(job), now + r)
         estimates: dict[int, float | None] = {}
+        # Jobs whose dependencies are pending jobs not yet played forward wait their turn.
+        deferred: list[PendingJob] = []
+        pending_ids = {item.job.id for item in self.ranked}
         for item in self.ranked:
             job = item.job
-            job_id = job.id
-            if job_id in started:
+            if job.id in started:
                 continue
-            if job_id in never:
-                estimates[job_id] = None
+            if job.depends_on:
+                deferred.append(job)
                 continue
-            k = units_needed(job)
-            pred = job.predicted_runtime_s
-            limit = job.time_limit_s
-            r = pred if pred is not None and pred < limit else limit
-            if r < 1.0:
-                r = 1.0
-            if job_id in preempting:
-                t = now + p.policy.preemption_grace_s
-                for u in preempting[job_id]:
-                    book(u, t + r)
-                estimates[job_id] = t
-                continue
-            classes = matching_classes(job)
-            owner = -2
-            t_min = now
-            if job.reservation_id is not None:
-                res = p.reservations[job.reservation_id]
-                owner = res.id
-                t_min = max(t_min, res.start)
-                nodes = self.reserved_nodes.get((res.id, classes))
-                if nodes is None:
-                    restrict = [p.unit_index[g] for g in res.gpu_ids if g in p.unit_index]
-                    nodes = self.reserved_nodes[(res.id, classes)] = p.candidate_nodes(
-                        classes, restrict
-                    )
-                found = self._multi(nodes, k, t_min, r, owner)
-            else:
-                if not job.emergency:
-                    keys = self._limiter_keys(job.user, job.queue, job.category)
-                    if keys:
-                        t = self._limit_start(keys, k)
-                        if t > t_min:
-                            t_min = t
-                held = drain_held.get(job_id)
-                if held is not None and held > t_min:
-                    t_min = held
-                if k == 1:
-                    single = self._single(classes, t_min, r, owner)
-                    found = (single[0], [single[1]]) if single is not None else None
-                else:
-                    found = self._multi_indexed((classes, k), t_min, r, owner)
-            if found is None:
-                estimates[job_id] = None
-                continue
-            t, units = found
-            for u in units:
-                book(u, t + r)
-            if not job.emergency and job.reservation_id is None:
-                book_limits(limiters, job.user, job.queue, job.category, k, t + r)
-            estimates[job_id] = t
+            estimates[job.id] = self._place(job, now, ends)
+        while deferred:
+            waiting: list[PendingJob] = []
+            for job in deferred:
+                t_min: float | None = now
+                later = False
+                for dep in job.depends_on:
+                    end = ends.get(dep)
+                    if end is not None:
+                        t_min = max(t_min, end) if t_min is not None else end
+                    elif dep not in pending_ids or dep in estimates:
+                        t_min = None  # unknown here, or never starts as things are
+                        break
+                    else:
+                        later = True  # not played forward yet
+                if t_min is not None and later:
+                    waiting.append(job)
+                    continue
+                estimates[job.id] = None if t_min is None else self._place(job, t_min, ends)
+            if len(waiting) == len(deferred):  # a circle: none of them can be placed
+                for job in waiting:
+                    estimates[job.id] = None
+                break
+            deferred = waiting
         return estimates
+
+    @staticmethod
+    def _runtime(job: PendingJob) -> float:
+        pred = job.predicted_runtime_s
+        limit = job.time_limit_s
+        return pred if pred is not None and pred < limit else limit
+
+    def _place(self, job: PendingJob, t_min: float, ends: dict[int, float]) -> float | None:
+        """Play one job forward from ``t_min``: its estimated start, its units booked and
+        its expected end noted in ``ends``; None if it cannot start as things are."""
+        p = self.p
+        now = p.now
+        job_id = job.id
+        if job_id in self.never:
+            return None
+        book = self._book
+        k = p.units_needed(job)
+        r = self._runtime(job)
+        if r < 1.0:
+            r = 1.0
+        if job_id in self.preempting:
+            t = now + p.policy.preemption_grace_s
+            for u in self.preempting[job_id]:
+                book(u, t + r)
+            ends[job_id] = t + r
+            return t
+        classes = p.matching_classes(job)
+        owner = -2
+        if job.reservation_id is not None:
+            res = p.reservations[job.reservation_id]
+            owner = res.id
+            t_min = max(t_min, res.start)
+            nodes = self.reserved_nodes.get((res.id, classes))
+            if nodes is None:
+                restrict = [p.unit_index[g] for g in res.gpu_ids if g in p.unit_index]
+                nodes = self.reserved_nodes[(res.id, classes)] = p.candidate_nodes(
+                    classes, restrict
+                )
+            found = self._multi(nodes, k, t_min, r, owner)
+        else:
+            if not job.emergency:
+                keys = self._limiter_keys(job.user, job.queue, job.category)
+                if keys:
+                    t = self._limit_start(keys, k)
+                    if t > t_min:
+                        t_min = t
+            held = self.drain_held.get(job_id)
+            if held is not None and held > t_min:
+                t_min = held
+            if k == 1:
+                single = self._single(classes, t_min, r, owner)
+                found = (single[0], [single[1]]) if single is not None else None
+            else:
+                found = self._multi_indexed((classes, k), t_min, r, owner)
+        if found is None:
+            return None
+        t, units = found
+        for u in units:
+            book(u, t + r)
+        if not job.emergency and job.reservation_id is None:
+            assert self.limiters is not None
+            self._book_limits(self.limiters, job.user, job.queue, job.category, k, t + r)
+        ends[job_id] = t + r
+        return t

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     CONSTRAINTS = "constraints"  # no GPU in the cluster can ever satisfy the request
     NODE_UNAVAILABLE = "node_unavailable"  # only draining/down nodes could run it
     PREEMPTING = "preempting"  # preemptible jobs are being requeued to make room for it
+    DEPENDENCY = "dependency"  # waits for jobs it depends on (``PendingJob.depends_on``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,11 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class PendingJob:
-    """A job waiting to run. ``gpus`` counts units; a shared-slot job asks for one slot."""
+    """A job waiting to run. ``gpus`` counts units; a shared-slot job asks for one slot.
+
+    ``depends_on``: the ids of the jobs it still waits for (Slurm's afterok/afterany);
+    the caller passes only the dependencies not yet satisfied, and the engine starts no
+    job while any is left."""
 
     id: int
     user: str
@@ -82,6 +87,7 @@ class PendingJob:
     preemptible: bool = False
     held: bool = False
     category: str = ""
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

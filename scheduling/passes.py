@@ -39,6 +39,11 @@ from django.utils.translation import gettext_noop
 from accounts.models import Category, User
 from accounts.selectors import has_credit
 from cluster.models import Gpu, Node
+from jobqueue.dependencies import (
+    AFTEROK,
+    dependency_never_satisfied,
+    dependency_satisfied,
+)
 from jobqueue.events import record_event
 from jobqueue.models import (
     Allocation,
@@ -49,6 +54,7 @@ from jobqueue.models import (
     SchedulerLock,
     SchedulingPolicy,
 )
+from jobqueue.services import jobs_cancel_for_failed_dependency
 from reservations.selectors import reservation_rows_for_scheduler
 from scheduler import model as sm
 from scheduler.engine import plan as engine_plan
@@ -453,6 +459,44 @@ def engine_policy(
 
 def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
     """The engine's view of the database at `now`."""
+    state, policy, gpu_by_uuid, _failed = _engine_input(now)
+    return state, policy, gpu_by_uuid
+
+
+def waiting_dependencies(
+    kinds: dict[int, str],
+) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+    """For waiting jobs with dependencies ({job id: afterok or afterany}): the ids each
+    still waits for, and the jobs whose afterok can never be met ({job: the dependency
+    that failed}), also through a chain (C afterok B afterok A, and A failed)."""
+    unmet: dict[int, list[int]] = {pk: [] for pk in kinds}
+    failed: dict[int, int] = {}
+    rows = Job.depends_on.through.objects.filter(from_job_id__in=list(kinds)).values_list(
+        "from_job_id", "to_job_id", "to_job__state", "to_job__exit_code"
+    )
+    for job_id, dep_id, dep_state, dep_exit in rows:
+        kind = kinds[job_id]
+        if dependency_never_satisfied(kind, dep_state, dep_exit):
+            failed.setdefault(job_id, dep_id)
+        if not dependency_satisfied(kind, dep_state, dep_exit):
+            unmet[job_id].append(dep_id)
+    changed = bool(failed)
+    while changed:  # a waiting afterok dependency that is cancelled now fails its dependents
+        changed = False
+        for job_id, deps in unmet.items():
+            if job_id in failed or kinds[job_id] != AFTEROK:
+                continue
+            doomed = next((d for d in deps if d in failed), None)
+            if doomed is not None:
+                failed[job_id] = doomed
+                changed = True
+    return {pk: tuple(sorted(deps)) for pk, deps in unmet.items() if deps}, failed
+
+
+def _engine_input(
+    now: datetime,
+) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu], dict[int, int]]:
+    """build_engine_input, and the waiting jobs whose afterok dependency failed."""
     settings_row = SchedulingPolicy.current()
     queues = list(Queue.objects.all())
     categories = list(Category.objects.all())
@@ -534,8 +578,18 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             "preemptible",
             "state",
             "is_emergency",
+            "dependency_kind",
             named=True,
         )
+    )
+    waiting_rows = list(waiting)
+    # Only the dependencies not yet met go to the engine (one query, only when any waits).
+    unmet, failed = (
+        waiting_dependencies(
+            {row.pk: row.dependency_kind for row in waiting_rows if row.dependency_kind}
+        )
+        if any(row.dependency_kind for row in waiting_rows)
+        else ({}, {})
     )
     pending = [
         sm.PendingJob(
@@ -556,8 +610,9 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             preemptible=row.preemptible,
             held=row.state == Job.State.HELD,
             category=_category(row.owner__category__name),
+            depends_on=unmet.get(row.pk, ()),
         )
-        for row in waiting
+        for row in waiting_rows
     ]
     reservations = tuple(
         sm.Reservation(id=pk, user=username, gpu_ids=gpu_ids, start=epoch(start), end=epoch(end))
@@ -583,7 +638,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
         users_without_credit=frozenset(u.username for u in users if not u.with_credit),
     )
     policy = engine_policy(settings_row, queues, categories)
-    return state, policy, gpu_by_uuid
+    return state, policy, gpu_by_uuid, failed
 
 
 # --- The pass ------------------------------------------------------------------------
@@ -614,10 +669,15 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
         )
         if grant_queue_waiting:
             _move_jobs_whose_grant_lapsed(now)
-        state, policy, gpu_by_uuid = build_engine_input(now)
+        state, policy, gpu_by_uuid, dependency_failed = _engine_input(now)
         result = engine_plan(state, policy, epoch(now), estimates=forecast)
         started = _apply_starts(result.starts, gpu_by_uuid, now)
         preempted = _apply_preemptions(result.preemptions)
+        if dependency_failed:
+            # A job's end is handled here, once, for the jobs that wait for it: an
+            # afterok dependency that failed, was cancelled, timed out or was lost cancels
+            # them (the engine kept them pending: that dependency is never met).
+            jobs_cancel_for_failed_dependency(dependency_failed, at=now)
         plan_ms = (time.perf_counter() - began) * 1000
         SchedulerLock.objects.filter(pk=lock.pk).update(last_pass_at=now, last_pass_ms=plan_ms)
     # An agent never waits for thousands of waiting rows to be written, and the next pass

@@ -112,6 +112,9 @@ class SubmitRequest:
     account: str = ""
     environment: dict[str, str] = field(default_factory=dict)
     hold: bool = False
+    # Slurm's --dependency over Slurm job ids ("afterok:101:102"); a dependency that can
+    # never be met cancels the job (--kill-on-invalid-dep), as LabPortal does.
+    dependency: str = ""
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -404,6 +407,8 @@ def _sbatch_flags(request: SubmitRequest) -> list[str]:
             flags.append(f"--{option}={value}")
     if request.hold:
         flags.append("--hold")
+    if request.dependency:
+        flags += [f"--dependency={request.dependency}", "--kill-on-invalid-dep=yes"]
     return flags
 
 
@@ -542,6 +547,9 @@ class RestClient:
                 job[option] = value
         if request.hold:
             job["hold"] = True
+        if request.dependency:
+            job["dependency"] = request.dependency
+            job["kill_on_invalid_dependency"] = True
         data = self._call(
             "POST",
             f"/slurm/{REST_VERSION}/job/submit",

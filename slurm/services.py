@@ -104,7 +104,29 @@ def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
         partition=options.get("partition", ""),
         qos=options.get("qos", ""),
         environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        dependency=slurm_dependency(job),
     )
+
+
+def slurm_dependency(job: Job) -> str:
+    """The job's dependencies over their Slurm job ids ("afterok:101:102"), or "".
+
+    A portal job it waits for that Slurm does not know yet (no Slurm id) is refused."""
+    wanted = sorted(job.depends_on.values_list("pk", flat=True))
+    if not wanted:
+        return ""
+    slurm_ids = dict(
+        SlurmJob.objects.filter(job_id__in=wanted).values_list("job_id", "slurm_job_id")
+    )
+    missing = [pk for pk in wanted if pk not in slurm_ids]
+    if missing:
+        raise JobRefused(
+            _(
+                "Job %(ids)s has no Slurm job id yet, so Slurm cannot wait for it; submit this job again once it is in Slurm."
+            )
+            % {"ids": ", ".join(str(pk) for pk in missing)}
+        )
+    return ":".join([job.dependency_kind, *(str(slurm_ids[pk]) for pk in wanted)])
 
 
 @contextmanager

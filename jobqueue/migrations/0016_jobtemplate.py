@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobqueue', '0014_job_command_shape_key'),
+        ('jobqueue', '0015_job_dependencies'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
