@@ -457,10 +457,14 @@ def engine_policy(
     )
 
 
-def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
-    """The engine's view of the database at `now`."""
-    state, policy, gpu_by_uuid, _failed = _engine_input(now)
-    return state, policy, gpu_by_uuid
+def failed_dependencies() -> dict[int, int]:
+    """The waiting jobs whose afterok dependency can never be met ({job: the dependency})."""
+    kinds = dict(
+        Job.objects.filter(state__in=Job.WAITING_STATES)
+        .exclude(dependency_kind="")
+        .values_list("pk", "dependency_kind")
+    )
+    return waiting_dependencies(kinds)[1] if kinds else {}
 
 
 def waiting_dependencies(
@@ -493,10 +497,8 @@ def waiting_dependencies(
     return {pk: tuple(sorted(deps)) for pk, deps in unmet.items() if deps}, failed
 
 
-def _engine_input(
-    now: datetime,
-) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu], dict[int, int]]:
-    """build_engine_input, and the waiting jobs whose afterok dependency failed."""
+def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[str, Gpu]]:
+    """The engine's view of the database at `now`."""
     settings_row = SchedulingPolicy.current()
     queues = list(Queue.objects.all())
     categories = list(Category.objects.all())
@@ -584,7 +586,7 @@ def _engine_input(
     )
     waiting_rows = list(waiting)
     # Only the dependencies not yet met go to the engine (one query, only when any waits).
-    unmet, failed = (
+    unmet, _failed = (
         waiting_dependencies(
             {row.pk: row.dependency_kind for row in waiting_rows if row.dependency_kind}
         )
@@ -638,7 +640,7 @@ def _engine_input(
         users_without_credit=frozenset(u.username for u in users if not u.with_credit),
     )
     policy = engine_policy(settings_row, queues, categories)
-    return state, policy, gpu_by_uuid, failed
+    return state, policy, gpu_by_uuid
 
 
 # --- The pass ------------------------------------------------------------------------
@@ -669,10 +671,11 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
         )
         if grant_queue_waiting:
             _move_jobs_whose_grant_lapsed(now)
-        state, policy, gpu_by_uuid, dependency_failed = _engine_input(now)
+        state, policy, gpu_by_uuid = build_engine_input(now)
         result = engine_plan(state, policy, epoch(now), estimates=forecast)
         started = _apply_starts(result.starts, gpu_by_uuid, now)
         preempted = _apply_preemptions(result.preemptions)
+        dependency_failed = failed_dependencies()
         if dependency_failed:
             # A job's end is handled here, once, for the jobs that wait for it: an
             # afterok dependency that failed, was cancelled, timed out or was lost cancels

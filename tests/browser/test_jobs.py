@@ -58,7 +58,7 @@ def test_a_member_submits_a_job_sees_its_place_and_then_its_completion(
     log_in(page, live_server, "alice", PASSWORD)
     page.goto(f"{live_server.url}/jobs/submit/")
     page.select_option("select[name=queue]", "normal")
-    page.fill("input[name=command]", "python train.py --epochs 1")
+    page.fill("[name=command]", "python train.py --epochs 1")
     page.fill("input[name=time_limit_hours]", "1")
     page.click("[data-testid=submit-form] button[type=submit]")
     page.wait_for_selector("[data-testid=job-state]")

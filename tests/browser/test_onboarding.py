@@ -27,7 +27,7 @@ def test_a_new_member_submits_the_first_debug_job_from_the_checklist_and_it_is_t
     checklist.locator("[data-item=debug_job] a").click()
     # The form arrives with the debug queue and a harmless first command.
     assert page.input_value("select[name=queue]") == "debug"
-    assert page.input_value("input[name=command]") == "nvidia-smi"
+    assert page.input_value("[name=command]") == "nvidia-smi"
     page.click("[data-testid=submit-form] button[type=submit]")
     page.wait_for_selector("[data-testid=job-state]")
     assert Job.objects.get(owner=alice).queue.name == "debug"
