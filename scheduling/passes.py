@@ -675,7 +675,10 @@ def scheduling_pass(*, now: datetime | None = None, inline: bool = False) -> Pas
         result = engine_plan(state, policy, epoch(now), estimates=forecast)
         started = _apply_starts(result.starts, gpu_by_uuid, now)
         preempted = _apply_preemptions(result.preemptions)
-        dependency_failed = failed_dependencies()
+        # A job whose afterok can never be met still waits on that dependency (its
+        # depends_on is not empty), so the lookup runs only while some job waits on one.
+        waits = any(job.depends_on for job in state.pending)
+        dependency_failed = failed_dependencies() if waits else {}
         if dependency_failed:
             # A job's end is handled here, once, for the jobs that wait for it: an
             # afterok dependency that failed, was cancelled, timed out or was lost cancels
