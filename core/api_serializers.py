@@ -23,10 +23,14 @@ class CachedFieldsModelSerializer(serializers.ModelSerializer[Any]):
         cls = type(self)
         built = cls.__dict__.get("_built_fields")
         if built is None:
-            built = super().get_fields()
+            built = {**super().get_fields(), **self.extra_fields()}
             # A race builds the same fields twice; both results are equal.
             cls._built_fields = built  # type: ignore[attr-defined]
         return copy_fields(built)
+
+    def extra_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # Fields a subclass adds to (or puts in place of) the model's, built with them once.
+        return {}
 
 
 class CheapCopySerializer(serializers.Serializer[Any]):

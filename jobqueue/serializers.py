@@ -107,16 +107,10 @@ class JobSerializer(CachedFieldsModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+    def extra_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         # Fields the apps above add (slurm/: "slurm", Slurm's own state, reason and
-        # estimated start, null in agents mode), built once per class like the rest.
-        cls = type(self)
-        if "_built_fields" not in cls.__dict__:
-            fields = super().get_fields()
-            for name, make_field in job_api_fields().items():
-                fields[name] = make_field()
-            cls._built_fields = fields  # type: ignore[attr-defined]
-        return super().get_fields()
+        # estimated start, null in agents mode).
+        return {name: make_field() for name, make_field in job_api_fields().items()}
 
     def get_gpu_uuids(self, job: Job) -> list[str]:
         return [a.gpu.uuid for a in job.allocations.all()]
