@@ -1,0 +1,58 @@
+"""Gateway tickets: what the portal issues, the agent's gateway accepts, and nothing else."""
+
+import pytest
+
+from protocol import signing, tickets
+
+TOKEN = "lpn_abcdefghijklmnopqrstuvwxyz012345"
+KEY = signing.key_from_token(TOKEN)
+KID = signing.token_kid(TOKEN)
+
+
+def _issue(**kw):
+    args = {"node": "gpu1", "job_id": 7, "attempt": 0, "purpose": "http", "user": "ana"}
+    args.update(kw)
+    return tickets.issue({KID: KEY}, now=1000.0, **args)
+
+
+def test_a_ticket_the_portal_issues_passes_at_the_gateway():
+    payload = tickets.verify(KEY, KID, _issue(), node="gpu1", job_id=7, purpose="http", now=1010.0)
+    assert payload["user"] == "ana" and payload["job"] == 7
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"node": "gpu2"}, "wrong_node"),
+        ({"job_id": 8}, "wrong_job"),
+        ({"purpose": "exec"}, "wrong_purpose"),
+    ],
+)
+def test_a_ticket_for_another_node_job_or_purpose_is_refused(kw, reason):
+    with pytest.raises(tickets.TicketRefused) as caught:
+        tickets.verify(KEY, KID, _issue(**kw), node="gpu1", job_id=7, purpose="http", now=1010.0)
+    assert caught.value.reason == reason
+
+
+def test_an_expired_forged_or_missing_ticket_is_refused():
+    good = _issue()
+    with pytest.raises(tickets.TicketRefused, match="expired"):
+        tickets.verify(KEY, KID, good, node="gpu1", job_id=7, purpose="http", now=1061.0)
+    forged = good[:-1] + ("0" if good[-1] != "0" else "1")
+    with pytest.raises(tickets.TicketRefused, match="bad_signature"):
+        tickets.verify(KEY, KID, forged, node="gpu1", job_id=7, purpose="http", now=1010.0)
+    other_key = signing.key_from_token(TOKEN + "x")
+    with pytest.raises(tickets.TicketRefused, match="bad_signature"):
+        tickets.verify(other_key, KID, good, node="gpu1", job_id=7, purpose="http", now=1010.0)
+    for bad in (None, "", "v2.a.b.c", "v1.only-three.parts"):
+        with pytest.raises(tickets.TicketRefused):
+            tickets.verify(KEY, KID, bad, node="gpu1", job_id=7, purpose="http", now=1010.0)
+
+
+def test_a_ticket_is_not_a_broker_envelope_signature():
+    # The ticket key is derived apart from the envelope key: a broker signature over the
+    # same bytes must not verify as a ticket.
+    kid, body, _ = _issue().split(".")[1:]
+    sig = signing._mac(KEY, task="t", node="gpu1", args={}, ts=1.0, exp=2.0, nonce="n" * 16)
+    with pytest.raises(tickets.TicketRefused, match="bad_signature"):
+        tickets.verify(KEY, KID, f"v1.{kid}.{body}.{sig}", node="gpu1", job_id=7, purpose="http")
