@@ -237,3 +237,16 @@ def test_the_submit_form_takes_run_after(alice: Any, cluster: Any, image: Any, c
     assert list(job.depends_on.all()) == [a] and job.dependency_kind == "afterok"
     bad = client.post(reverse("job_submit"), {**form, "run_after": "after:1"})
     assert "is not a dependency" in bad.content.decode()
+
+
+def test_the_job_page_says_what_it_runs_after(
+    alice: Any, cluster: Any, image: Any, client: Any
+) -> None:
+    a = submit(alice)
+    b = submit(alice, depends_on=[a.pk], dependency="afterok")
+    client.force_login(alice)
+    page = client.get(reverse("job_detail", args=[b.pk])).content.decode()
+    assert "Runs after" in page and "have completed successfully" in page
+    assert f'href="{reverse("job_detail", args=[a.pk])}">#{a.pk}</a>' in page
+    # A job that waits for nothing says nothing of it.
+    assert "Runs after" not in client.get(reverse("job_detail", args=[a.pk])).content.decode()
