@@ -29,10 +29,10 @@ def summarize(
 ) -> dict[str, Any]:
     """The metrics of one replay (the ``--json`` object, less ``sim_seconds``)."""
     done = [j for j in jobs if j.start is not None and j.end is not None]
-    waits = [_start(j) - j.submit for j in done]
+    waits = [_waited(j) for j in done]
     by_queue: dict[str, list[float]] = {}
     for j in done:
-        by_queue.setdefault(j.queue, []).append(_start(j) - j.submit)
+        by_queue.setdefault(j.queue, []).append(_waited(j))
     jct = [_end(j) - j.submit for j in done]
     slowdown = [max(1.0, (_end(j) - j.submit) / max(j.duration, 10.0)) for j in done]
     # Only jobs that waited: one started in the pass that saw it arrive is exact by
@@ -133,9 +133,11 @@ def _per_day(
     for j in done:
         g = _unit_gpus(j, slots_per_gpu)
         _spread(demand, j.user, j.submit, _end(j), g, t0)
-        for start, end in j.runs or ((_start(j), _end(j)),):
+        since = j.submit
+        for start, end in _runs(j):
             _spread(received, j.user, start, end, g, t0)
-        _spread(waiting, j.user, j.submit, _start(j), g, t0)
+            _spread(waiting, j.user, since, start, g, t0)
+            since = end
     return list(zip(demand, received, waiting, strict=True))
 
 
@@ -146,19 +148,25 @@ def _finish_time_fairness(
     cluster (submit to end, summed) over their time alone on 1/N of it, N being the
     users with jobs in the cluster when each job was submitted (a job wider than 1/N of
     the GPUs runs proportionally slower there). Above 1: worse off than 1/N alone."""
-    # Ends before submits at the same time; each submit counts the users present then.
+    # At each instant, ends first, then submits; a job counts every user present once
+    # the submits of its instant are in (its own user included).
     events = sorted(
         [(j.submit, 1, j.index, j.user) for j in done]
         + [(_end(j), -1, j.index, j.user) for j in done]
     )
     present: dict[str, int] = {}
     contenders: dict[int, int] = {}
-    for _, step, index, user in events:
+    arrived: list[int] = []
+    for k, (time, step, index, user) in enumerate(events):
         present[user] = present.get(user, 0) + step
         if present[user] == 0:
             del present[user]
         if step > 0:
-            contenders[index] = len(present)
+            arrived.append(index)
+        if k + 1 == len(events) or events[k + 1][0] != time:
+            for i in arrived:
+                contenders[i] = len(present)
+            arrived.clear()
     shared: dict[str, float] = {}
     alone: dict[str, float] = {}
     for j in done:
@@ -240,6 +248,17 @@ def _near_delay_band(done: Sequence[SimJob]) -> tuple[float, float] | None:
     low, high = _percentile(delays, 25), _percentile(delays, 75)
     assert low is not None and high is not None
     return (round(low), round(high))
+
+
+def _runs(job: SimJob) -> tuple[tuple[float, float], ...]:
+    """The stretches a job ran: one, from start to end, unless it was preempted."""
+    return job.runs or ((_start(job), _end(job)),)
+
+
+def _waited(job: SimJob) -> float:
+    """Time a job spent waiting: before its start and, if preempted, between stretches
+    (so a policy that starts every job at once and preempts it later gains nothing)."""
+    return _end(job) - job.submit - sum(end - start for start, end in _runs(job))
 
 
 def _start(job: SimJob) -> float:
