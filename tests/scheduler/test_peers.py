@@ -203,7 +203,8 @@ def test_themis_gives_an_ended_lease_to_the_job_with_the_worst_ratio() -> None:
     done = replay("themis", jobs, gpus=1, per_node=1)
     assert done[2].start == pytest.approx(THEMIS_LEASE_S)
     assert done[0].runs[0] == (0, pytest.approx(THEMIS_LEASE_S))
-    assert done[1].start is not None and done[1].start > done[2].start
+    assert done[1].start is not None and done[2].start is not None
+    assert done[1].start > done[2].start
 
 
 # ---------------------------------------------------------------- fairness over the horizon
@@ -251,6 +252,7 @@ def test_a_preempted_job_runs_exactly_its_duration_in_stretches_that_never_overl
     assert result["unfinished"] == 0
     assert result["preemptions"] > 0
     for j in sim.jobs:
+        assert j.start is not None and j.end is not None
         runs = j.runs or ((j.start, j.end),)
         assert sum(end - start for start, end in runs) == pytest.approx(j.duration)
         assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:], strict=False))
