@@ -24,5 +24,6 @@ How the trace becomes jobs (see docs/scheduler.md for the reasoning):
 #   workload  the trace read into jobs with users, limits and queues (SimJob, Workload)
 #   run       the replay: cluster, policies, the event loop (Simulation, simulate)
 #   backlog   what the incremental replay keeps between events (_Backlog, _FreeUnits)
+#   peers     the published peer policies and their replay (PeerReplay, PEERS)
 #   metrics   what a replay reports: waits, fairness, estimate errors
 #   cli       the command line: the table or one JSON object per policy

@@ -7,9 +7,12 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.simulate.peers import PEERS
 from scheduler.simulate.workload import SimJob, Workload, _unit_gpus
 
 FAIRNESS_WINDOW_S = 86_400.0
+# Policies that give no start estimates (the peers are replayed without a forecast).
+NO_ESTIMATES = frozenset({"timeslots", *PEERS})
 
 
 def summarize(
@@ -26,10 +29,10 @@ def summarize(
 ) -> dict[str, Any]:
     """The metrics of one replay (the ``--json`` object, less ``sim_seconds``)."""
     done = [j for j in jobs if j.start is not None and j.end is not None]
-    waits = [_start(j) - j.submit for j in done]
+    waits = [_waited(j) for j in done]
     by_queue: dict[str, list[float]] = {}
     for j in done:
-        by_queue.setdefault(j.queue, []).append(_start(j) - j.submit)
+        by_queue.setdefault(j.queue, []).append(_waited(j))
     jct = [_end(j) - j.submit for j in done]
     slowdown = [max(1.0, (_end(j) - j.submit) / max(j.duration, 10.0)) for j in done]
     # Only jobs that waited: one started in the pass that saw it arrive is exact by
@@ -38,7 +41,10 @@ def summarize(
         abs((j.eta or 0.0) - _start(j)) for j in done if j.eta is not None and _start(j) > j.submit
     ]
     capacity = float(gpus)
-    days = _daily_jain(done, gpus, slots_per_gpu, workload.entitlement)
+    per_day = _per_day(done, slots_per_gpu)
+    days = _window_jain(per_day, gpus, workload.entitlement, 1)
+    weeks = _window_jain(per_day, gpus, workload.entitlement, 7)
+    ftf = _finish_time_fairness(done, gpus, slots_per_gpu)
     return {
         "policy": policy_name,
         "gpus": gpus,
@@ -54,12 +60,16 @@ def summarize(
         "bounded_slowdown_mean": _round(statistics.fmean(slowdown), 3) if slowdown else None,
         "jain": _round(_jain(days), 4),
         "jain_contention": _round(_jain_contention(days), 4),
+        # The week-horizon goal metrics: rolling 7-day windows, and Themis's ratio.
+        "jain_7d_contention": _round(_jain_contention(weeks), 4),
+        "ftf_worst": _round(max(ftf.values()), 3) if ftf else None,
+        "ftf_median": _round(statistics.median(ftf.values()), 3) if ftf else None,
         "slowdown_fairness": _round(_slowdown_fairness(done), 4),
         "eta_error_median_s": _round(statistics.median(eta_errors))
-        if eta_errors and policy_name != "timeslots"
+        if eta_errors and policy_name not in NO_ESTIMATES
         else None,
         "eta_error_median_s_by_horizon": _eta_errors_by_horizon(done)
-        if policy_name != "timeslots"
+        if policy_name not in NO_ESTIMATES
         else None,
         "eta_lead_ratio_p25_p75": _lead_ratio_band(done),
         "eta_near_delay_p25_p75_s": _near_delay_band(done),
@@ -75,14 +85,43 @@ def summarize(
     }
 
 
-def _daily_jain(
-    done: Sequence[SimJob], gpus: int, slots_per_gpu: int, entitlement: dict[str, float]
+def _window_jain(
+    per_day: Sequence[tuple[dict[str, float], dict[str, float], dict[str, float]]],
+    gpus: int,
+    entitlement: dict[str, float],
+    days: int,
 ) -> list[tuple[float, float]]:
-    """Per day with demand from two or more users: (Jain's index, waiting GPU-seconds).
+    """(Jain's index, waiting GPU-seconds) for every window of ``days`` consecutive days
+    (rolling by one day; one window when the replay is shorter) with demand from two or
+    more users.
 
     The index is over x_u = received / fair, where ``fair`` is the weighted max-min
-    share of the day's capacity given each user's demand that day; the weight is the
-    GPU-seconds that jobs spent waiting that day (a quiet day weighs nothing)."""
+    share of the window's capacity given each user's demand in it; the weight is the
+    GPU-seconds that jobs spent waiting in it (a quiet window weighs nothing)."""
+    windows: list[tuple[float, float]] = []
+    for first in range(max(1, len(per_day) - days + 1)):
+        span = per_day[first : first + days]
+        want: dict[str, float] = {}
+        got: dict[str, float] = {}
+        waited = 0.0
+        for demand, received, waiting in span:
+            for u, v in demand.items():
+                want[u] = want.get(u, 0.0) + v
+            for u, v in received.items():
+                got[u] = got.get(u, 0.0) + v
+            waited += sum(waiting.values())
+        fair = _water_fill(want, entitlement, gpus * FAIRNESS_WINDOW_S * len(span))
+        xs = [got.get(u, 0.0) / f for u, f in fair.items() if f > 0]
+        if len(xs) >= 2 and sum(x * x for x in xs) > 0:
+            windows.append((_jain_index(xs), waited))
+    return windows
+
+
+def _per_day(
+    done: Sequence[SimJob], slots_per_gpu: int
+) -> list[tuple[dict[str, float], dict[str, float], dict[str, float]]]:
+    """Per day of the replay, per user: GPU-seconds asked for (submit to end), received
+    (while running) and waited (submit to first start)."""
     if not done:
         return []
     t0 = min(j.submit for j in done)
@@ -94,16 +133,48 @@ def _daily_jain(
     for j in done:
         g = _unit_gpus(j, slots_per_gpu)
         _spread(demand, j.user, j.submit, _end(j), g, t0)
-        _spread(received, j.user, _start(j), _end(j), g, t0)
-        _spread(waiting, j.user, j.submit, _start(j), g, t0)
-    capacity = gpus * FAIRNESS_WINDOW_S
-    days: list[tuple[float, float]] = []
-    for want, got, waited in zip(demand, received, waiting, strict=True):
-        fair = _water_fill(want, entitlement, capacity)
-        xs = [got.get(u, 0.0) / f for u, f in fair.items() if f > 0]
-        if len(xs) >= 2 and sum(x * x for x in xs) > 0:
-            days.append((_jain_index(xs), sum(waited.values())))
-    return days
+        since = j.submit
+        for start, end in _runs(j):
+            _spread(received, j.user, start, end, g, t0)
+            _spread(waiting, j.user, since, start, g, t0)
+            since = end
+    return list(zip(demand, received, waiting, strict=True))
+
+
+def _finish_time_fairness(
+    done: Sequence[SimJob], gpus: int, slots_per_gpu: int
+) -> dict[str, float]:
+    """Per user, Themis's finish-time fairness ratio: their jobs' time in the shared
+    cluster (submit to end, summed) over their time alone on 1/N of it, N being the
+    users with jobs in the cluster when each job was submitted (a job wider than 1/N of
+    the GPUs runs proportionally slower there). Above 1: worse off than 1/N alone."""
+    # At each instant, ends first, then submits; a job counts every user present once
+    # the submits of its instant are in (its own user included).
+    events = sorted(
+        [(j.submit, 1, j.index, j.user) for j in done]
+        + [(_end(j), -1, j.index, j.user) for j in done]
+    )
+    present: dict[str, int] = {}
+    contenders: dict[int, int] = {}
+    arrived: list[int] = []
+    for k, (time, step, index, user) in enumerate(events):
+        present[user] = present.get(user, 0) + step
+        if present[user] == 0:
+            del present[user]
+        if step > 0:
+            arrived.append(index)
+        if k + 1 == len(events) or events[k + 1][0] != time:
+            for i in arrived:
+                contenders[i] = len(present)
+            arrived.clear()
+    shared: dict[str, float] = {}
+    alone: dict[str, float] = {}
+    for j in done:
+        g = _unit_gpus(j, slots_per_gpu)
+        ideal = j.duration * max(1.0, g * contenders.get(j.index, 1) / gpus)
+        shared[j.user] = shared.get(j.user, 0.0) + _end(j) - j.submit
+        alone[j.user] = alone.get(j.user, 0.0) + ideal
+    return {u: shared[u] / alone[u] for u in shared if alone[u] > 0}
 
 
 def _jain(days: Sequence[tuple[float, float]]) -> float | None:
@@ -177,6 +248,17 @@ def _near_delay_band(done: Sequence[SimJob]) -> tuple[float, float] | None:
     low, high = _percentile(delays, 25), _percentile(delays, 75)
     assert low is not None and high is not None
     return (round(low), round(high))
+
+
+def _runs(job: SimJob) -> tuple[tuple[float, float], ...]:
+    """The stretches a job ran: one, from start to end, unless it was preempted."""
+    return job.runs or ((_start(job), _end(job)),)
+
+
+def _waited(job: SimJob) -> float:
+    """Time a job spent waiting: before its start and, if preempted, between stretches
+    (so a policy that starts every job at once and preempts it later gains nothing)."""
+    return _end(job) - job.submit - sum(end - start for start, end in _runs(job))
 
 
 def _start(job: SimJob) -> float:

@@ -37,9 +37,10 @@ from scheduler.simulate.backlog import (
     _witnesses,
 )
 from scheduler.simulate.metrics import summarize
+from scheduler.simulate.peers import PEERS, PeerReplay
 from scheduler.simulate.workload import SimJob, Workload, _unit_gpus, load_workload
 
-POLICIES = ("labportal", "fifo", "timeslots", "sjf-oracle")
+POLICIES = ("labportal", "fifo", "timeslots", "sjf-oracle", *PEERS)
 
 
 def build_cluster(
@@ -196,6 +197,8 @@ class Simulation:
         # Jobs whose start estimate the deep-backlog sampling skipped (see _EtaBudget).
         self.eta_skipped: set[int] = set()
         self.passes = 0
+        # Jobs stopped and requeued (peer policies that preempt).
+        self.preemptions = 0
         # Jobs a pass picked from behind the head (classes that could still start).
         self.picked = 0
         # Called as (jobs arrived so far, pending now) after each arrival (the speed bench).
@@ -206,6 +209,8 @@ class Simulation:
         began = time.perf_counter()
         if self.policy_name == "timeslots":
             self._run_timeslots()
+        elif self.policy_name in PEERS:
+            PeerReplay(self).run()
         elif self.incremental:
             self._run_engine_incremental()
         else:
@@ -221,6 +226,7 @@ class Simulation:
             eta_skipped=len(self.eta_skipped),
             runtime_errors=self.runtime_errors,
         )
+        metrics["preemptions"] = self.preemptions
         metrics["sim_seconds"] = round(time.perf_counter() - began, 3)
         return metrics
 

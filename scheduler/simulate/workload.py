@@ -51,6 +51,8 @@ class SimJob:
     start: float | None = None
     end: float | None = None
     gpu_ids: tuple[str, ...] = ()
+    # Where a preempted job ran: (start, end) of each stretch; empty: start to end.
+    runs: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(slots=True)
