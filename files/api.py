@@ -52,12 +52,12 @@ class UploadSerializer(PlaceQuerySerializer):
 class PlaceSerializer(serializers.Serializer):  # type: ignore[type-arg]
     place = serializers.CharField(source="ref")
     kind = serializers.CharField()
-    label = serializers.CharField()
+    name = serializers.CharField(source="label")
     host_path = serializers.CharField()
     writable = serializers.BooleanField()
     reachable = serializers.BooleanField()
-    unreachable = serializers.CharField(
-        help_text="Why the portal cannot reach it; empty if it can."
+    why_not_reachable = serializers.CharField(
+        source="unreachable", help_text="Why the portal cannot reach it; empty if it can."
     )
 
 
