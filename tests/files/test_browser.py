@@ -57,7 +57,7 @@ def test_a_member_lists_and_downloads_her_own_volume(alice: Any, storage: Path) 
     assert [e["name"] for e in body["entries"]] == ["notes.txt"]
     answer = api.get("/api/files/download/", {"place": "volume:home", "path": "notes.txt"})
     assert answer.status_code == 200
-    assert b"".join(answer.streaming_content  # type: ignore[attr-defined]) == b"alice's notes"
+    assert b"".join(answer.streaming_content) == b"alice's notes"  # type: ignore[attr-defined]
     page = web(alice).get("/files/volume:home/")
     assert page.status_code == 200 and "notes.txt" in page.content.decode()
 
