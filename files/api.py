@@ -89,6 +89,16 @@ class WrittenSerializer(serializers.Serializer):  # type: ignore[type-arg]
     kind = serializers.CharField()
 
 
+class FileErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    detail = serializers.CharField(help_text="What was wrong and how to fix it.")
+    code = serializers.CharField()
+
+
+# No such place or file (or another member's job: not revealed); the place is not
+# reachable from the portal, or the file exists (upload without overwrite).
+ERRORS = {404: FileErrorSerializer, 409: FileErrorSerializer}
+
+
 def _place(request: Request, data: dict[str, Any]) -> Place:
     return place_for(request.user, data["place"])
 
@@ -108,7 +118,7 @@ class FilePlacesAPI(APIView):
 
 
 class FileListAPI(APIView):
-    @extend_schema(parameters=[PlaceQuerySerializer], responses=ListingSerializer)
+    @extend_schema(parameters=[PlaceQuerySerializer], responses={200: ListingSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         query = PlaceQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -144,7 +154,8 @@ class FileDownloadAPI(APIView):
         responses={
             (200, "application/octet-stream"): OpenApiResponse(
                 OpenApiTypes.BINARY, description="The file's bytes, streamed."
-            )
+            ),
+            **ERRORS,
         },
     )
     def get(self, request: Request) -> FileResponse:
@@ -163,10 +174,7 @@ class FileUploadAPI(APIView):
 
     @extend_schema(
         request={"multipart/form-data": UploadSerializer},
-        responses={
-            201: WrittenSerializer,
-            413: OpenApiResponse(description="Over the upload limit."),
-        },
+        responses={201: WrittenSerializer, 413: FileErrorSerializer, **ERRORS},
     )
     def post(self, request: Request) -> Response:
         body = UploadSerializer(data=request.data)
@@ -188,7 +196,7 @@ class FileUploadAPI(APIView):
 class FolderCreateAPI(APIView):
     parser_classes = [StrictJSONParser]
 
-    @extend_schema(request=FolderCreateSerializer, responses={201: WrittenSerializer})
+    @extend_schema(request=FolderCreateSerializer, responses={201: WrittenSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         body = FolderCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -201,7 +209,7 @@ class FolderCreateAPI(APIView):
 class FileDeleteAPI(APIView):
     parser_classes = [StrictJSONParser]
 
-    @extend_schema(request=PlaceQuerySerializer, responses={200: WrittenSerializer})
+    @extend_schema(request=PlaceQuerySerializer, responses={200: WrittenSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         body = PlaceQuerySerializer(data=request.data)
         body.is_valid(raise_exception=True)
