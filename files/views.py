@@ -127,6 +127,11 @@ def _browse_context(
         "folder_form": FolderForm(),
         "upload_max": paths.human_size(services.upload_limit_bytes()),
         "upload_max_bytes": services.upload_limit_bytes(),
+        "too_large": _(
+            "This file is larger than uploads through the portal take (at most %(max)s). Copy "
+            "larger files with the lab's shared storage tools, or split the file."
+        )
+        % {"max": paths.human_size(services.upload_limit_bytes())},
     }
 
 
