@@ -244,3 +244,21 @@ def test_the_start_request_names_the_job_folder(
     assert start_spec(Job.objects.get(pk=job.pk), [])["job_dir"] == str(
         storage / "jobs" / "alice" / str(job.pk)
     )
+
+
+def test_a_job_that_has_not_started_says_its_folder_comes_at_the_start(
+    alice: Any, cluster: Any, image: Any, storage: Path
+) -> None:
+    job = submit(alice)
+    page = web(alice).get(f"/files/job:{job.pk}/")
+    assert page.status_code == 200
+    assert "it is made when the job starts" in page.content.decode()
+
+
+def test_the_pages_read_in_chinese(alice: Any, storage: Path) -> None:
+    client = web(alice)
+    client.cookies["django_language"] = "zh-hans"
+    index = client.get("/files/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "你的挂载卷" in index and "门户无法访问" in index
+    folder = client.get("/files/volume:home/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "上传文件" in folder and "新建文件夹" in folder
