@@ -34,7 +34,7 @@ def test_alice_browses_uploads_and_downloads_in_her_volume(
     page.click("[data-testid=nav-files]")
     page.wait_for_selector("[data-testid=files-volumes]")
     assert page.locator("[data-testid=not-reachable]").count() == 1
-    page.click("text=home")
+    page.click("a[href='/files/volume:home/']")
     page.click("[data-testid=folder-link]")
     local = tmp_path / "train.py"
     local.write_text("print('hi')\n")
