@@ -41,6 +41,8 @@ class AgentConfig:
     samples_per_batch: int = 6
     state_dir: Path = Path("/var/lib/labportal-agent")
     allowed_mount_roots: tuple[str, ...] = field(default_factory=tuple)
+    # Where jobs' working folders are made, on shared storage ("": none).
+    job_dir_root: str = ""
     concurrency: int = 4
     log_level: str = "INFO"
     print_info: bool = False
@@ -66,6 +68,12 @@ _SETTINGS: list[tuple[str, str, str]] = [
     ("--state-dir", "LABPORTAL_AGENT_STATE_DIR", "where the agent keeps local state"),
     ("--concurrency", "LABPORTAL_AGENT_CONCURRENCY", "tasks run at once (default 4)"),
     ("--log-level", "LABPORTAL_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR (default INFO)"),
+    (
+        "--job-dir-root",
+        "LABPORTAL_JOB_DIR_ROOT",
+        "make each job's working folder as DIR/<user>/<job id>, mounted at /job (shared "
+        "storage the portal mounts too; default: none)",
+    ),
 ]
 _VAR = {flag: var for flag, var, _ in _SETTINGS}
 
@@ -225,6 +233,13 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
                 "each root must be an absolute path without '..'."
             )
 
+    job_dir_root = raw("--job-dir-root") or ""
+    if job_dir_root and (not job_dir_root.startswith("/") or ".." in Path(job_dir_root).parts):
+        raise ConfigError(
+            f"{where('--job-dir-root')} is {job_dir_root!r}; it must be an absolute path "
+            "without '..'."
+        )
+
     log_level = (raw("--log-level") or "INFO").upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(
@@ -251,6 +266,7 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
         samples_per_batch=int(number("--sample-batch", 6, int, 1)),
         state_dir=Path(state_dir) if state_dir else default_state_dir(env),
         allowed_mount_roots=roots,
+        job_dir_root=job_dir_root,
         concurrency=int(number("--concurrency", 4, int, 1)),
         log_level=log_level,
         print_info=print_info,

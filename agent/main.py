@@ -186,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             samples_per_batch=cfg.samples_per_batch,
         ),
         allowed_mount_roots=cfg.allowed_mount_roots,
+        job_dir_root=cfg.job_dir_root,
         verifier=CommandVerifier(
             cfg.token, cfg.name, NonceLedger(cfg.state_dir / "seen-command-nonces.json")
         ),

@@ -78,6 +78,7 @@ class NodeAgent:
         reporter: ControlReporter,
         timing: AgentTiming | None = None,
         allowed_mount_roots: Sequence[str] = (),
+        job_dir_root: str = "",
         verifier: CommandVerifier | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -87,6 +88,7 @@ class NodeAgent:
         self.reporter = reporter
         self.timing = timing or AgentTiming()
         self.allowed_mount_roots = tuple(allowed_mount_roots)
+        self.job_dir_root = job_dir_root
         self.verifier = verifier
         self._clock = clock
         self._lock = threading.RLock()
@@ -201,7 +203,9 @@ class NodeAgent:
             log.error("start_job without an integer job_id: %r", data)
             return {"ok": False, "reason": "no integer job_id"}
         try:
-            spec = JobSpec.from_wire(data, allowed_mount_roots=self.allowed_mount_roots)
+            spec = JobSpec.from_wire(
+                data, allowed_mount_roots=self.allowed_mount_roots, job_dir_root=self.job_dir_root
+            )
             self._check_gpus_are_here(spec)
         except SpecRejected as exc:
             return self._report_start_failed(job_id, str(exc), delivery_id=delivery_id)

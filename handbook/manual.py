@@ -40,6 +40,7 @@ PAGES: tuple[ManualPage, ...] = (
     ManualPage("booking"),
     ManualPage("credits-grants-emergencies"),
     ManualPage("alerts"),
+    ManualPage("files"),
     ManualPage("faq"),
     ManualPage("admin-install", for_admins=True, english_source="deployment.md"),
     ManualPage("admin-gpu-servers", for_admins=True),

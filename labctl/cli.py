@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from labctl import __version__, config
+from labctl import __version__, config, files
 from labctl.client import Client
 from labctl.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, ApiRefusal, LabctlError, UsageError
 from labctl.limits import command_limit_refusal
@@ -222,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="only this node")
     p.add_argument("--after", type=argtype(parse_when), help="not before this time")
 
+    p = add("files", cmd_files, "files in your volumes and job folders: labctl files ls [PLACE]")
+    p.add_argument("action", choices=["ls"], help="ls: list your volumes, or a folder")
+    p.add_argument("target", nargs="?", help="volume:NAME[/PATH] or job:ID[/PATH]")
+    p = add(
+        "cp", cmd_cp, "copy a file: labctl cp job:123/out.txt ./  or  labctl cp f.py volume:home/"
+    )
+    p.add_argument("source", help="a local file, or volume:NAME/PATH / job:ID/PATH")
+    p.add_argument("destination", help="a local path, or volume:NAME/FOLDER/ / job:ID/FOLDER/")
+    p.add_argument("--overwrite", action="store_true", help="replace a file of the same name")
     p = add("credits", cmd_credits, "your credit balance, burn rate and latest ledger entries")
     p.add_argument("--entries", type=int, default=10, help="how many ledger entries (default 10)")
     return parser
@@ -266,6 +275,17 @@ def _fail(error: LabctlError) -> None:
                 "Then store the new token with `labctl login --token lp_...` (tokens: /account/tokens/).",
                 file=sys.stderr,
             )
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def cmd_files(args: argparse.Namespace, client: Client) -> int:
+    return files.cmd_files_ls(client, args.target, bool(args.json))
+
+
+def cmd_cp(args: argparse.Namespace, client: Client) -> int:
+    return files.cmd_cp(client, args.source, args.destination, args.overwrite)
 
 
 # --- login ---------------------------------------------------------------------------------------

@@ -54,9 +54,13 @@ class Client:
     def request(
         self, method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None
     ) -> Any:
+        return self._decode(self.send(method, path, params=params, json=json))
+
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """The raw answer (a download streams it); an error status raises as ``request`` does."""
         url = path if path.startswith(("http://", "https://")) else f"{self.url}{path}"
         try:
-            response = self.session.request(method, url, params=params, json=json, timeout=TIMEOUT)
+            response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
         except (
             requests.exceptions.InvalidURL,
             requests.exceptions.MissingSchema,
@@ -73,7 +77,9 @@ class Client:
                 f"Cannot reach the portal at {self.url} ({reason}). "
                 "Check the URL (--url, LABPORTAL_URL or `labctl login`) and that the portal is up."
             ) from None
-        return self._decode(response)
+        if not response.ok:
+            self._decode(response)  # raises with the portal's explanation
+        return response
 
     def _decode(self, response: requests.Response) -> Any:
         try:

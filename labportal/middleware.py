@@ -7,9 +7,11 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.urls import Resolver404, resolve
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
 
+from core.request_body import body_limit_of
 from labportal.error_pages import refusal
 
 NUL = "\x00"
@@ -81,13 +83,30 @@ class BoundedRequestBodyMiddleware:
             )
         elif declared.isdigit() and int(declared) > limit:
             status, code, title = 413, "request_too_large", _("Too much to send")
-            detail = _(
-                "The request body is %(size)s bytes; LabPortal takes at most %(max)s bytes. "
-                "Send less at once (split a batch of jobs into smaller ones)."
-            ) % {"size": f"{int(declared):,}", "max": f"{limit:,}"}
+            own = _own_body_limit(request)
+            if own is not None and int(declared) <= own[0]():
+                return self.get_response(request)
+            detail = (
+                own[1](int(declared))
+                if own is not None
+                else _(
+                    "The request body is %(size)s bytes; LabPortal takes at most %(max)s bytes. "
+                    "Send less at once (split a batch of jobs into smaller ones)."
+                )
+                % {"size": f"{int(declared):,}", "max": f"{limit:,}"}
+            )
         else:
             return self.get_response(request)
         return refusal(request, status=status, code=code, title=title, detail=detail)
+
+
+def _own_body_limit(request: HttpRequest) -> tuple[Callable[[], int], Callable[[int], str]] | None:
+    """The limit a view states for its bodies (file uploads), looked up only for large ones."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    return body_limit_of(match.func)
 
 
 class SecurityHeadersMiddleware:

@@ -100,6 +100,7 @@ LOCAL_APPS = [
     "scheduling",
     "slurm",
     "ops",
+    "files",
 ]
 # The demo lab's commands (seed_demo, seed_demo_history, rundemo): a checkout has the
 # demo/ package, the installed wheel does not ship it.
@@ -440,6 +441,24 @@ if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
         "of Slurm's JWT key (slurm.conf AuthAltParameters=jwt_key=...), readable by the portal."
     )
+
+# --- Files (docs/files.md) ----------------------------------------------------
+# The portal reads and writes members' files on the lab's shared storage, mounted on its
+# host at the same paths as on the GPU nodes: a volume whose host path lies under none of
+# these roots is listed as not reachable from the portal. Colon-separated, like the
+# agent's LABPORTAL_ALLOWED_MOUNT_ROOTS; empty: no volume is reachable.
+LABPORTAL_FILES_ROOTS = [
+    r for r in (env_str("LABPORTAL_FILES_ROOTS", "") or "").split(":") if r.strip()
+]
+# Each job's working folder is <root>/<username>/<job id> (shared storage, and each
+# agent's --job-dir-root); empty: jobs get none.
+LABPORTAL_JOB_DIR_ROOT = env_str("LABPORTAL_JOB_DIR_ROOT", "") or ""
+for _root in [*LABPORTAL_FILES_ROOTS, LABPORTAL_JOB_DIR_ROOT]:
+    if _root and not _root.startswith("/"):
+        raise ImproperlyConfigured(
+            f"LABPORTAL_FILES_ROOTS and LABPORTAL_JOB_DIR_ROOT take absolute paths (got {_root!r})"
+        )
+LABPORTAL_FILE_UPLOAD_MAX_MB = env_int("LABPORTAL_FILE_UPLOAD_MAX_MB", 1024, minimum=1)
 
 # --- Backups ------------------------------------------------------------------
 # Uploaded files (none yet by default); backed up with the database when present.

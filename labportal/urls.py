@@ -29,6 +29,7 @@ urlpatterns = [
     path("reports/", include("reports.urls")),
     path("", include("handbook.urls")),
     path("alerts/", include("alerts.urls")),
+    path("files/", include("files.urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),
@@ -36,6 +37,7 @@ urlpatterns = [
     path("api/", include("reports.api_urls")),
     path("api/", include("telemetry.api_urls")),
     path("api/", include("alerts.api_urls")),
+    path("api/", include("files.api_urls")),
     # One sign-in page for everyone, so that the login lockout covers staff too.
     path("admin/login/", portal_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),

@@ -568,6 +568,15 @@ class StartJob(Message, frozen=True, kw_only=True):
             extra={"refused": f"'network' must be one of {', '.join(NETWORK_MODES)}"},
         ),
     ] = "none"
+    job_dir: Annotated[
+        str,
+        Meta(
+            description="the job's working folder, `<root>/<username>/<job_id>` under the "
+            "node's `--job-dir-root`: created owned by `uid`:`gid`, mounted read-write at "
+            '`/job` (the working directory, `LABPORTAL_JOB_DIR`); `""` (default): none',
+            extra={"refused": "'job_dir' must be a string"},
+        ),
+    ] = ""
 
     def __post_init__(self) -> None:
         # Root in the container owns files on the member's volumes as root and is one

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from cluster.models import Node
 from cluster.signing import command_auth
+from files.places import job_directory
 from protocol.messages import Mount, StartJob
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
         ],
         time_limit_s=int(job.time_limit_s),
         network="egress" if job.queue.network_egress else "none",
+        job_dir=job_directory(username=job.owner.username, job_id=job.pk),
     )
     wire: dict[str, Any] = msgspec.to_builtins(spec)
     return wire

@@ -88,10 +88,18 @@ class JobSpec:
     # reach the broker, the database or another job. "egress": a network of its
     # own with a route out, only where the lab's admin allowed it for the queue.
     network: str = "none"
+    # The job's working folder on shared storage ("" for none), checked to lie under the
+    # node's --job-dir-root (job_dir_root) as <username>/<job_id>.
+    job_dir: str = ""
+    job_dir_root: str = ""
 
     @classmethod
     def from_wire(
-        cls, data: Mapping[str, Any], *, allowed_mount_roots: Sequence[str] = ()
+        cls,
+        data: Mapping[str, Any],
+        *,
+        allowed_mount_roots: Sequence[str] = (),
+        job_dir_root: str = "",
     ) -> JobSpec:
         """Check and convert a portal payload; raise ``SpecRejected`` saying what is wrong.
 
@@ -120,6 +128,8 @@ class JobSpec:
             pids_limit=wire_spec.pids_limit,
             mounts=[_check_mount(m, allowed_mount_roots) for m in wire_spec.mounts],
             time_limit_s=wire_spec.time_limit_s,
+            job_dir=_check_job_dir(wire_spec, job_dir_root),
+            job_dir_root=job_dir_root if wire_spec.job_dir else "",
         )
 
     def visible_devices(self) -> str:
@@ -167,6 +177,26 @@ def _check_mount(mount: Mount, allowed_roots: Sequence[str]) -> MountSpec:
         )
     root = max(roots, key=lambda r: len(PurePosixPath(r).parts))
     return MountSpec(source=source, target=target, root=root, read_only=mount.read_only)
+
+
+def _check_job_dir(spec: StartJob, root: str) -> str:
+    """The job folder the portal named, if it is ``<root>/<username>/<job_id>`` here."""
+    if not spec.job_dir:
+        return ""
+    path = _check_path(spec.job_dir, "job folder")
+    if not root:
+        raise SpecRejected(
+            f"job folder {path!r} refused: this node has no job folders (its operator sets "
+            "the shared root with --job-dir-root, the portal's LABPORTAL_JOB_DIR_ROOT)"
+        )
+    tail = PurePosixPath(path).parts[-2:]
+    if not _is_under(path, root) or tail != (spec.username, str(spec.job_id)):
+        raise SpecRejected(
+            f"job folder {path!r} refused: a job folder must lie under this node's "
+            f"--job-dir-root {root} and end in /<username>/<job id> "
+            f"(/{spec.username}/{spec.job_id})"
+        )
+    return path
 
 
 def _is_under(path: str, root: str) -> bool:

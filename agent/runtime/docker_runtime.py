@@ -38,6 +38,7 @@ from agent.runtime.base import (
     RuntimeUnavailable,
     StartOutcome,
 )
+from agent.runtime.job_dirs import CONTAINER_JOB_DIR, job_dir_mount, prepare_job_dir
 from agent.runtime.mount_paths import (
     CheckedSource,
     MountRefused,
@@ -171,6 +172,8 @@ class DockerRuntime(ContainerRuntime):
         env["NVIDIA_VISIBLE_DEVICES"] = visible if spec.gpu_uuids else "void"
         env["CUDA_VISIBLE_DEVICES"] = visible
         env["LABPORTAL_JOB_ID"] = str(spec.job_id)
+        if spec.job_dir:
+            env["LABPORTAL_JOB_DIR"] = CONTAINER_JOB_DIR
         kwargs: dict[str, Any] = {
             "image": spec.image,
             "command": spec.command or None,
@@ -214,6 +217,8 @@ class DockerRuntime(ContainerRuntime):
             # run what it builds there (torch.compile's caches, say).
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={max(64, spec.memory_mb // 2)}m"},
         }
+        if spec.job_dir:
+            kwargs["working_dir"] = CONTAINER_JOB_DIR
         if spec.network == "egress":
             kwargs["network"] = self.network_name(spec.job_id)
         else:
@@ -299,6 +304,10 @@ class DockerRuntime(ContainerRuntime):
             # Checked just before the create. The engine mounts them at the start:
             # _refuse_unless_mounted_as_checked catches a swap in between.
             sources = [checked_source(m) for m in spec.mounts]
+            job_mount = job_dir_mount(spec)
+            if job_mount is not None:
+                prepare_job_dir(spec)
+                sources.append(checked_source(job_mount))
             kwargs = self.create_kwargs(spec, sources)
             if spec.network == "egress":
                 try:

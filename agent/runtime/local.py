@@ -35,6 +35,7 @@ from agent.runtime.base import (
     RuntimeUnavailable,
     StartOutcome,
 )
+from agent.runtime.job_dirs import prepare_job_dir
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +266,9 @@ class LocalProcessRuntime(ContainerRuntime):
             except OSError as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)
                 raise RuntimeStartError(f"could not start {spec.command[0]!r}: {exc}") from exc
+            except RuntimeStartError:  # its job folder was refused
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise
             meta = {
                 "job_id": spec.job_id,
                 "pid": proc.pid,
@@ -297,6 +301,10 @@ class LocalProcessRuntime(ContainerRuntime):
         env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices()
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["LABPORTAL_JOB_ID"] = str(spec.job_id)
+        # With a job folder the job runs in it; its log and exit code stay in job_dir.
+        cwd = prepare_job_dir(spec) if spec.job_dir else str(job_dir)
+        if spec.job_dir:
+            env["LABPORTAL_JOB_DIR"] = cwd
         extra: dict[str, Any] = {}
         if os.geteuid() == 0:
             # As root, at least drop to the member's uid; as anyone else the
@@ -308,7 +316,7 @@ class LocalProcessRuntime(ContainerRuntime):
             with open(job_dir / "output.log", "ab") as out:
                 return subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "labportal-job", *spec.command],
-                    cwd=job_dir,
+                    cwd=cwd,
                     env=env,
                     stdin=exit_fd,
                     stdout=out,

@@ -23,3 +23,16 @@ document.addEventListener("submit", (event) => {
     event.preventDefault();
   }
 });
+
+// The file browser's upload (files/browse.html): a file over the limit is refused here,
+// before it is sent, with the same message the portal would give (data-too-large).
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if (!(form instanceof HTMLFormElement) || !form.dataset.maxBytes) return;
+  const input = form.querySelector("input[type=file]");
+  const file = input && input.files && input.files[0];
+  if (file && file.size > Number(form.dataset.maxBytes)) {
+    event.preventDefault();
+    window.alert(form.dataset.tooLarge);
+  }
+});

@@ -30,6 +30,7 @@ SPEC: dict[str, Any] = {
     "time_limit_s": 60,
     "attempt": 1,
     "network": "none",
+    "job_dir": "/shared/jobs/alice/7",
 }
 EVENT: dict[str, Any] = {
     "event_id": "7:exited:c1",
