@@ -223,10 +223,9 @@ class Gateway:
             return await self._no_upstream(job_id)
         # The raw path, still percent-encoded: Jupyter's file paths hold %2F.
         prefix = f"/jobs/{request.match_info['job_id']}/proxy/"
-        rest = request.raw_path.split("?", 1)[0][len(prefix) :]
-        query = request.rel_url.raw_query_string
+        path, _, query = request.raw_path.partition("?")
+        rest = path[len(prefix) :]
         target = URL(f"{upstream}/{rest}" + (f"?{query}" if query else ""), encoded=True)
-        self._touch(job_id)
         headers = _forwarded(request)
         if _is_websocket(request):
             return await self._proxy_websocket(request, job_id, target, headers)
@@ -244,6 +243,7 @@ class Gateway:
             return _not_ready(job_id, exc)
         except aiohttp.ClientError as exc:
             return _error(502, "upstream_failed", f"job {job_id}'s server failed: {exc}")
+        self._touch(job_id)
         async with upstream_response:
             response = web.StreamResponse(
                 status=upstream_response.status,
@@ -287,6 +287,7 @@ class Gateway:
             return _not_ready(job_id, exc)
         except aiohttp.ClientError as exc:
             return _error(502, "upstream_failed", f"job {job_id}'s server failed: {exc}")
+        self._touch(job_id)
         client_ws = web.WebSocketResponse(
             protocols=[upstream_ws.protocol] if upstream_ws.protocol else (),
             autoping=True,

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
@@ -18,9 +19,10 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from agent.gateway import Gateway, GatewayServer
-from agent.runtime import JobSpec
+from agent.runtime import JobSpec, local
 from agent.runtime.local import LocalProcessRuntime
 from protocol import tickets
 from protocol.signing import key_from_token, token_kid
@@ -52,8 +54,22 @@ def headers(job_id: int, purpose: tickets.Purpose, **kw: Any) -> dict[str, str]:
     return {tickets.HEADER: ticket(job_id, purpose, **kw)}
 
 
+class _NotRoot:
+    """``os`` as a non-root agent sees it (the demo's case)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def geteuid() -> int:
+        return 1000
+
+
 @pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[LocalProcessRuntime]:
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalProcessRuntime]:
+    # As root the runtime would drop the jobs to the spec's uid, which cannot reach this
+    # interpreter under /root: run them as the demo's non-root agent does, as itself.
+    monkeypatch.setattr(local, "os", _NotRoot())
     runtime = LocalProcessRuntime(tmp_path, enabled=True)
     yield runtime
     runtime.close()
@@ -237,7 +253,7 @@ def test_a_request_reaches_the_server_with_its_path_query_and_headers_but_not_th
         async with (
             aiohttp.ClientSession() as client,
             client.put(
-                proxy_url(gateway, session, "echo/a%2Fb%20c?x=1&y=%2F&x=2"),
+                URL(proxy_url(gateway, session, "echo/a%2Fb%20c?x=1&y=%2F&x=2"), encoded=True),
                 headers={
                     **headers(session, "http"),
                     "Authorization": "token s3cret",
@@ -397,10 +413,13 @@ def test_activity_is_the_last_proxied_request_or_frame(
 # -- the exec terminal --------------------------------------------------------------
 
 
-async def _read_until(ws: aiohttp.ClientWebSocketResponse, marker: bytes) -> bytes:
+async def _read_until(ws: aiohttp.ClientWebSocketResponse, marker: bytes, times: int = 1) -> bytes:
     seen = b""
-    while marker not in seen:
-        message = await ws.receive(timeout=10)
+    while seen.count(marker) < times:
+        try:
+            message = await ws.receive(timeout=5)
+        except TimeoutError:
+            raise AssertionError(f"no {marker!r} in {seen!r}") from None
         assert message.type == aiohttp.WSMsgType.BINARY, message
         seen += message.data
     return seen
@@ -420,7 +439,8 @@ def test_a_terminal_runs_a_shell_in_the_job_with_its_env_and_cwd_and_resizes(
             ) as ws,
         ):
             await ws.send_bytes(b"echo hi\n")
-            out["hi"] = await _read_until(ws, b"\nhi\r\n")
+            # Once in the command line the terminal echoes, once as its output.
+            out["hi"] = await _read_until(ws, b"hi\r\n", times=2)
             await ws.send_bytes(b'echo "$GREETING $LABPORTAL_JOB_ID"; pwd; stty size\n')
             out["env"] = await _read_until(ws, b"24 80")
             await ws.send_str(json.dumps({"resize": [100, 30]}))
@@ -428,9 +448,8 @@ def test_a_terminal_runs_a_shell_in_the_job_with_its_env_and_cwd_and_resizes(
             out["resized"] = await _read_until(ws, b"30 100")
             await ws.send_str("not a resize")
             out["refused"] = (await ws.receive(timeout=5)).data.encode()
-            await ws.send_bytes(b"echo pid=$$\n")
-            out["pid"] = await _read_until(ws, b"\r\npid=")
-            out["pid"] += await _read_until(ws, b"\r\n")
+            await ws.send_bytes(b"echo pid=$((1000000+$$))\n")
+            out["pid"] = await _read_until(ws, b"pid=1")
         return out
 
     out = run(go())
@@ -438,7 +457,7 @@ def test_a_terminal_runs_a_shell_in_the_job_with_its_env_and_cwd_and_resizes(
     assert b"from-the-job 41" in out["env"]
     assert str(tmp_path / "local-jobs" / "41").encode() in out["env"]
     assert b"resize" in out["refused"]
-    pid = int(out["pid"].split(b"\r\npid=")[1].split(b"\r\n")[0])
+    pid = int(re.search(rb"pid=1(\d{6})", out["pid"]).group(1))  # type: ignore[union-attr]
     # The socket closed: the shell is gone, the job is not.
     wait_until(lambda: not _alive(pid))
     assert runtime.job_status(41).running  # type: ignore[union-attr]
