@@ -23,6 +23,10 @@ from agent.runtime.base import LABEL_MANAGED, SHELL_COMMAND, ExecRefused, ExecSe
 log = logging.getLogger(__name__)
 
 SESSION_NETWORK = "labportal-sessions"
+# The bridge's host-side name, fixed so that the node's firewall can name it: an
+# internal network has no route to other hosts, but its containers still reach
+# services of this host that listen on every address (docs/agent.md, Gateway).
+SESSION_BRIDGE = "lp-sessions"
 
 
 def ensure_session_network(client: docker.DockerClient, node: str) -> None:
@@ -35,7 +39,10 @@ def ensure_session_network(client: docker.DockerClient, node: str) -> None:
             driver="bridge",
             internal=True,
             labels={LABEL_MANAGED: "true"},
-            options={"com.docker.network.bridge.enable_icc": "false"},
+            options={
+                "com.docker.network.bridge.enable_icc": "false",
+                "com.docker.network.bridge.name": SESSION_BRIDGE,
+            },
         )
     except APIError as exc:
         if exc.status_code != 409 and not client.networks.list(names=[SESSION_NETWORK]):
