@@ -8,6 +8,7 @@ the contract says ($LABPORTAL_SESSION_HOST:$LABPORTAL_SESSION_PORT).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 from yarl import URL
 
 from agent.gateway import Gateway, GatewayServer
-from agent.runtime import JobSpec, local
+from agent.runtime import ContainerRuntime, JobSpec, local
 from agent.runtime.local import LocalProcessRuntime
 from protocol import tickets
 from protocol.signing import key_from_token, token_kid
@@ -75,12 +76,21 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPr
     runtime.close()
 
 
-@pytest.fixture
-def gateway(runtime: LocalProcessRuntime) -> Iterator[GatewayServer]:
+@contextlib.contextmanager
+def serving(runtime: ContainerRuntime) -> Iterator[GatewayServer]:
+    """The gateway for ``runtime`` on a free loopback port, checking tickets for NODE."""
     server = GatewayServer(Gateway(node=NODE, token=TOKEN, runtime=runtime), "127.0.0.1", 0)
     server.start()
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gateway(runtime: LocalProcessRuntime) -> Iterator[GatewayServer]:
+    with serving(runtime) as server:
+        yield server
 
 
 def start(runtime: LocalProcessRuntime, job_id: int, command: list[str], **kw: Any) -> None:

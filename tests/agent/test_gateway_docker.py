@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agent.gateway import Gateway, GatewayServer
+from agent.gateway import GatewayServer
 from agent.runtime import JobSpec
 from agent.runtime.docker_exec import SESSION_NETWORK
 from agent.runtime.docker_runtime import DockerRuntime
 from tests.agent.support import job_spec, wait_until
-from tests.agent.test_gateway import NODE, TOKEN, headers
+from tests.agent.test_gateway import headers, serving
 
 pytestmark = pytest.mark.docker
 
@@ -30,10 +30,8 @@ SERVE = (
 @pytest.fixture
 def docker_gateway(docker_runtime: DockerRuntime) -> Iterator[GatewayServer]:
     # The tickets name NODE: the gateway checks them for that name, whatever the runtime's.
-    server = GatewayServer(Gateway(node=NODE, token=TOKEN, runtime=docker_runtime), "127.0.0.1", 0)
-    server.start()
-    yield server
-    server.stop()
+    with serving(docker_runtime) as server:
+        yield server
 
 
 def test_a_session_container_is_reached_only_through_the_gateway_and_has_no_route_out(
