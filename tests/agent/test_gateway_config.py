@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent.config import ConfigError, load_config
+from protocol import wire
+from protocol.messages import NodeInfo
 
 BASE = [
     "--name",
@@ -74,3 +78,15 @@ def test_a_bad_gateway_setting_is_refused_saying_how_to_fix_it(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(BASE + argv, {})
+
+
+def test_the_agent_registers_its_gateway_url_as_the_wire_accepts_it(tmp_path: Path) -> None:
+    from agent.runtime.local import LocalProcessRuntime
+    from tests.agent.support import make_agent
+
+    node_agent, _ = make_agent(LocalProcessRuntime(tmp_path, enabled=True), "gpu01")
+    assert node_agent.node_info()["gateway"] is None
+
+    node_agent.gateway_url = "http://10.0.0.5:8765"
+    info = wire.decode(NodeInfo, node_agent.node_info())
+    assert info.gateway == "http://10.0.0.5:8765"
