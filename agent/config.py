@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.gpu import BACKEND_CHOICES
 from agent.runtime import RUNTIME_CHOICES
+from protocol.messages import MAX_GATEWAY_URL_CHARS
 
 # Node names end up in a queue name (node.<name>) and in container names.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -47,6 +48,9 @@ class AgentConfig:
     log_level: str = "INFO"
     print_info: bool = False
     monitor_only: bool = False
+    # The gateway (agent.gateway): where it listens, and the URL the portal is told.
+    gateway_listen: tuple[str, int] | None = None
+    gateway_url: str | None = None
 
 
 # (flag, variable, help)
@@ -73,6 +77,17 @@ _SETTINGS: list[tuple[str, str, str]] = [
         "LABPORTAL_JOB_DIR_ROOT",
         "make each job's working folder as DIR/<user>/<job id>, mounted at /job (shared "
         "storage the portal mounts too; default: none)",
+    ),
+    (
+        "--gateway-listen",
+        "LABPORTAL_AGENT_GATEWAY_LISTEN",
+        "HOST:PORT of this node's private address where the portal reaches its gateway "
+        "(sessions, terminals); unset: no gateway",
+    ),
+    (
+        "--gateway-url",
+        "LABPORTAL_AGENT_GATEWAY_URL",
+        "the gateway's URL as the portal reaches it (default http://HOST:PORT of --gateway-listen)",
     ),
 ]
 _VAR = {flag: var for flag, var, _ in _SETTINGS}
@@ -117,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only report GPU telemetry (e.g. on a Slurm node): no container runtime, "
         "job commands refused [env LABPORTAL_MONITOR_ONLY=1]",
+    )
+    parser.add_argument(
+        "--gateway-listen-all",
+        action="store_true",
+        default=None,
+        help="let --gateway-listen name every interface (0.0.0.0 or ::), e.g. inside a "
+        "container; needs --gateway-url [env LABPORTAL_AGENT_GATEWAY_LISTEN_ALL=1]",
     )
     parser.add_argument(
         "--allowed-mount-root",
@@ -252,6 +274,20 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
             "directories that jobs may mount from (e.g. --allowed-mount-root /data "
             "--allowed-mount-root /home), or `--allowed-mount-root none` to allow no mounts."
         )
+    listen_all = _switch(
+        args.gateway_listen_all,
+        env,
+        "LABPORTAL_AGENT_GATEWAY_LISTEN_ALL",
+        "let the gateway listen on every interface",
+    )
+    gateway_listen, gateway_url = _gateway(
+        raw("--gateway-listen"), raw("--gateway-url"), listen_all
+    )
+    if gateway_listen is not None and monitor_only:
+        raise ConfigError(
+            "LABPORTAL_AGENT_GATEWAY_LISTEN (--gateway-listen) is set, but a monitor-only agent "
+            "runs no jobs to reach; leave it unset."
+        )
     return AgentConfig(
         name=name,
         broker_url=broker,
@@ -271,7 +307,53 @@ def load_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConf
         log_level=log_level,
         print_info=print_info,
         monitor_only=monitor_only,
+        gateway_listen=gateway_listen,
+        gateway_url=gateway_url,
     )
+
+
+_WILDCARDS = {"", "0.0.0.0", "::", "*"}
+_GATEWAY_URL = re.compile(r"^https?://[^\s/?#]+/?$")
+
+
+def _gateway(
+    listen: str | None, url: str | None, listen_all: bool
+) -> tuple[tuple[str, int] | None, str | None]:
+    """The gateway's (host, port) and advertised URL; both ``None`` without --gateway-listen."""
+    where = "LABPORTAL_AGENT_GATEWAY_LISTEN (--gateway-listen)"
+    if not listen:
+        if url:
+            raise ConfigError(
+                "LABPORTAL_AGENT_GATEWAY_URL (--gateway-url) is set without --gateway-listen; "
+                "set both, e.g. --gateway-listen 10.0.0.5:8765."
+            )
+        return None, None
+    host, sep, port_text = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(
+            f"{where} is {listen!r}; write it as HOST:PORT with a port from 1 to 65535, "
+            "e.g. 10.0.0.5:8765."
+        )
+    if host in _WILDCARDS and not listen_all:
+        raise ConfigError(
+            f"{where} is {listen!r}, every interface. Name this node's private address that "
+            "the portal reaches (e.g. 10.0.0.5:8765), or pass --gateway-listen-all and "
+            "--gateway-url if it must listen everywhere (say, inside a container)."
+        )
+    if url is None and host in _WILDCARDS:
+        raise ConfigError(
+            "LABPORTAL_AGENT_GATEWAY_URL (--gateway-url) is not set, and the gateway listens on "
+            "every interface; set it to the URL the portal reaches, e.g. http://10.0.0.5:8765."
+        )
+    if url is None:
+        url = f"http://[{host}]:{port_text}" if ":" in host else f"http://{host}:{port_text}"
+    if not _GATEWAY_URL.match(url) or len(url) > MAX_GATEWAY_URL_CHARS:
+        raise ConfigError(
+            f"LABPORTAL_AGENT_GATEWAY_URL (--gateway-url) is {url!r}; write it as "
+            f"http://HOST:PORT (no path), at most {MAX_GATEWAY_URL_CHARS} characters."
+        )
+    return (host, int(port_text)), url.rstrip("/")
 
 
 def _switch(flag: bool | None, env: Mapping[str, str], var: str, meaning: str) -> bool:

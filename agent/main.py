@@ -190,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verifier=CommandVerifier(
             cfg.token, cfg.name, NonceLedger(cfg.state_dir / "seen-command-nonces.json")
         ),
+        gateway_url=cfg.gateway_url,
     )
     tasks.set_node_agent(node_agent)
     # A message on node.<name> that is no command at all is dropped (protocol.broker) and
@@ -199,6 +200,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             dropped.task or f"({dropped.kind})", dropped.kind, dropped.detail[:500]
         )
     )
+
+    gateway = None
+    if cfg.gateway_listen is not None and runtime is not None:
+        from agent.gateway import Gateway, GatewayServer
+
+        gateway = GatewayServer(
+            Gateway(node=cfg.name, token=cfg.token, runtime=runtime), *cfg.gateway_listen
+        )
+        try:
+            gateway.start()
+        except OSError as exc:
+            return _fail(
+                f"LABPORTAL_AGENT_GATEWAY_LISTEN (--gateway-listen) cannot listen on "
+                f"{cfg.gateway_listen[0]}:{cfg.gateway_listen[1]} ({exc.strerror or exc}); "
+                "is the port taken, or the address not this server's?"
+            )
 
     # The node_info call inside register() discovers GPUs before reconcile
     # checks anything against them.
@@ -238,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         stop.set()
         loop.join(timeout=10)
+        if gateway is not None:
+            gateway.stop()
         if runtime is not None:
             runtime.close()
         backend.close()

@@ -81,6 +81,7 @@ class NodeAgent:
         job_dir_root: str = "",
         verifier: CommandVerifier | None = None,
         clock: Callable[[], float] = time.time,
+        gateway_url: str | None = None,
     ) -> None:
         self.node = node
         self.backend = backend
@@ -91,6 +92,7 @@ class NodeAgent:
         self.job_dir_root = job_dir_root
         self.verifier = verifier
         self._clock = clock
+        self.gateway_url = gateway_url  # advertised in node_register (agent.gateway)
         self._lock = threading.RLock()
         self._gpu_uuids: set[str] = set()
         self._running: dict[int, JobStatus] = {}  # job id -> status, jobs running now
@@ -131,6 +133,7 @@ class NodeAgent:
             "runtime": self.runtime.kind if self.runtime is not None else "none",
             "monitor_only": self.monitor_only,
             "gpus": [g.as_wire() for g in gpus],
+            "gateway": self.gateway_url,
         }
 
     def register(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from protocol import wire
-from protocol.messages import Mount, StartJob
+from protocol.messages import Mount, SessionSpec, StartJob
 
 LABEL_JOB_ID = "labportal.job_id"
 LABEL_NODE = "labportal.node"
@@ -26,6 +26,16 @@ LABEL_MANAGED = "labportal.managed"
 # backend which GPUs a re-attached job holds.
 LABEL_GPU_UUIDS = "labportal.gpu_uuids"
 LABEL_ATTEMPT = "labportal.attempt"
+# A session job's "<kind>:<port>" (protocol.messages.SessionSpec), for the gateway.
+LABEL_SESSION = "labportal.session"
+# The shell the gateway's exec endpoint opens in a job: bash if the image has it.
+# Interactive, not a login shell: a login shell reads /etc/profile, which on Debian
+# images resets PATH and would hide the image's own (conda, CUDA) from the member.
+SHELL_COMMAND = [
+    "/bin/sh",
+    "-c",
+    "if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i",
+]
 # A shared slot's UUID is its GPU's UUID plus this and the slot number.
 SLOT_SEPARATOR = "::slot"
 
@@ -51,6 +61,28 @@ class RuntimeStartError(Exception):
 
 class RuntimeUnavailable(Exception):
     """The runtime cannot be used on this machine, or was not enabled."""
+
+
+class ExecRefused(Exception):
+    """A shell could not be opened in the job (the runtime cannot, or the engine failed)."""
+
+
+class ExecSession(ABC):
+    """A shell on a terminal inside a running job, for the gateway's exec endpoint.
+
+    ``fd`` carries the terminal's bytes both ways (a pty master or the engine's
+    socket); it is non-blocking. ``close`` ends the shell and what it started.
+    """
+
+    fd: int
+
+    @abstractmethod
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (the shell gets SIGWINCH)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the shell and every process it started; safe to call twice."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +124,8 @@ class JobSpec:
     # node's --job-dir-root (job_dir_root) as <username>/<job_id>.
     job_dir: str = ""
     job_dir_root: str = ""
+    # An interactive session (protocol.messages.SessionSpec): the gateway reaches it.
+    session: SessionSpec | None = None
 
     @classmethod
     def from_wire(
@@ -130,6 +164,7 @@ class JobSpec:
             time_limit_s=wire_spec.time_limit_s,
             job_dir=_check_job_dir(wire_spec, job_dir_root),
             job_dir_root=job_dir_root if wire_spec.job_dir else "",
+            session=wire_spec.session,
         )
 
     def visible_devices(self) -> str:
@@ -288,6 +323,22 @@ class ContainerRuntime(ABC):
         there is nothing to do.
         """
         return []
+
+    def session_upstream(self, job_id: int) -> str | None:
+        """``http://host:port`` of a running session job's server, as the gateway reaches it.
+
+        ``None`` when the job is not running, is no session, or runs no server (a
+        terminal session).
+        """
+        return None
+
+    def exec_shell(self, job_id: int, cols: int, rows: int) -> ExecSession | None:
+        """Open ``SHELL_COMMAND`` on a terminal in a running job, as the job's user, in its
+        working directory and environment; ``None`` when the job is not running.
+
+        Raise ``ExecRefused`` when the shell cannot be opened.
+        """
+        raise ExecRefused(f"the {self.kind} runtime cannot open a shell in a job")
 
     def close(self) -> None:
         """Release connections."""

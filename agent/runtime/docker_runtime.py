@@ -30,8 +30,10 @@ from agent.runtime.base import (
     LABEL_JOB_ID,
     LABEL_MANAGED,
     LABEL_NODE,
+    LABEL_SESSION,
     LABEL_USER,
     ContainerRuntime,
+    ExecSession,
     JobSpec,
     JobStatus,
     RuntimeStartError,
@@ -39,6 +41,7 @@ from agent.runtime.base import (
     StartOutcome,
 )
 from agent.runtime.job_dirs import CONTAINER_JOB_DIR, job_dir_mount, prepare_job_dir
+from agent.runtime.docker_exec import SESSION_NETWORK, DockerExec, ensure_session_network
 from agent.runtime.mount_paths import (
     CheckedSource,
     MountRefused,
@@ -219,7 +222,13 @@ class DockerRuntime(ContainerRuntime):
         }
         if spec.job_dir:
             kwargs["working_dir"] = CONTAINER_JOB_DIR
-        if spec.network == "egress":
+        if spec.session is not None:
+            # Reached only from this node, on an internal network: no route out.
+            kwargs["network"] = SESSION_NETWORK
+            kwargs["labels"][LABEL_SESSION] = f"{spec.session.kind}:{spec.session.port}"
+            env["LABPORTAL_SESSION_HOST"] = "0.0.0.0"
+            env["LABPORTAL_SESSION_PORT"] = str(spec.session.port)
+        elif spec.network == "egress":
             kwargs["network"] = self.network_name(spec.job_id)
         else:
             kwargs["network_mode"] = "none"
@@ -309,11 +318,13 @@ class DockerRuntime(ContainerRuntime):
                 prepare_job_dir(spec)
                 sources.append(checked_source(job_mount))
             kwargs = self.create_kwargs(spec, sources)
-            if spec.network == "egress":
-                try:
+            try:
+                if spec.network == "egress":
                     self._ensure_job_network(spec)
-                except APIError as exc:
-                    raise RuntimeStartError(_explain(exc)) from exc
+                if spec.session is not None:
+                    ensure_session_network(self._client, self._node)
+            except APIError as exc:
+                raise RuntimeStartError(_explain(exc)) from exc
             try:
                 container = self._create(kwargs)
             except APIError as exc:
@@ -323,6 +334,8 @@ class DockerRuntime(ContainerRuntime):
                         return self._existing(existing)
                 raise RuntimeStartError(_explain(exc)) from exc
             try:
+                if spec.session is not None and spec.network == "egress":
+                    self._client.networks.get(self.network_name(spec.job_id)).connect(container)
                 container.start()
             except APIError as exc:
                 # E.g. the command does not exist in the image. Leave nothing behind.
@@ -465,6 +478,24 @@ class DockerRuntime(ContainerRuntime):
         with contextlib.suppress(NotFound):
             container.remove(force=True)
         self._remove_job_network(job_id)
+
+    def session_upstream(self, job_id: int) -> str | None:
+        container = self._find(job_id)
+        if container is None or not self._status(container).running:
+            return None
+        kind, _, port = (container.labels.get(LABEL_SESSION) or "").partition(":")
+        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        address = (networks.get(SESSION_NETWORK) or {}).get("IPAddress")
+        if kind != "jupyter" or not port.isdigit() or not address:
+            return None
+        return f"http://{address}:{port}"
+
+    def exec_shell(self, job_id: int, cols: int, rows: int) -> ExecSession | None:
+        container = self._find(job_id)
+        if container is None or not self._status(container).running:
+            return None
+        user = (container.attrs.get("Config") or {}).get("User") or None
+        return DockerExec(self._client.api, container.id, user=user, cols=cols, rows=rows)
 
     def stop_following_exits(self) -> None:
         """End the event stream's thread (``close`` does it too)."""

@@ -18,10 +18,12 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import psutil
 
 from agent.runtime.base import (
     ContainerRuntime,
+    ExecSession,
     JobSpec,
     JobStatus,
     RuntimeStartError,
@@ -36,6 +39,7 @@ from agent.runtime.base import (
     StartOutcome,
 )
 from agent.runtime.job_dirs import prepare_job_dir
+from agent.runtime.pty_exec import PtyExec, process_environ
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +253,8 @@ class LocalProcessRuntime(ContainerRuntime):
     def start(self, spec: JobSpec) -> StartOutcome:
         if not spec.command:
             raise RuntimeStartError("the local runtime needs a command; it has no image default")
+        if spec.session is not None:
+            spec = _with_session_port(spec)
         with self._lock:
             job_dir = self._dir(spec.job_id)
             try:
@@ -280,6 +286,7 @@ class LocalProcessRuntime(ContainerRuntime):
                 "gpu_uuids": spec.gpu_uuids,
                 "username": spec.username,
                 "attempt": spec.attempt,
+                "session": _session_meta(spec),
             }
             (job_dir / "meta.json").write_text(json.dumps(meta))
             self._procs[spec.job_id] = proc
@@ -439,6 +446,32 @@ class LocalProcessRuntime(ContainerRuntime):
             if status.running:
                 self.stop(status.job_id, _CLOSE_GRACE_S)
 
+    def session_upstream(self, job_id: int) -> str | None:
+        meta = self._meta(job_id)
+        session = (meta or {}).get("session") or {}
+        status = self._status(job_id) if session.get("kind") == "jupyter" else None
+        if status is None or not status.running:
+            return None
+        return f"http://127.0.0.1:{int(session['port'])}"
+
+    def exec_shell(self, job_id: int, cols: int, rows: int) -> ExecSession | None:
+        status = self._status(job_id)
+        meta = self._meta(job_id)
+        if status is None or not status.running or meta is None:
+            return None
+        # The job's environment as its wrapper got it (the job may have changed its own).
+        env = process_environ(meta["pid"])
+        if env is None:
+            return None  # ended since
+        user = (os.stat(self._dir(job_id)).st_uid, os.stat(self._dir(job_id)).st_gid)
+        return PtyExec(
+            env=env,
+            cwd=self._dir(job_id),
+            cols=cols,
+            rows=rows,
+            user=user if os.geteuid() == 0 else None,
+        )
+
     def job_for_pid(self, pid: int) -> JobStatus | None:
         try:
             pgid = os.getpgid(pid)
@@ -453,3 +486,25 @@ class LocalProcessRuntime(ContainerRuntime):
             if status.running and meta is not None and meta["pid"] == pgid:
                 return status
         return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _with_session_port(spec: JobSpec) -> JobSpec:
+    """A session's server listens on a free port of the loopback (the contract's env)."""
+    env = {
+        **spec.env,
+        "LABPORTAL_SESSION_HOST": "127.0.0.1",
+        "LABPORTAL_SESSION_PORT": str(_free_port()),
+    }
+    return replace(spec, env=env)
+
+
+def _session_meta(spec: JobSpec) -> dict[str, Any] | None:
+    if spec.session is None:
+        return None
+    return {"kind": spec.session.kind, "port": int(spec.env["LABPORTAL_SESSION_PORT"])}
