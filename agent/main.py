@@ -189,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verifier=CommandVerifier(
             cfg.token, cfg.name, NonceLedger(cfg.state_dir / "seen-command-nonces.json")
         ),
+        log_state_dir=cfg.state_dir / "log-offsets",
     )
     tasks.set_node_agent(node_agent)
     # A message on node.<name> that is no command at all is dropped (protocol.broker) and
@@ -239,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop.join(timeout=10)
         if runtime is not None:
             runtime.close()
+        if node_agent.logstream is not None:
+            node_agent.logstream.stop()
         backend.close()
 
 

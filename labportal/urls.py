@@ -29,6 +29,7 @@ urlpatterns = [
     path("reports/", include("reports.urls")),
     path("", include("handbook.urls")),
     path("alerts/", include("alerts.urls")),
+    path("api/", include("joblogs.api_urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),

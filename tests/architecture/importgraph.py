@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "approvals": 4,
     "reservations": 4,
     "telemetry": 4,
+    "joblogs": 4,
     "scheduling": 5,
     "slurm": 5,
     "sessions": 5,
