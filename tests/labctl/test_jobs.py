@@ -207,8 +207,8 @@ def test_a_command_over_the_portals_limit_is_refused_before_it_is_sent(
 def test_logs_prints_the_whole_log_and_follows_it_by_offset_until_it_is_complete(
     labctl: Run, as_alice: str, monkeypatch: Any
 ) -> None:
-    from jobqueue.models import Job
     from joblogs.services import job_log_append
+    from jobqueue.models import Job
 
     job = submit(labctl)
     Job.objects.filter(pk=job["id"]).update(state="running")
