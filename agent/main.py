@@ -191,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg.token, cfg.name, NonceLedger(cfg.state_dir / "seen-command-nonces.json")
         ),
         gateway_url=cfg.gateway_url,
+        log_state_dir=cfg.state_dir / "log-offsets",
     )
     tasks.set_node_agent(node_agent)
     # A message on node.<name> that is no command at all is dropped (protocol.broker) and
@@ -259,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             gateway.stop()
         if runtime is not None:
             runtime.close()
+        if node_agent.logstream is not None:
+            node_agent.logstream.stop()
         backend.close()
 
 

@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from agent import __version__
 from agent.gpu.base import GpuBackend, GpuSample, ProcessSample
+from agent.logstream import LogStreamer
 from agent.reporter import ControlReporter
 from agent.runtime.base import (
     ContainerRuntime,
@@ -82,6 +84,7 @@ class NodeAgent:
         verifier: CommandVerifier | None = None,
         clock: Callable[[], float] = time.time,
         gateway_url: str | None = None,
+        log_state_dir: Path | None = None,
     ) -> None:
         self.node = node
         self.backend = backend
@@ -107,6 +110,12 @@ class NodeAgent:
         # so its exit reaches the portal now rather than at the next watch tick.
         if self.runtime is not None:
             self.runtime.on_exit(self._job_ended)
+        # Each job's whole output goes to the portal while it runs (agent.logstream).
+        self.logstream = (
+            LogStreamer(runtime, reporter.job_log_chunk, state_dir=log_state_dir)
+            if runtime is not None
+            else None
+        )
 
     @property
     def monitor_only(self) -> bool:
@@ -362,6 +371,8 @@ class NodeAgent:
     def _adopt(self, status: JobStatus, gpu_uuids: Sequence[str]) -> None:
         with self._lock:
             self._running[status.job_id] = status
+        if self.logstream is not None:
+            self.logstream.follow(status.job_id, status.container_id)
         self.backend.attach_job(status.job_id, device_uuids(gpu_uuids), status.container_id)
 
     def _report_exit(
@@ -380,6 +391,9 @@ class NodeAgent:
                 reason = "found ended when the agent started"
             else:
                 reason = ""
+        if self.logstream is not None:
+            # The job's last output reaches the portal before its end does.
+            self.logstream.drain(status.job_id, status.container_id)
         try:
             tail = self._rt.logs(status.job_id, LOG_TAIL_LINES) or ""
         except Exception:  # the container may be gone; the event matters more
@@ -441,8 +455,13 @@ class NodeAgent:
                 and now - status.finished_at > self.timing.keep_exited_s
             ):
                 self._rt.remove(status.job_id)
+                self._forget_log(status.job_id)
                 with self._lock:
                     self._reported_exits.discard(status.container_id)
+
+    def _forget_log(self, job_id: int) -> None:
+        if self.logstream is not None:
+            self.logstream.forget(job_id)
 
     def cleanup_ended_jobs(self, job_ids: Sequence[object]) -> dict[str, Any]:
         """Remove what the portal's ended jobs left on this node: their processes and containers.
@@ -466,6 +485,7 @@ class NodeAgent:
                 # A container still running for an ended job, or one whose end was
                 # reported: removing it ends every process inside.
                 self._rt.remove(status.job_id)
+                self._forget_log(status.job_id)
                 removed.append(status.job_id)
                 with self._lock:
                     self._reported_exits.discard(status.container_id)

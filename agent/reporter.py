@@ -34,6 +34,7 @@ NODE_HEARTBEAT = "control.node_heartbeat"
 JOB_EVENT = "control.job_event"
 SAMPLES_INGEST = "control.samples_ingest"
 JOB_LOGS_REPORT = "control.job_logs_report"
+JOB_LOG_CHUNK = "control.job_log_chunk"
 COMMAND_REFUSED = "control.command_refused"
 
 
@@ -158,6 +159,10 @@ class ControlReporter:
 
     def job_logs(self, job_id: int, text: str) -> bool:
         return self._try(JOB_LOGS_REPORT, job_id, text)
+
+    def job_log_chunk(self, chunk: dict[str, Any]) -> bool:
+        """One piece of a job's output (``agent.logstream``); its sender retries a failure."""
+        return self._try(JOB_LOG_CHUNK, chunk)
 
     def refusal(self, task: str, reason: str, detail: str) -> bool:
         """Tell the portal's admins that this agent refused a command (forged, replayed, ...)."""

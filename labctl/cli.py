@@ -165,9 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("job_ids", nargs="+", type=int, metavar="JOB_ID")
 
-    p = add("logs", cmd_logs, "a job's latest log output")
+    p = add("logs", cmd_logs, "a job's whole log output (-f: follow it until the job ends)")
     p.add_argument("job_id", type=int, metavar="JOB_ID")
-    p.add_argument("--refresh", action="store_true", help="ask the node for a fresh tail first")
+    p.add_argument(
+        "--tail", type=int, metavar="N", help="only the last N lines (then new ones with -f)"
+    )
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="ask the node for a fresh tail first (jobs on agents of an earlier release)",
+    )
     p.add_argument(
         "--follow",
         "-f",
@@ -616,13 +623,50 @@ def new_output(previous: str, current: str) -> str:
 
 
 def cmd_logs(args: argparse.Namespace, client: Client) -> int:
-    path = f"/api/jobs/{args.job_id}/logs/"
-    refresh = "1" if args.refresh else None
-    body = client.get(path, refresh=refresh)
+    """The job's whole log (or its last ``--tail`` lines), then with ``-f`` its new output."""
+    if args.refresh:
+        client.get(f"/api/jobs/{args.job_id}/logs/", refresh="1")
+    path = f"/api/jobs/{args.job_id}/log/"
+    body = client.get(path, tail=args.tail) if args.tail is not None else client.get(path)
     if args.json and not args.follow:
         dump_json(body)
         return EXIT_OK
-    tail = body.get("log_tail") or ""
+    if not body.get("full", True):
+        return _logs_tail_only(args, client, body)
+    _emit(args, body)
+    while True:
+        state = body.get("state")
+        caught_up = body["next_offset"] >= body["size"]
+        if body.get("complete") and caught_up:
+            break
+        if not body.get("text") or caught_up:
+            if not args.follow:
+                break
+            if state in FINAL_JOB_STATES and not body.get("text"):
+                break  # ended, and its node sends no more
+            time.sleep(FOLLOW_INTERVAL_S)
+        body = client.get(path, offset=body["next_offset"])
+        _emit(args, body)
+    if args.follow and not args.json:
+        print(f"(job {args.job_id} is {body.get('state')})", file=sys.stderr)
+    elif not body.get("size") and not args.json:
+        print(f"(no output yet; job {args.job_id} is {body.get('state')})", file=sys.stderr)
+    return EXIT_OK
+
+
+def _emit(args: argparse.Namespace, body: dict[str, Any]) -> None:
+    text = body.get("text") or ""
+    if args.json:
+        if text:
+            print(json.dumps(body, ensure_ascii=False), flush=True)
+    elif text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _logs_tail_only(args: argparse.Namespace, client: Client, body: dict[str, Any]) -> int:
+    """A job with no full log (its node runs an agent of an earlier release): its tail."""
+    tail = body.get("text") or ""
     if args.json:  # with --follow: one compact JSON object per line, each time the tail changes
         print(json.dumps(body, ensure_ascii=False), flush=True)
     else:
@@ -632,11 +676,12 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
             print(f"(no output yet; job {args.job_id} is {body.get('state')})", file=sys.stderr)
         return EXIT_OK
     state = body.get("state")
+    path = f"/api/jobs/{args.job_id}/log/"
     while state not in FINAL_JOB_STATES:
         time.sleep(FOLLOW_INTERVAL_S)
-        body = client.get(path, refresh=refresh)
+        body = client.get(path)
         state = body.get("state")
-        current = body.get("log_tail") or ""
+        current = body.get("text") or ""
         if args.json:
             if current != tail:
                 print(json.dumps(body, ensure_ascii=False), flush=True)

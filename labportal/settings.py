@@ -94,6 +94,7 @@ LOCAL_APPS = [
     "approvals",
     "reservations",
     "telemetry",
+    "joblogs",
     "reports",
     "handbook",
     "alerts",
@@ -362,6 +363,11 @@ LABPORTAL_NODE_DOWN_AFTER_S = env_int("LABPORTAL_NODE_DOWN_AFTER_S", 60, minimum
 LABPORTAL_NODE_LOST_GRACE_S = env_int("LABPORTAL_NODE_LOST_GRACE_S", 300, minimum=0)
 # A report an outage of the database held back is retried, backing off up to 15 s, for
 # this long after the agent signed it: at least until its node could be declared lost.
+# Each job's whole output is kept up to this many bytes (joblogs): past it, its head and
+# its newest output are kept and the gap between them is marked.
+LABPORTAL_JOB_LOG_MAX_BYTES = env_int(
+    "LABPORTAL_JOB_LOG_MAX_BYTES", 100 * 1024 * 1024, minimum=64 * 1024
+)
 LABPORTAL_REPORT_RETRY_S = env_int(
     "LABPORTAL_REPORT_RETRY_S",
     LABPORTAL_NODE_DOWN_AFTER_S + LABPORTAL_NODE_LOST_GRACE_S,

@@ -30,6 +30,7 @@ urlpatterns = [
     path("", include("handbook.urls")),
     path("alerts/", include("alerts.urls")),
     path("files/", include("files.urls")),
+    path("api/", include("joblogs.api_urls")),
     path("api/", include("jobqueue.api_urls")),
     path("api/", include("reservations.api_urls")),
     path("api/", include("accounts.api_urls")),

@@ -228,6 +228,49 @@ class JobLogsReport(Message, frozen=True, kw_only=True):
     text: LogText
 
 
+MAX_LOG_CHUNK_BYTES = 256 * 1024
+MAX_LOG_OFFSET = 2**62
+_MAX_LOG_CHUNK_BASE64 = 4 * -(-MAX_LOG_CHUNK_BYTES // 3)
+
+
+class JobLogChunk(Message, frozen=True, kw_only=True):
+    """`control.job_log_chunk(node, token, chunk)`: a piece of a running job's output.
+
+    The portal stores each byte once, by its offset, whatever the number of copies."""
+
+    object_refused: ClassVar[str] = "chunk must be an object, got {type}"
+
+    job_id: JobId
+    stream: Annotated[
+        ContainerId,
+        Meta(description="the container (or process) whose output this is: one per attempt"),
+    ]
+    offset: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_LOG_OFFSET,
+            description="where the chunk's first byte lies in the job's output",
+            extra={"refused": "{key} must be a non-negative integer, got {value!r:.40}"},
+        ),
+    ]
+    data: Annotated[
+        str,
+        Meta(
+            max_length=_MAX_LOG_CHUNK_BASE64,
+            description=f"the bytes, base64; at most {MAX_LOG_CHUNK_BYTES} bytes a chunk",
+            extra={"refused": f"{{key}} must be base64 of at most {MAX_LOG_CHUNK_BYTES} bytes"},
+        ),
+    ] = ""
+    final: Annotated[
+        bool,
+        Meta(
+            description="true on the last chunk: the job ended and all its output was sent",
+            extra={"refused": "{key} must be true or false"},
+        ),
+    ] = False
+
+
 class JobEvent(Message, frozen=True, kw_only=True):
     """`control.job_event(node, token, event)`: a job started, exited, or could not start."""
 

@@ -18,8 +18,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from cluster.models import Gpu, Node
+from joblogs.models import JobLog
+from joblogs.services import job_log_append
 from jobqueue.errors import JobRefused
 from jobqueue.models import Job
+from protocol.messages import MAX_LOG_CHUNK_BYTES
 from slurm.cli import (
     JobInfo,
     NodeInfo,
@@ -354,7 +357,52 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
             for job_id in job_ids[chunk : chunk + APPLY_CHUNK]:
                 if _apply_to_job(job_id, infos[linked[job_id]]):
                     result.changed += 1
+    started = Job.objects.filter(pk__in=job_ids).exclude(started_at=None)
+    for job_id, ended in started.values_list("pk", "ended_at"):
+        record = known[linked[job_id]]
+        slurm_job_log_sync(job_id=job_id, record=record, final=ended is not None)
     return result
+
+
+# Per job and pass, at most this much of a Slurm job's output file is copied into its log.
+LOG_SYNC_MAX_BYTES = 16 * 1024 * 1024
+
+
+def slurm_job_log_sync(*, job_id: int, record: SlurmJob, final: bool) -> int:
+    """Copy the new part of a Slurm job's output file into its full log (``joblogs``).
+
+    The file is read from where the log ends, so a pass copies only what is new and a
+    second pass nothing; ``final`` (the job has ended) marks the log complete at the
+    file's end. Returns the bytes copied; an unreadable file copies nothing.
+    """
+    if not record.output_path:
+        return 0
+    stream = f"slurm-{record.slurm_job_id}"
+    log = JobLog.objects.filter(job_id=job_id, stream=stream).first()
+    if log is not None and log.complete:
+        return 0
+    offset = log.received_end if log is not None else 0
+    copied = 0
+    try:
+        with open(record.output_path, "rb") as handle:
+            handle.seek(offset)
+            while copied < LOG_SYNC_MAX_BYTES:
+                data = handle.read(MAX_LOG_CHUNK_BYTES)
+                at_end = len(data) < MAX_LOG_CHUNK_BYTES
+                if data or (final and at_end):
+                    job_log_append(
+                        job_id=job_id,
+                        stream=stream,
+                        offset=offset + copied,
+                        data=data,
+                        final=final and at_end,
+                    )
+                copied += len(data)
+                if at_end:
+                    break
+    except OSError:
+        return copied
+    return copied
 
 
 SYNC_CHUNK = 2000

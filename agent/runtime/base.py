@@ -10,7 +10,7 @@ fails the check raises ``SpecRejected``; the agent turns that into a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -294,6 +294,15 @@ class ContainerRuntime(ABC):
     @abstractmethod
     def remove(self, job_id: int) -> None:
         """Forget an ended job and delete its container/process state."""
+
+    def output_stream(self, job_id: int, offset: int) -> Iterator[bytes] | None:
+        """The job's whole output from byte ``offset``, as it is written (``agent.logstream``).
+
+        It yields ``b""`` while it waits for more, so a reader can send what it has, and
+        ends once the job has ended and every byte was read. ``None``: unknown job, or a
+        runtime that cannot stream (the agent then keeps only the end event's tail).
+        """
+        return None
 
     def job_status(self, job_id: int) -> JobStatus | None:
         """One job's status, or ``None`` if the runtime has nothing for it.

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
+from agent.logstream import skip_bytes, waiting_stream
 from agent.runtime.base import (
     LABEL_ATTEMPT,
     LABEL_GPU_UUIDS,
@@ -422,6 +423,14 @@ class DockerRuntime(ContainerRuntime):
             return None
         raw = container.logs(stdout=True, stderr=True, tail=max(0, int(tail)))
         return raw.decode("utf-8", errors="replace")
+
+    def output_stream(self, job_id: int, offset: int) -> Iterator[bytes] | None:
+        container = self._find(job_id)
+        if container is None:
+            return None
+        # Docker's log stream starts at the first byte: skip what was sent before.
+        frames = container.logs(stdout=True, stderr=True, stream=True, follow=True)
+        return skip_bytes(waiting_stream(frames), offset)
 
     def job_status(self, job_id: int) -> JobStatus | None:
         container = self._find(job_id)

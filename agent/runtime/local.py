@@ -22,13 +22,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from agent.logstream import file_output_stream
 from agent.runtime.base import (
     ContainerRuntime,
     ExecSession,
@@ -380,6 +381,16 @@ class LocalProcessRuntime(ContainerRuntime):
             return ""
         lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
         return "".join(lines[-tail:]) if tail > 0 else ""
+
+    def output_stream(self, job_id: int, offset: int) -> Iterator[bytes] | None:
+        if self._meta(job_id) is None:
+            return None
+
+        def ended() -> bool:
+            status = self._status(job_id)
+            return status is None or status.state == "exited"
+
+        return file_output_stream(self._dir(job_id) / "output.log", offset, ended)
 
     def job_status(self, job_id: int) -> JobStatus | None:
         return self._status(job_id)

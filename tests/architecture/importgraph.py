@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "reservations": 4,
     "telemetry": 4,
     "files": 4,
+    "joblogs": 4,
     "scheduling": 5,
     "slurm": 5,
     "sessions": 5,

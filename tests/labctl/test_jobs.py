@@ -202,3 +202,27 @@ def test_a_command_over_the_portals_limit_is_refused_before_it_is_sent(
         "Put the work in a script and run the script."
     )
     assert not Job.objects.exists()
+
+
+def test_logs_prints_the_whole_log_and_follows_it_by_offset_until_it_is_complete(
+    labctl: Run, as_alice: str, monkeypatch: Any
+) -> None:
+    from joblogs.services import job_log_append
+    from jobqueue.models import Job
+
+    job = submit(labctl)
+    Job.objects.filter(pk=job["id"]).update(state="running")
+    job_log_append(job_id=job["id"], stream="c1", offset=0, data=b"one\ntwo\n")
+    polls = []
+
+    def more_on_first_poll(seconds: float) -> None:
+        polls.append(seconds)
+        job_log_append(job_id=job["id"], stream="c1", offset=8, data=b"three\n", final=True)
+        Job.objects.filter(pk=job["id"]).update(state="completed")
+
+    monkeypatch.setattr("labctl.cli.time.sleep", more_on_first_poll)
+    result = labctl("logs", str(job["id"]), "-f")
+    assert result.code == 0, result.err
+    assert result.out == "one\ntwo\nthree\n"
+    assert polls == [2.0]
+    assert labctl("logs", str(job["id"]), "--tail", "1").out == "three\n"
