@@ -41,8 +41,8 @@ from agent.runtime.base import (
     RuntimeUnavailable,
     StartOutcome,
 )
-from agent.runtime.job_dirs import CONTAINER_JOB_DIR, job_dir_mount, prepare_job_dir
 from agent.runtime.docker_exec import SESSION_NETWORK, DockerExec, ensure_session_network
+from agent.runtime.job_dirs import CONTAINER_JOB_DIR, job_dir_mount, prepare_job_dir
 from agent.runtime.mount_paths import (
     CheckedSource,
     MountRefused,
