@@ -28,6 +28,7 @@ from agent.runtime.local import LocalProcessRuntime
 from protocol import tickets
 from protocol.signing import key_from_token, token_kid
 from tests.agent.support import job_spec, wait_until
+from tests.asyncrun import run_coroutine
 
 NODE = "gpu01"
 TOKEN = "lpn_gatewaytest0123456789abcdef"
@@ -36,7 +37,7 @@ T = TypeVar("T")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(asyncio.wait_for(coro, 30))
+    return run_coroutine(coro, 30)
 
 
 def ticket(job_id: int, purpose: tickets.Purpose, *, token: str = TOKEN, **kw: Any) -> str:

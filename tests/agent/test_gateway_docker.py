@@ -4,7 +4,6 @@ a terminal exec'd into it as the job's user."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from agent.runtime.docker_exec import SESSION_NETWORK
 from agent.runtime.docker_runtime import DockerRuntime
 from tests.agent.support import job_spec, wait_until
 from tests.agent.test_gateway import headers, serving
+from tests.asyncrun import run_coroutine
 
 pytestmark = pytest.mark.docker
 
@@ -60,8 +60,8 @@ def test_a_session_container_is_reached_only_through_the_gateway_and_has_no_rout
         ):
             return response.status, await response.text()
 
-    wait_until(lambda: asyncio.run(get())[0] == 200, timeout_s=20, poll_s=0.2)
-    assert asyncio.run(get()) == (200, "hello\n")
+    wait_until(lambda: run_coroutine(get())[0] == 200, timeout_s=20, poll_s=0.2)
+    assert run_coroutine(get()) == (200, "hello\n")
 
     async def shell() -> bytes:
         seen = b""
@@ -82,7 +82,7 @@ def test_a_session_container_is_reached_only_through_the_gateway_and_has_no_rout
                 seen += message.data
         return seen
 
-    out = asyncio.run(asyncio.wait_for(shell(), 30))
+    out = run_coroutine(shell(), 30)
     found = re.search(rb"uid=(\d+) routes=(\d+) end", out)
     assert found is not None
     # As the job's user. (The internal network has a default route to its bridge, which

@@ -4,7 +4,6 @@ that runs ``print(6*7)`` over the Jupyter messaging protocol on a proxied WebSoc
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from agent.gateway import GatewayServer
 from agent.runtime.local import LocalProcessRuntime
 from tests.agent.support import wait_until
 from tests.agent.test_gateway import gateway, headers, run, runtime, start, status_of
+from tests.asyncrun import run_coroutine
 
 __all__ = ["gateway", "runtime"]  # the fixtures, shared with test_gateway
 
@@ -72,7 +72,7 @@ def test_a_kernel_of_a_real_jupyter_server_runs_a_cell_through_the_gateway(
                 "deleted": deleted,
             }
 
-    result = asyncio.run(asyncio.wait_for(go(), 90))
+    result = run_coroutine(go(), 90)
 
     assert result["status"][0] == 200 and "started" in result["status"][1]
     assert result["without_token"] == 403
