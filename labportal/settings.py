@@ -99,6 +99,7 @@ LOCAL_APPS = [
     "alerts",
     "scheduling",
     "slurm",
+    "sessions",
     "ops",
 ]
 # The demo lab's commands (seed_demo, seed_demo_history, rundemo): a checkout has the
@@ -130,6 +131,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "labportal.urls"
 WSGI_APPLICATION = "labportal.wsgi.application"
+ASGI_APPLICATION = "labportal.asgi.application"
 
 TEMPLATES = [
     {
