@@ -80,6 +80,7 @@ class NodeAgent:
         allowed_mount_roots: Sequence[str] = (),
         verifier: CommandVerifier | None = None,
         clock: Callable[[], float] = time.time,
+        gateway_url: str | None = None,
     ) -> None:
         self.node = node
         self.backend = backend
@@ -89,6 +90,7 @@ class NodeAgent:
         self.allowed_mount_roots = tuple(allowed_mount_roots)
         self.verifier = verifier
         self._clock = clock
+        self.gateway_url = gateway_url  # advertised in node_register (agent.gateway)
         self._lock = threading.RLock()
         self._gpu_uuids: set[str] = set()
         self._running: dict[int, JobStatus] = {}  # job id -> status, jobs running now
@@ -129,6 +131,7 @@ class NodeAgent:
             "runtime": self.runtime.kind if self.runtime is not None else "none",
             "monitor_only": self.monitor_only,
             "gpus": [g.as_wire() for g in gpus],
+            "gateway": self.gateway_url,
         }
 
     def register(self) -> dict[str, Any]:

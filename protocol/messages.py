@@ -24,6 +24,8 @@ RUNTIMES = ("docker", "local", "none")  # none: a monitor-only agent (Slurm node
 GPU_KINDS = ("gpu", "mig")
 JOB_EVENT_KINDS = ("started", "exited", "start_failed")
 NETWORK_MODES = ("none", "egress")
+SESSION_KINDS = ("jupyter", "terminal")
+MAX_GATEWAY_URL_CHARS = 200  # Node.gateway_url
 MAX_GPUS_PER_NODE = 1024
 MAX_LOG_CHARS = 1_000_000
 # The portal's columns are as wide as these (tests/cluster/test_hostile_input.py
@@ -176,6 +178,20 @@ class NodeInfo(Message, frozen=True, kw_only=True):
         GPUS,
         Meta(description="a malformed entry is set aside, the others register"),
     ]
+    gateway: (
+        Annotated[
+            str,
+            Meta(
+                max_length=MAX_GATEWAY_URL_CHARS,
+                pattern=r"^https?://[^\s/?#]+/?$",
+                description="the base URL at which the portal reaches this node's gateway "
+                "(`--gateway-url`, else `http://` + `--gateway-listen`); null: no gateway, so "
+                "no sessions or terminals on this node",
+                extra={"refused": "{key} must be an http(s) base URL, got {value!r:.80}"},
+            ),
+        ]
+        | None
+    ) = None
 
 
 class Heartbeat(Message, frozen=True, kw_only=True):
@@ -439,6 +455,32 @@ class Mount(Message, frozen=True, kw_only=True):
     ] = True
 
 
+class SessionSpec(Message, frozen=True, kw_only=True):
+    """`StartJob.session`: the job is an interactive session that the gateway reaches."""
+
+    object_refused: ClassVar[str] = "'session' must be an object with kind and port"
+
+    kind: Annotated[
+        Literal["jupyter", "terminal"],
+        Meta(
+            description="`jupyter`: a server the gateway proxies; `terminal`: the job "
+            "keeps running and the terminal is an exec",
+            extra={"refused": f"session kind must be one of {', '.join(SESSION_KINDS)}"},
+        ),
+    ]
+    port: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=65535,
+            description="where the server listens inside a Docker container (the local "
+            "runtime picks a free port instead); the job reads it from "
+            "`LABPORTAL_SESSION_PORT`",
+            extra={"refused": "session port must be an integer from 1 to 65535"},
+        ),
+    ] = 8888
+
+
 _POSITIVE = "'cpus', 'memory_mb' and 'pids_limit' must be positive"
 
 
@@ -568,6 +610,17 @@ class StartJob(Message, frozen=True, kw_only=True):
             extra={"refused": f"'network' must be one of {', '.join(NETWORK_MODES)}"},
         ),
     ] = "none"
+    session: (
+        Annotated[
+            SessionSpec,
+            Meta(
+                description="an interactive session (see *Gateway*); null: a batch job. With "
+                "Docker its container joins the internal network `labportal-sessions` (no "
+                "route out), and its own egress network too if `network` is `egress`",
+            ),
+        ]
+        | None
+    ) = None
 
     def __post_init__(self) -> None:
         # Root in the container owns files on the member's volumes as root and is one

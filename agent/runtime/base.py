@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from protocol import wire
-from protocol.messages import Mount, StartJob
+from protocol.messages import Mount, SessionSpec, StartJob
 
 LABEL_JOB_ID = "labportal.job_id"
 LABEL_NODE = "labportal.node"
@@ -88,6 +88,8 @@ class JobSpec:
     # reach the broker, the database or another job. "egress": a network of its
     # own with a route out, only where the lab's admin allowed it for the queue.
     network: str = "none"
+    # An interactive session (protocol.messages.SessionSpec): the gateway reaches it.
+    session: SessionSpec | None = None
 
     @classmethod
     def from_wire(
@@ -120,6 +122,7 @@ class JobSpec:
             pids_limit=wire_spec.pids_limit,
             mounts=[_check_mount(m, allowed_mount_roots) for m in wire_spec.mounts],
             time_limit_s=wire_spec.time_limit_s,
+            session=wire_spec.session,
         )
 
     def visible_devices(self) -> str:

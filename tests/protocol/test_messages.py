@@ -71,7 +71,39 @@ def test_a_start_spec_survives_the_wire_as_sent() -> None:
     spec = wire.decode(messages.StartJob, SPEC)
 
     assert spec.mounts == [messages.Mount(source="/data/alice", target="/data", read_only=False)]
-    assert msgspec.to_builtins(spec) == {**SPEC, "cpus": 1.0}
+    assert msgspec.to_builtins(spec) == {**SPEC, "cpus": 1.0, "session": None}
+
+
+def test_a_session_spec_survives_the_wire_and_a_batch_job_has_none() -> None:
+    spec = wire.decode(messages.StartJob, {**SPEC, "session": {"kind": "jupyter", "port": 9000}})
+
+    assert spec.session == messages.SessionSpec(kind="jupyter", port=9000)
+    assert wire.decode(messages.StartJob, {**SPEC, "session": {"kind": "terminal"}}).session == (
+        messages.SessionSpec(kind="terminal", port=8888)
+    )
+    assert wire.decode(messages.StartJob, SPEC).session is None
+
+
+@pytest.mark.parametrize(
+    ("session", "detail"),
+    [
+        ({"kind": "vscode"}, "session kind must be one of jupyter, terminal"),
+        ({"kind": "jupyter", "port": 70000}, "session port must be an integer from 1 to 65535"),
+        ({"port": 8888}, "kind"),
+    ],
+)
+def test_a_bad_session_spec_is_refused_saying_why(session: object, detail: str) -> None:
+    assert detail in refusal(messages.StartJob, {**SPEC, "session": session})
+
+
+def test_a_node_advertises_its_gateway_as_a_base_url() -> None:
+    info = {"gpu_backend": "simulated", "runtime": "local", "gpus": []}
+
+    assert wire.decode(messages.NodeInfo, info).gateway is None
+    decoded = wire.decode(messages.NodeInfo, {**info, "gateway": "http://10.0.0.5:8765"})
+    assert decoded.gateway == "http://10.0.0.5:8765"
+    for bad in ("10.0.0.5:8765", "ftp://x", "http://h/path", "http://h:1 x"):
+        assert "must be an http(s) base URL" in refusal(messages.NodeInfo, {**info, "gateway": bad})
 
 
 def test_an_optional_field_of_the_spec_left_empty_takes_its_default() -> None:
