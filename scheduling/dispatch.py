@@ -12,6 +12,7 @@ from django.db import transaction
 from cluster.models import Node
 from cluster.signing import command_auth
 from protocol.messages import Mount, StartJob
+from sessions.launch import session_dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +39,15 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
     """The `agent.start_job` payload (`protocol.messages.StartJob`): everything the agent
     needs, nothing it must look up."""
     uid, gid = job.owner.ensure_unix_ids()
+    session_env, session = session_dispatch(
+        job_id=job.pk, attempt=job.dispatch_count, kind=job.kind
+    )
     spec = StartJob(
         job_id=job.pk,
         attempt=job.dispatch_count,
         image=job.image.reference,
         command=list(job.command),
-        env={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        env={**job.env, **session_env, "LABPORTAL_JOB_ID": str(job.pk)},
         gpu_uuids=[g.uuid for g in gpus],
         gpu_indices=sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
         uid=uid,
@@ -58,6 +62,7 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
         ],
         time_limit_s=int(job.time_limit_s),
         network="egress" if job.queue.network_egress else "none",
+        session=session,
     )
     wire: dict[str, Any] = msgspec.to_builtins(spec)
     return wire

@@ -9,6 +9,8 @@ proxy adds it to each request it sends upstream (`Authorization: token ...`).
 
 from __future__ import annotations
 
+from typing import Literal, cast
+
 from django.utils.crypto import salted_hmac
 
 from protocol.messages import SessionSpec
@@ -47,4 +49,5 @@ def session_dispatch(
     if kind not in SESSION_KINDS:
         return {}, None
     env = {TOKEN_ENV: session_token(job_id=job_id, attempt=attempt)}
-    return env, SessionSpec(kind=kind, port=JUPYTER_PORT)
+    spec_kind = cast(Literal["jupyter", "terminal"], kind)
+    return env, SessionSpec(kind=spec_kind, port=JUPYTER_PORT)

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.contrib import auth
 from django.shortcuts import resolve_url
 from django.utils import translation
+from django.utils.translation.trans_real import parse_accept_lang_header
 
 from protocol import tickets
 from sessions.errors import BadOrigin, NotSignedIn
@@ -175,11 +176,12 @@ def _language(scope: Scope) -> str:
     chosen = _cookies(scope).get(settings.LANGUAGE_COOKIE_NAME)
     if chosen and translation.check_for_language(chosen):
         return chosen
-    return translation.get_language_from_request(
-        SimpleNamespace(
-            COOKIES={}, META={"HTTP_ACCEPT_LANGUAGE": _header(scope, "accept-language") or ""}
-        )
-    )  # type: ignore[arg-type]
+    for code, _quality in parse_accept_lang_header(_header(scope, "accept-language") or ""):
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return settings.LANGUAGE_CODE
 
 
 def _upstream_headers(scope: Scope, target: GatewayTarget) -> dict[str, str]:
