@@ -416,11 +416,11 @@ async def _relay(upstream: aiohttp.ClientWebSocketResponse, receive: Receive, se
         asyncio.ensure_future(upstream_to_browser()),
     ]
     try:
-        _done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
-        for task in tasks:
-            if not task.cancelled() and task.exception() is not None:
+        for task in done:
+            if task.exception() is not None:
                 log.info("websocket relay ended: %s", task.exception())
     finally:
         if not upstream.closed:
