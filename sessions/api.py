@@ -36,7 +36,7 @@ class SessionStartSerializer(serializers.Serializer[Any]):
 
 
 class SessionSerializer(serializers.Serializer[Any]):
-    job = JobSerializer(source="*")
+    job = JobSerializer()
     ready = serializers.BooleanField(help_text="The session's server accepts connections.")
     url = serializers.CharField(help_text="Where it opens in the browser (the portal's path).")
     terminal_url = serializers.CharField(help_text="The job's terminal page.")
