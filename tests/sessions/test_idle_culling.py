@@ -90,8 +90,11 @@ def test_a_batch_job_is_never_culled_as_a_session(
     job = job_submit(owner=alice, queue="normal", image=image.reference, command="true")
     Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, started_at=t0 - timedelta(days=1))
     asked: list[int] = []
-    monkeypatch.setattr(
-        rules, "session_status", lambda job, username: asked.append(job.pk) or SessionStatus(True)
-    )
+
+    def probe(job: Job, username: str) -> SessionStatus:
+        asked.append(job.pk)
+        return SessionStatus(ready=True)
+
+    monkeypatch.setattr(rules, "session_status", probe)
     alerts_evaluate(now=t0)
     assert asked == []

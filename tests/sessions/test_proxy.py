@@ -84,11 +84,10 @@ async def with_gateway(job: Job, body: Callable[[web.Application], Awaitable[Any
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    await asyncio.to_thread(Job.objects.filter(pk=job.pk).update)  # the job is saved
     from cluster.models import Node
 
     await asyncio.to_thread(
-        lambda: Node.objects.filter(pk=job.node_id).update(gateway_url=f"http://127.0.0.1:{port}")
+        lambda: Node.objects.filter(name="gpu01").update(gateway_url=f"http://127.0.0.1:{port}")
     )
     try:
         return await body(app)
