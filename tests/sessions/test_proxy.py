@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -69,6 +70,12 @@ def fake_gateway() -> web.Application:
     app.router.add_route("*", "/jobs/{job}/proxy/{rest:.*}", proxied)
     app.router.add_get("/jobs/{job}/exec", exec_shell)
     return app
+
+
+def run(coroutine: Any) -> Any:
+    """In a thread of its own: Playwright's sync API may hold an event loop in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def cookie_for(user: Any) -> str:
@@ -201,7 +208,7 @@ def test_the_owner_gets_the_servers_answer_streamed_with_the_token_added(
         # The portal's own cookies never reach the member's server; others do.
         assert seen["headers"]["Cookie"] == "other=kept"
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_a_post_body_is_streamed_upstream_when_it_comes_from_the_portal(
@@ -230,7 +237,7 @@ def test_a_post_body_is_streamed_upstream_when_it_comes_from_the_portal(
         )
         assert status == 403 and len(app[SEEN]) == 1
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_another_member_gets_403_and_anonymous_is_sent_to_sign_in(
@@ -246,7 +253,7 @@ def test_another_member_gets_403_and_anonymous_is_sent_to_sign_in(
         assert status == 302 and headers["location"].endswith(f"?next=/sessions/{job.pk}/lab")
         assert app[SEEN] == []
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_staff_reach_a_members_session(
@@ -259,7 +266,7 @@ def test_staff_reach_a_members_session(
         status, _h, _b = await http(f"/sessions/{job.pk}/lab", cookie=cookie)
         assert status == 200
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_websocket_messages_are_relayed_with_the_subprotocol(
@@ -283,7 +290,7 @@ def test_websocket_messages_are_relayed_with_the_subprotocol(
         assert replies[0]["text"] == "echo:hello"
         assert replies[1]["bytes"] == b"echo:\x00\x01"
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_a_websocket_from_another_site_or_member_is_closed_with_4403(
@@ -307,7 +314,7 @@ def test_a_websocket_from_another_site_or_member_is_closed_with_4403(
         sent = await websocket(f"/sessions/{job.pk}/api/events/subscribe", cookie="", frames=[])
         assert sent[-1]["code"] == 4401
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_the_terminal_relays_to_the_gateways_exec(cluster: Any, alice: Any, image: Any) -> None:
@@ -331,7 +338,7 @@ def test_the_terminal_relays_to_the_gateways_exec(cluster: Any, alice: Any, imag
         replies = [m["bytes"] for m in sent if m["type"] == "websocket.send"]
         assert replies[0] == b"cols=80$ " and replies[1] == b"ran:ls\r"
 
-    asyncio.run(with_gateway(job, check))
+    run(with_gateway(job, check))
 
 
 def test_other_paths_go_to_django(cluster: Any) -> None:
