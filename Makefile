@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl
 install: $(STAMP) assets
 
 # htmx and uPlot come from the npm registry; the portal serves them itself (no CDN).
-ASSETS := node_modules/htmx.org/dist/htmx.min.js node_modules/uplot/dist/uPlot.iife.min.js
+ASSETS := node_modules/htmx.org/dist/htmx.min.js node_modules/uplot/dist/uPlot.iife.min.js node_modules/@xterm/xterm/lib/xterm.js
 assets: $(ASSETS)
 $(ASSETS): package.json
 	@command -v npm >/dev/null || { echo "LabPortal installs htmx with npm: install Node.js and npm (apt-get install npm)."; exit 1; }

@@ -23,6 +23,7 @@ class Kind(models.TextChoices):
     GPU_HOT = "gpu_hot", _("GPU too hot")
     GPU_ERRORS = "gpu_errors", _("GPU errors (ECC/XID)")
     NODE_SILENT = "node_silent", _("node silent")
+    IDLE_SESSION = "idle_session", _("idle session")
 
 
 class AlertQuerySet(models.QuerySet["Alert"]):
@@ -161,7 +162,8 @@ class AlertRule(models.Model):
         help_text=_(
             "Idle: utilisation % below which a GPU counts as idle. Memory: % of the GPU memory. "
             "Leak: MiB held with no job process. Hot: °C. Errors: new ECC/XID errors. "
-            "Node silent: not used (the heartbeat timeout applies)."
+            "Node silent: not used (the heartbeat timeout applies). "
+            "Idle session: not used (no request, key or message through the portal is what idle means)."
         ),
     )
     window_s = models.PositiveIntegerField(
@@ -189,6 +191,9 @@ class AlertRule(models.Model):
         Kind.GPU_HOT: {"threshold": 85.0, "window_s": 120, "grace_s": 0},
         Kind.GPU_ERRORS: {"threshold": 1.0, "window_s": 0, "grace_s": 0},
         Kind.NODE_SILENT: {"threshold": 0.0, "window_s": 0, "grace_s": 0},
+        # As JupyterHub's idle culler: warned after an hour with nothing through the
+        # proxy, stopped half an hour later unless something happens first.
+        Kind.IDLE_SESSION: {"threshold": 0.0, "window_s": 60 * 60, "grace_s": 30 * 60},
     }
 
     class Meta:

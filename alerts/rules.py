@@ -18,6 +18,7 @@ from alerts.models import AlertRule, Kind, QueueAlertPolicy
 from alerts.readings import GpuWindow, LatestSample, gpu_latest_samples, gpu_windows
 from cluster.models import Gpu, Node
 from jobqueue.models import Allocation, Job
+from sessions.status import SessionStatus, session_status
 
 # A GPU whose newest sample is older than this is not judged on memory or processes.
 FRESH_SAMPLE_S = 120
@@ -471,3 +472,57 @@ def _pick(value: float | int | None, default: float | int) -> float:
 def _num(value: float) -> float | int:
     rounded = round(value, 1)
     return int(rounded) if rounded == int(rounded) else rounded
+
+
+# Who the gateway's log names for the culler's probes.
+CULLER = "idle-culler"
+
+
+def session_statuses(cluster: Cluster) -> dict[int, tuple[Job, SessionStatus]]:
+    """Each running session's state as its gateway reports it (one probe each)."""
+    sessions = Job.objects.filter(state=Job.State.RUNNING).exclude(kind=Job.Kind.BATCH)
+    return {
+        job.pk: (job, session_status(job, username=CULLER))
+        for job in sessions.select_related("node")
+    }
+
+
+def idle_sessions(
+    cluster: Cluster, statuses: dict[int, tuple[Job, SessionStatus]]
+) -> list[Finding]:
+    """Running sessions with nothing through the proxy for the rule's window: no request,
+    no WebSocket message, no key typed in a terminal (the gateway's last_activity).
+
+    A session whose gateway did not answer is not judged: never accuse on a gap.
+    """
+    rule = cluster.rules[Kind.IDLE_SESSION]
+    findings = []
+    for job, status in statuses.values():
+        if status.problem or job.started_at is None:
+            continue
+        last = (
+            datetime.fromtimestamp(status.last_activity, tz=cluster.now.tzinfo)
+            if status.last_activity is not None
+            else job.started_at
+        )
+        idle_s = (cluster.now - max(last, job.started_at)).total_seconds()
+        if idle_s < rule.window_s:
+            continue
+        grace_s = max(int(rule.grace_s), MIN_WARNING_BEFORE_STOP_S)
+        findings.append(
+            Finding(
+                kind=Kind.IDLE_SESSION,
+                subject=f"job:{job.pk}",
+                params={
+                    "job_id": job.pk,
+                    "minutes": max(1, round(idle_s / 60)),
+                    "grace_min": max(1, round(grace_s / 60)),
+                },
+                job_id=job.pk,
+                user_id=job.owner_id,
+                node_id=job.node_id,
+                action=QueueAlertPolicy.Action.STOP,
+                grace_s=grace_s,
+            )
+        )
+    return findings

@@ -22,7 +22,7 @@ from cluster.models import Gpu, Node
 log = logging.getLogger(__name__)
 
 # Kinds that tell the job's owner (in the app and by email); the rest tell staff.
-OWNER_KINDS = {Kind.IDLE_JOB, Kind.MEMORY_HIGH}
+OWNER_KINDS = {Kind.IDLE_JOB, Kind.MEMORY_HIGH, Kind.IDLE_SESSION}
 STAFF_KINDS = {
     Kind.MEMORY_LEAK,
     Kind.STRAY_PROCESS,
@@ -59,6 +59,11 @@ def alerts_evaluate(*, now: datetime | None = None) -> EvaluationReport:
         Kind.GPU_HOT: rules.hot_gpus(cluster),
         Kind.GPU_ERRORS: rules.gpu_errors(cluster),
         Kind.NODE_SILENT: rules.silent_nodes(cluster),
+        Kind.IDLE_SESSION: (
+            rules.idle_sessions(cluster, rules.session_statuses(cluster))
+            if cluster.rules[Kind.IDLE_SESSION].enabled
+            else []
+        ),
     }
     report = EvaluationReport()
     open_alerts = {(a.kind, a.subject): a for a in Alert.objects.open()}
@@ -127,7 +132,7 @@ def _alert_fire(finding: rules.Finding, *, rule: AlertRule, now: datetime) -> Al
 def _action_due(finding: rules.Finding, now: datetime) -> datetime | None:
     if finding.kind == Kind.IDLE_JOB and finding.action != QueueAlertPolicy.Action.WARN:
         return now + timedelta(seconds=finding.grace_s)
-    if finding.kind == Kind.MEMORY_LEAK:
+    if finding.kind in (Kind.MEMORY_LEAK, Kind.IDLE_SESSION):
         return now + timedelta(seconds=finding.grace_s)
     return None
 
@@ -193,7 +198,9 @@ def _alert_act_if_due(
     if alert.kind == Kind.MEMORY_LEAK and _claim(alert, now=now, action="drain_gpu"):
         # The clean-up did not free the memory: nothing new may start on the GPU.
         return _gpu_drain(alert)
-    if alert.kind == Kind.IDLE_JOB and _claim(alert, now=now, action=alert.action):
+    # An idle session's action is always a stop (end reason "idle").
+    idle = alert.kind in (Kind.IDLE_JOB, Kind.IDLE_SESSION)
+    if idle and _claim(alert, now=now, action=alert.action):
         return _idle_action(alert)
     return ""
 

@@ -31,6 +31,7 @@ MESSAGES = {
     Kind.GPU_HOT: _("%(gpu)s is at %(temp)s °C, over the limit of %(threshold)s °C."),
     Kind.GPU_ERRORS: _("%(gpu)s reported %(ecc)s new ECC error(s) and %(xid)s new XID error(s)."),
     Kind.NODE_SILENT: _("Node %(node)s has sent no heartbeat since %(since)s."),
+    Kind.IDLE_SESSION: _("Session #%(job_id)s has been idle for %(minutes)s minutes."),
 }
 
 ADVICE = {
@@ -55,6 +56,9 @@ ADVICE = {
     ),
     Kind.NODE_SILENT: _(
         "Check that the node is up and its agent running; its jobs are declared lost after the grace period."
+    ),
+    Kind.IDLE_SESSION: _(
+        "It is stopped in %(grace_min)s minutes unless you use it (open it, run a cell, type in its terminal); stop it yourself if you are done."
     ),
 }
 

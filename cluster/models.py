@@ -48,6 +48,15 @@ class Node(models.Model):
     runtime = models.CharField(_("container runtime"), max_length=16, blank=True)
     agent_version = models.CharField(_("agent version"), max_length=32, blank=True)
     hostname = models.CharField(_("host name"), max_length=255, blank=True)
+    gateway_url = models.CharField(
+        _("gateway URL"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            "Where the portal reaches the agent's gateway (sessions and terminals), as the "
+            "agent reports it at registration; empty: no sessions on this node."
+        ),
+    )
     registered_at = models.DateTimeField(
         _("registered at"),
         null=True,

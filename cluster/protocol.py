@@ -66,6 +66,8 @@ class RegisterInfo:
     gpu_backend: str
     runtime: str
     gpus: list[GpuReport]
+    # The agent's gateway (sessions, terminals); empty: it has none.
+    gateway: str
     # Entries of `gpus` that were malformed, as (detail) strings; the rest register.
     bad_gpus: list[str]
 
@@ -86,6 +88,7 @@ def register_info_parse(info: Any) -> RegisterInfo:
         gpu_backend=node.gpu_backend,
         runtime=node.runtime,
         gpus=[structs.replace(gpu, model=db_text(gpu.model)) for gpu in node.gpus],
+        gateway=node.gateway or "",
         bad_gpus=bad,
     )
 

@@ -147,6 +147,7 @@ def _node_register(*, node_name: str, info: RegisterInfo) -> Node:
     node.agent_version = info.agent_version
     node.gpu_backend = info.gpu_backend
     node.runtime = info.runtime
+    node.gateway_url = info.gateway
     node.registered_at = now
     node.last_heartbeat = now
     node.state = node.state_when_alive

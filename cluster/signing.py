@@ -101,8 +101,15 @@ def command_auth(*, node_name: str, task: str, args: list[Any]) -> dict[str, Any
     revoked through the models stops signing at the next command.
     """
     ttl = float(getattr(settings, "LABPORTAL_COMMAND_TTL_S", 900))
-    keys = {kid: found[-1] for kid, found in _node_key_cache.by_kid(node_name).items()}
-    return sign_command(keys, task=task, node=node_name, args=args, ttl_s=ttl)
+    return sign_command(
+        node_signing_keys(node_name), task=task, node=node_name, args=args, ttl_s=ttl
+    )
+
+
+def node_signing_keys(node_name: str) -> dict[str, bytes]:
+    """The key of each active token of the node, by key id: what commands and gateway
+    tickets (`protocol.tickets`) are signed with."""
+    return {kid: found[-1] for kid, found in _node_key_cache.by_kid(node_name).items()}
 
 
 def report_signature_refusal(

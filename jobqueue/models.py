@@ -290,6 +290,12 @@ def dependency_never_satisfied(kind: str, state: str, exit_code: int | None) -> 
 class Job(models.Model):
     """A containerised job: what to run, on how many GPUs, for how long, and what happened."""
 
+    class Kind(models.TextChoices):
+        BATCH = "batch", _("batch job")
+        # Interactive sessions (sessions/): the portal proxies the member's browser to them.
+        JUPYTER = "jupyter", _("JupyterLab session")
+        TERMINAL = "terminal", _("terminal session")
+
     class State(models.TextChoices):
         HELD = "held", _("held")
         PENDING = "pending", _("pending")
@@ -321,6 +327,7 @@ class Job(models.Model):
     )
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(_("name"), max_length=120, blank=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.BATCH)
     image = models.ForeignKey(ContainerImage, on_delete=models.PROTECT, related_name="jobs")
     command = models.JSONField(
         _("command"),
@@ -504,6 +511,10 @@ class Job(models.Model):
         if self.started_at is None or self.ended_at is None:
             return None
         return self.ended_at - self.started_at
+
+    @property
+    def is_session(self) -> bool:
+        return self.kind != self.Kind.BATCH
 
     @property
     def is_final(self) -> bool:

@@ -74,6 +74,7 @@ class JobSerializer(CachedFieldsModelSerializer):
         fields = [
             "id",
             "name",
+            "kind",
             "owner",
             "queue",
             "image",

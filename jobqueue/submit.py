@@ -152,11 +152,17 @@ def job_submit(
     preemptible: bool = False,
     depends_on: Iterable[int] = (),
     dependency: str = AFTEROK,
+    kind: str = Job.Kind.BATCH,
 ) -> Job:
     """Validate a job against the lab's rules and queue it; every refusal says what to change.
 
     ``depends_on``: earlier jobs of the owner's (staff: anyone's) that it waits for, as
-    Slurm's ``dependency`` kind says: ``afterok`` (each completed) or ``afterany``."""
+    Slurm's ``dependency`` kind says: ``afterok`` (each completed) or ``afterany``.
+    ``kind``: an interactive session's (``sessions.services.session_start`` builds its command)."""
+    if kind not in Job.Kind.values:
+        raise JobRefused(
+            _("A job's kind is one of %(kinds)s.") % {"kinds": ", ".join(Job.Kind.values)}
+        )
     owner.lock_for_limits()
     queue_obj = _queue_for_submit(queue)
     image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
@@ -267,6 +273,7 @@ def job_submit(
         owner=owner,
         queue=queue_obj,
         name=name[:120],
+        kind=kind,
         image=image_obj,
         command=argv,
         env=clean_env,

@@ -89,15 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--image", required=True, help="container image from the lab's allowlist")
     p.add_argument("--queue", help="queue name (default: normal)")
-    p.add_argument("--gpus", type=int, help="number of whole GPUs (default 1)")
+    _size_options(p)
     p.add_argument("--shared-slot", action="store_true", help="one shared GPU slot (debug queue)")
-    p.add_argument(
-        "--time",
-        type=argtype(parse_duration),
-        dest="time_limit_s",
-        metavar="DURATION",
-        help="time limit: 3600, 90m, 2h, 1h30m, 1d (default: the queue's)",
-    )
     p.add_argument(
         "--env",
         action="append",
@@ -164,6 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("job_ids", nargs="+", type=int, metavar="JOB_ID")
+
+    p = add(
+        "session",
+        cmd_session,
+        "interactive sessions: session start --kind jupyter --image IMG | list | open ID | stop ID",
+    )
+    p.add_argument("action", choices=["start", "list", "open", "stop"])
+    p.add_argument("session_id", nargs="?", type=int, metavar="ID", help="for open and stop")
+    p.add_argument("--kind", choices=["jupyter", "terminal"], default="jupyter")
+    p.add_argument("--image", help="container image from the lab's allowlist (start)")
+    p.add_argument("--queue", help="queue name (default: debug)")
+    _size_options(p)
+    p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
 
     p = add("logs", cmd_logs, "a job's whole log output (-f: follow it until the job ends)")
     p.add_argument("job_id", type=int, metavar="JOB_ID")
@@ -607,6 +613,81 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
     if args.json:
         dump_json(done)
     return worst
+
+
+def _size_options(p: argparse.ArgumentParser) -> None:
+    """--gpus and --time, as submit and session start take them."""
+    p.add_argument("--gpus", type=int, help="number of whole GPUs (default 1)")
+    p.add_argument(
+        "--time",
+        type=argtype(parse_duration),
+        dest="time_limit_s",
+        metavar="DURATION",
+        help="time limit: 3600, 90m, 2h, 1h30m, 1d (default: the queue's)",
+    )
+
+
+def cmd_session(args: argparse.Namespace, client: Client) -> int:
+    if args.action == "start":
+        if not args.image:
+            print(
+                "error: session start needs --image (one from the lab's allowlist)", file=sys.stderr
+            )
+            return EXIT_REFUSED
+        body: dict[str, Any] = {"kind": args.kind, "image": args.image}
+        for key in ("queue", "gpus", "time_limit_s", "reservation"):
+            if getattr(args, key) is not None:
+                body[key] = getattr(args, key)
+        session = client.post("/api/sessions/", json=body)
+        if args.json:
+            dump_json(session)
+        else:
+            job = session["job"]
+            print(f"Session {job['id']} ({job['kind']}) queued in {job['queue']}: {job['state']}.")
+            print(f"Open it with: labctl session open {job['id']}")
+        return EXIT_OK
+    if args.action == "list":
+        rows = client.get_list("/api/sessions/")
+        if args.json:
+            dump_json(rows)
+        else:
+            print(
+                table(
+                    ["ID", "KIND", "QUEUE", "STATE", "NODE"],
+                    [
+                        [
+                            r["job"]["id"],
+                            r["job"]["kind"],
+                            r["job"]["queue"],
+                            r["job"]["state"],
+                            r["job"]["node"] or "-",
+                        ]
+                        for r in rows
+                    ],
+                )
+            )
+        return EXIT_OK
+    if args.session_id is None:
+        print(f"error: session {args.action} needs the session's ID", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.action == "stop":
+        session = client.post(f"/api/sessions/{args.session_id}/stop/")
+        if args.json:
+            dump_json(session)
+        else:
+            print(f"Session {args.session_id}: stop requested ({session['job']['state']}).")
+        return EXIT_OK
+    session = client.get(f"/api/sessions/{args.session_id}/")
+    url = client.url + session["url"]
+    if args.json:
+        dump_json({**session, "url": url})
+    elif session["ready"]:
+        print(url)
+    else:
+        print(
+            f"Session {args.session_id} is not ready yet ({session['job']['state']}); it opens at {url}"
+        )
+    return EXIT_OK if session["ready"] else EXIT_REFUSED
 
 
 def new_output(previous: str, current: str) -> str:

@@ -50,17 +50,18 @@ class Stack:
         return proc
 
     def web(self, port: int, workers: int = 2) -> subprocess.Popen[bytes]:
+        # ASGI, as in production (deploy/docker/entrypoint.sh): the sessions proxy needs it.
         return self.start(
             "web",
             [
-                str(BIN / "gunicorn"),
-                "labportal.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
+                str(BIN / "uvicorn"),
+                "labportal.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
                 "--workers",
                 str(workers),
-                "--threads",
-                "4",
                 "--log-level",
                 "warning",
             ],

@@ -100,6 +100,7 @@ LOCAL_APPS = [
     "alerts",
     "scheduling",
     "slurm",
+    "sessions",
     "ops",
     "files",
 ]
@@ -132,6 +133,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "labportal.urls"
 WSGI_APPLICATION = "labportal.wsgi.application"
+ASGI_APPLICATION = "labportal.asgi.application"
 
 TEMPLATES = [
     {
@@ -218,11 +220,13 @@ STATIC_URL = "/static/"
 # The container image collects static files at build time, outside the data volume.
 STATIC_ROOT = Path(env_str("LABPORTAL_STATIC_ROOT", str(VAR_DIR / "static")) or "")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-# htmx and uPlot come from the npm registry into node_modules/; see Makefile.
+# htmx, uPlot and xterm.js come from the npm registry into node_modules/; see Makefile.
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
     ("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist"),
+    ("vendor/xterm", BASE_DIR / "node_modules" / "@xterm" / "xterm"),
+    ("vendor/xterm-fit", BASE_DIR / "node_modules" / "@xterm" / "addon-fit" / "lib"),
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

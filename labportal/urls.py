@@ -24,6 +24,7 @@ urlpatterns = [
     path("account/", include("accounts.urls")),
     path("jobs/", include("jobqueue.urls")),
     path("jobs/", include("approvals.urls")),
+    path("", include("sessions.urls")),
     path("reservations/", include("reservations.urls")),
     path("telemetry/", include("telemetry.urls")),
     path("reports/", include("reports.urls")),
@@ -39,6 +40,7 @@ urlpatterns = [
     path("api/", include("telemetry.api_urls")),
     path("api/", include("alerts.api_urls")),
     path("api/", include("files.api_urls")),
+    path("api/", include("sessions.api_urls")),
     # One sign-in page for everyone, so that the login lockout covers staff too.
     path("admin/login/", portal_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),

@@ -13,6 +13,7 @@ from cluster.models import Node
 from cluster.signing import command_auth
 from files.places import job_directory
 from protocol.messages import Mount, StartJob
+from sessions.launch import session_dispatch
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +40,15 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
     """The `agent.start_job` payload (`protocol.messages.StartJob`): everything the agent
     needs, nothing it must look up."""
     uid, gid = job.owner.ensure_unix_ids()
+    session_env, session = session_dispatch(
+        job_id=job.pk, attempt=job.dispatch_count, kind=job.kind
+    )
     spec = StartJob(
         job_id=job.pk,
         attempt=job.dispatch_count,
         image=job.image.reference,
         command=list(job.command),
-        env={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        env={**job.env, **session_env, "LABPORTAL_JOB_ID": str(job.pk)},
         gpu_uuids=[g.uuid for g in gpus],
         gpu_indices=sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
         uid=uid,
@@ -60,6 +64,7 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
         time_limit_s=int(job.time_limit_s),
         network="egress" if job.queue.network_egress else "none",
         job_dir=job_directory(username=job.owner.username, job_id=job.pk),
+        session=session,
     )
     wire: dict[str, Any] = msgspec.to_builtins(spec)
     return wire

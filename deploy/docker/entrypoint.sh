@@ -2,7 +2,7 @@
 # The portal image's roles. docker-compose.yml runs `web` and `worker`; anything
 # else is run as a command (e.g. `manage createsuperuser`).
 #
-#   web      migrate (unless LABPORTAL_MIGRATE_ON_START=false), then gunicorn on :8000
+#   web      migrate (unless LABPORTAL_MIGRATE_ON_START=false), then uvicorn (ASGI: pages, API, the sessions proxy) on :8000
 #   worker   the control worker with Celery beat (queue "control")
 #   manage   python manage.py ARGS...
 set -eu
@@ -17,11 +17,12 @@ case "$role" in
     if [ "${LABPORTAL_MIGRATE_ON_START:-true}" = "true" ]; then
       python3 manage.py migrate --noinput
     fi
-    exec gunicorn labportal.wsgi:application \
-      --bind "${GUNICORN_BIND:-0.0.0.0:8000}" \
-      --workers "${GUNICORN_WORKERS:-3}" \
-      --timeout "${GUNICORN_TIMEOUT:-60}" \
-      --access-logfile - "$@"
+    # ASGI (labportal/asgi.py): the sessions proxy holds WebSockets open, which a
+    # synchronous worker cannot. WEB_WORKERS processes, each serving many connections.
+    exec uvicorn labportal.asgi:application \
+      --host "${WEB_HOST:-0.0.0.0}" --port "${WEB_PORT:-8000}" \
+      --workers "${WEB_WORKERS:-${GUNICORN_WORKERS:-3}}" \
+      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" "$@"
     ;;
   worker)
     exec celery -A labportal worker --beat --queues control \
