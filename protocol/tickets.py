@@ -10,9 +10,11 @@ attempt, the purpose (``http`` for the proxied server, ``exec`` for a shell in t
 job, ``probe`` for readiness and activity) and expires within a minute; it is not
 single-use, since one page load makes many requests.
 
-Format: ``v1.<kid>.<payload b64url>.<sig hex>`` where payload is canonical JSON
-``{"node", "job", "attempt", "purpose", "exp", "user"}``. Pure Python: the agent and
-the portal import it.
+Format: ``v1.<payload b64url>.<kid>=<sig hex>~<kid>=<sig hex>…`` where payload is
+canonical JSON ``{"node", "job", "attempt", "purpose", "exp", "user"}``: one signature per
+active token of the node, as broker commands carry, so a ticket still opens the gateway
+while the node's token is being rotated and the agent holds either one. Pure Python: the
+agent and the portal import it.
 """
 
 from __future__ import annotations
@@ -67,12 +69,11 @@ def issue(
     ttl_s: float = DEFAULT_TTL_S,
     now: float | None = None,
 ) -> str:
-    """A ticket signed with one of the node's active keys (``{kid: signing key}``)."""
+    """A ticket signed with each of the node's active keys (``{kid: signing key}``)."""
     if purpose not in PURPOSES:
         raise ValueError(f"unknown ticket purpose {purpose!r}")
     if not keys:
         raise ValueError("the node has no active token to sign with")
-    kid = sorted(keys)[-1]
     exp = round((time.time() if now is None else now) + min(ttl_s, MAX_TTL_S), 3)
     payload = canonical(
         {
@@ -85,8 +86,12 @@ def issue(
         }
     )
     body = _b64(payload)
-    sig = hmac.new(_ticket_key(keys[kid]), f"{kid}.{body}".encode(), hashlib.sha256).hexdigest()
-    return f"v1.{kid}.{body}.{sig}"
+    sigs = "~".join(f"{kid}={_sign(key, body)}" for kid, key in sorted(keys.items()))
+    return f"v1.{body}.{sigs}"
+
+
+def _sign(key: bytes, body: str) -> str:
+    return hmac.new(_ticket_key(key), body.encode(), hashlib.sha256).hexdigest()
 
 
 def verify(
@@ -103,13 +108,14 @@ def verify(
     if not ticket:
         raise TicketRefused("missing", f"no {HEADER} header")
     parts = ticket.split(".")
-    if len(parts) != 4 or parts[0] != "v1":
-        raise TicketRefused("malformed", "a ticket is v1.<kid>.<payload>.<signature>")
-    _, their_kid, body, sig = parts
-    if their_kid != kid:
+    if len(parts) != 3 or parts[0] != "v1":
+        raise TicketRefused("malformed", "a ticket is v1.<payload>.<kid>=<signature>…")
+    _, body, signed = parts
+    sigs = dict(pair.partition("=")[::2] for pair in signed.split("~"))
+    sig = sigs.get(kid)
+    if sig is None:
         raise TicketRefused("bad_signature", "not signed with this node's token")
-    expected = hmac.new(_ticket_key(key), f"{kid}.{body}".encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, sig):
+    if not hmac.compare_digest(_sign(key, body), sig):
         raise TicketRefused("bad_signature", "the signature does not match the ticket")
     try:
         payload = json.loads(_unb64(body))

@@ -458,7 +458,11 @@ def test_a_terminal_runs_a_shell_in_the_job_with_its_env_and_cwd_and_resizes(
             await ws.send_bytes(b"stty size\n")
             out["resized"] = await _read_until(ws, b"30 100")
             await ws.send_str("not a resize")
-            out["refused"] = (await ws.receive(timeout=5)).data.encode()
+            # The shell's prompt may still be on its way: the refusal is the next text frame.
+            reply = await ws.receive(timeout=5)
+            while reply.type == aiohttp.WSMsgType.BINARY:
+                reply = await ws.receive(timeout=5)
+            out["refused"] = reply.data.encode()
             await ws.send_bytes(b"echo pid=$((1000000+$$))\n")
             out["pid"] = await _read_until(ws, b"pid=1")
         return out

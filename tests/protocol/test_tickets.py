@@ -44,7 +44,7 @@ def test_an_expired_forged_or_missing_ticket_is_refused():
     other_key = signing.key_from_token(TOKEN + "x")
     with pytest.raises(tickets.TicketRefused, match="bad_signature"):
         tickets.verify(other_key, KID, good, node="gpu1", job_id=7, purpose="http", now=1010.0)
-    for bad in (None, "", "v2.a.b.c", "v1.only-three.parts"):
+    for bad in (None, "", "v2.a.b", "v1.two-parts", "v1.a.b.c"):
         with pytest.raises(tickets.TicketRefused):
             tickets.verify(KEY, KID, bad, node="gpu1", job_id=7, purpose="http", now=1010.0)
 
@@ -52,7 +52,27 @@ def test_an_expired_forged_or_missing_ticket_is_refused():
 def test_a_ticket_is_not_a_broker_envelope_signature():
     # The ticket key is derived apart from the envelope key: a broker signature over the
     # same bytes must not verify as a ticket.
-    kid, body, _ = _issue().split(".")[1:]
+    body = _issue().split(".")[1]
     sig = signing._mac(KEY, task="t", node="gpu1", args={}, ts=1.0, exp=2.0, nonce="n" * 16)
     with pytest.raises(tickets.TicketRefused, match="bad_signature"):
-        tickets.verify(KEY, KID, f"v1.{kid}.{body}.{sig}", node="gpu1", job_id=7, purpose="http")
+        tickets.verify(KEY, KID, f"v1.{body}.{KID}={sig}", node="gpu1", job_id=7, purpose="http")
+
+
+def test_a_ticket_opens_the_gateway_while_the_nodes_token_is_rotated():
+    # The portal holds the old and the new token; the agent holds either one of them.
+    new_token = "lpn_ZYXWVUTSRQPONMLKJIHGFEDCBA98765"
+    new_key, new_kid = signing.key_from_token(new_token), signing.token_kid(new_token)
+    ticket = tickets.issue(
+        {KID: KEY, new_kid: new_key},
+        node="gpu1",
+        job_id=7,
+        attempt=0,
+        purpose="http",
+        user="ana",
+        now=1000.0,
+    )
+    for key, kid in ((KEY, KID), (new_key, new_kid)):
+        assert tickets.verify(key, kid, ticket, node="gpu1", job_id=7, purpose="http", now=1001.0)
+    retired = signing.key_from_token(TOKEN[:-1] + "9")
+    with pytest.raises(tickets.TicketRefused, match="not signed with this node's token"):
+        tickets.verify(retired, "lpn_retire", ticket, node="gpu1", job_id=7, purpose="http")
