@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
+import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -27,6 +30,61 @@ SESSION_NETWORK = "labportal-sessions"
 # internal network has no route to other hosts, but its containers still reach
 # services of this host that listen on every address (docs/agent.md, Gateway).
 SESSION_BRIDGE = "lp-sessions"
+
+
+# New connections from the sessions' bridge into this host are dropped; the gateway's own
+# connections into a session, and their answers, are established ones and pass.
+GUARD_RULE = (
+    "INPUT",
+    "-i",
+    SESSION_BRIDGE,
+    "-m",
+    "conntrack",
+    "!",
+    "--ctstate",
+    "ESTABLISHED,RELATED",
+    "-j",
+    "DROP",
+)
+
+
+class SessionGuardError(Exception):
+    """The firewall rule that keeps session containers from this host could not be set."""
+
+
+def guard_session_bridge(
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    which: Callable[[str], str | None] = shutil.which,
+) -> None:
+    """Make sure ``GUARD_RULE`` is in this host's IPv4 and IPv6 firewalls (idempotent).
+
+    An internal network has no route to other hosts, but its containers reach every
+    service of this host that listens on all addresses (the broker, a database, an
+    SSH daemon). The agent sets the rule itself rather than trusting the node's admin
+    to: a session does not start unless IPv4's is in place (IPv6's where the host has
+    ip6tables).
+    """
+    for tool, required in (("iptables", True), ("ip6tables", False)):
+        exe = which(tool)
+        if exe is None:
+            if required:
+                raise SessionGuardError(
+                    "iptables is not installed: the agent needs it to keep session "
+                    "containers from this node's own services (install iptables)"
+                )
+            continue
+        if run([exe, "-w", "-C", *GUARD_RULE], capture_output=True, text=True).returncode == 0:
+            continue
+        added = run([exe, "-w", "-I", *GUARD_RULE], capture_output=True, text=True)
+        if added.returncode != 0:
+            if not required:
+                log.warning("could not set the IPv6 rule for %s: %s", SESSION_BRIDGE, added.stderr)
+                continue
+            raise SessionGuardError(
+                f"could not set the firewall rule that keeps session containers from this "
+                f"node's own services ({' '.join(GUARD_RULE)}): {added.stderr.strip()}; "
+                "the agent must run as root to start sessions"
+            )
 
 
 def ensure_session_network(client: docker.DockerClient, node: str) -> None:

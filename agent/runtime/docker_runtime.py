@@ -41,7 +41,13 @@ from agent.runtime.base import (
     RuntimeUnavailable,
     StartOutcome,
 )
-from agent.runtime.docker_exec import SESSION_NETWORK, DockerExec, ensure_session_network
+from agent.runtime.docker_exec import (
+    SESSION_NETWORK,
+    DockerExec,
+    SessionGuardError,
+    ensure_session_network,
+    guard_session_bridge,
+)
 from agent.runtime.job_dirs import CONTAINER_JOB_DIR, job_dir_mount, prepare_job_dir
 from agent.runtime.mount_paths import (
     CheckedSource,
@@ -324,8 +330,11 @@ class DockerRuntime(ContainerRuntime):
                     self._ensure_job_network(spec)
                 if spec.session is not None:
                     ensure_session_network(self._client, self._node)
+                    guard_session_bridge()
             except APIError as exc:
                 raise RuntimeStartError(_explain(exc)) from exc
+            except SessionGuardError as exc:
+                raise RuntimeStartError(str(exc)) from exc
             try:
                 container = self._create(kwargs)
             except APIError as exc:
