@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any
 
@@ -113,6 +114,7 @@ def _browse_context(
                 "entry": entry,
                 "path": path,
                 "size": paths.human_size(entry.size) if entry.size is not None else "",
+                "modified": datetime.fromtimestamp(entry.modified, tz=UTC),
                 "folder_url": _folder_url(place.ref, path) if entry.kind == "folder" else "",
             }
         )

@@ -262,3 +262,13 @@ def test_the_pages_read_in_chinese(alice: Any, storage: Path) -> None:
     assert "你的挂载卷" in index and "门户无法访问" in index
     folder = client.get("/files/volume:home/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert "上传文件" in folder and "新建文件夹" in folder
+
+
+def test_a_folder_lists_each_entrys_size_and_modified_time(alice: Any, storage: Path) -> None:
+    target = storage / "data" / "alice" / "report.txt"
+    target.write_text("twelve bytes")
+    os.utime(target, (1_700_000_000, 1_700_000_000))  # 2023-11-14 22:13 UTC
+    page = web(alice).get("/files/volume:home/").content.decode()
+    row = page[page.index("report.txt") :]
+    row = row[: row.index("</tr>")]
+    assert "12 B" in row and "2023" in row, row
