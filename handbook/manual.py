@@ -40,6 +40,7 @@ PAGES: tuple[ManualPage, ...] = (
     ManualPage("booking"),
     ManualPage("credits-grants-emergencies"),
     ManualPage("alerts"),
+    ManualPage("sessions", english_source="sessions.md"),
     ManualPage("files"),
     ManualPage("faq"),
     ManualPage("admin-install", for_admins=True, english_source="deployment.md"),
@@ -54,7 +55,28 @@ PAGES_BY_SLUG = {page.slug: page for page in PAGES}
 # Links between pages are written as relative .md links, so they also work when the
 # files are read on a code host; the portal turns them into its own URLs.
 # Chinese text wrapped over source lines must not get a space where the line broke.
-_CJK_BREAK = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef])\n(?=[\u3000-\u9fff\uff00-\uffef])")
+_CJK = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
+
+
+def _join_cjk_lines(text: str) -> str:
+    """Join a wrapped Chinese line to the one before it, unless that one is a heading
+    (a heading is one line: joined, it would swallow its first paragraph)."""
+    lines: list[str] = []
+    for line in text.split("\n"):
+        before = lines[-1] if lines else ""
+        if (
+            before
+            and line
+            and not before.lstrip().startswith("#")
+            and _CJK.fullmatch(before[-1])
+            and _CJK.fullmatch(line[0])
+        ):
+            lines[-1] = before + line
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
 _MD_LINK = re.compile(r'href="(?:[\w./-]*/)?([a-z0-9-]+)\.md(#[\w-]*)?"')
 
 
@@ -86,7 +108,7 @@ def render_page(slug: str, language: str) -> RenderedPage:
     first, _, rest = text.partition("\n")
     title = first.removeprefix("# ").strip() if first.startswith("# ") else slug
     body = markdown.markdown(
-        _CJK_BREAK.sub("", rest),
+        _join_cjk_lines(rest),
         extensions=["tables", "fenced_code", "sane_lists", "toc"],
         output_format="html",
     )

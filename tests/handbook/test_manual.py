@@ -101,3 +101,14 @@ def test_the_english_install_guide_is_docs_deployment_md(client: Client) -> None
     assert render_page("admin-install", "en").title == text.splitlines()[0].removeprefix("# ")
     html = client.get("/help/admin-install/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert "Docker socket" in html and "REDIS_BIND" in html
+
+
+def test_wrapped_chinese_lines_join_but_a_heading_keeps_its_paragraph() -> None:
+    from handbook.manual import _join_cjk_lines
+
+    text = "## 谁可以打开\n只有你和实验室的\n管理员。\n\n- 第一项\n- 第二项"
+    joined = _join_cjk_lines(text)
+    # The wrapped sentence is one line with no space; the heading stays a line of its own.
+    assert joined.split("\n")[:2] == ["## 谁可以打开", "只有你和实验室的管理员。"]
+    assert "- 第一项\n- 第二项" in joined
+    assert _join_cjk_lines("English\nwrapped") == "English\nwrapped"
