@@ -124,6 +124,8 @@ class LogStreamer:
         self._lock = threading.Lock()
         self._threads: dict[int, tuple[str, threading.Thread]] = {}
         self._stopping = threading.Event()
+        # Jobs whose last chunk the broker is refusing now (it is down).
+        self._failing: set[int] = set()
 
     def follow(self, job_id: int, stream: str) -> None:
         """Start sending job ``job_id``'s output (its container ``stream``) unless already."""
@@ -145,7 +147,14 @@ class LogStreamer:
         with self._lock:
             known = self._threads.get(job_id)
         if known is not None and known[0] == stream:
-            known[1].join(timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while known[1].is_alive() and time.monotonic() < deadline:
+                if job_id in self._failing:
+                    # The broker is down: the end event must not wait for it too (it has
+                    # its own outbox); the stream's thread keeps retrying, and the portal
+                    # stores a chunk that comes after the end as any other, by offset.
+                    break
+                known[1].join(0.05)
         return self._offsets.get(job_id, stream)[1]
 
     def forget(self, job_id: int) -> None:
@@ -208,9 +217,11 @@ class LogStreamer:
         message = chunk_message(job_id, stream, offset, data, final=final)
         delay = 0.5
         while not self._send(message):
+            self._failing.add(job_id)
             if self._stopping.wait(delay):
                 return False
             delay = min(SEND_BACKOFF_MAX_S, delay * 2)
+        self._failing.discard(job_id)
         self._offsets.put(job_id, stream, offset + len(data), done=final)
         return True
 

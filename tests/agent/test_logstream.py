@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,28 @@ def test_a_restarted_agent_resumes_from_the_offset_it_kept(tmp_path: Path) -> No
     resent = chunks(second)
     assert resent[0]["offset"] == len(b"first\n")
     assert output(chunks(first) + resent) == b"first\nsecond\n"
+
+
+def test_an_ended_jobs_end_is_not_held_back_while_the_broker_refuses_its_log(
+    tmp_path: Path,
+) -> None:
+    runtime = LocalProcessRuntime(tmp_path, enabled=True)
+    runtime.start(spec(12, "echo last words"))
+    status = runtime.job_status(12)
+    assert status is not None
+    wait_until(lambda: not runtime.job_status(12).running, timeout_s=10)  # type: ignore[union-attr]
+    app = RecordingApp()
+    app.fail = True
+    streamer = LogStreamer(runtime, ControlReporter(app, "n1", "tok").job_log_chunk)
+    started = time.monotonic()
+    # Not sent: the end event goes on at once (to its own outbox), not after the timeout.
+    assert not streamer.drain(12, status.container_id, timeout_s=120)
+    assert time.monotonic() - started < 60
+    app.fail = False
+    # The stream's thread kept trying: the output arrives once the broker is back.
+    wait_until(lambda: any(c["final"] for c in chunks(app)), timeout_s=40)
+    assert output(chunks(app)) == b"last words\n"
+    streamer.stop()
 
 
 def test_skip_bytes_drops_exactly_what_was_sent_before() -> None:
