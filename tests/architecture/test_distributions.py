@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from tests.architecture import importgraph
+
 ROOT = Path(__file__).resolve().parents[2]
 PORTAL = ROOT / "pyproject.toml"
 AGENT = ROOT / "distributions" / "agent" / "pyproject.toml"
@@ -52,7 +54,7 @@ def _third_party_imports(packages: list[str]) -> set[str]:
     names: set[str] = set()
     for package in packages:
         for file in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(file.read_text())):
+            for node in ast.walk(importgraph.parse(file.read_text())):
                 if isinstance(node, ast.Import):
                     names |= {alias.name.partition(".")[0] for alias in node.names}
                 elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

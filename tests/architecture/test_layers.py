@@ -47,7 +47,7 @@ def test_django_free_packages_import_no_django(graph: importgraph.Graph, package
     for module, path in graph.modules.items():
         if module.split(".")[0] != package:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(importgraph.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:

@@ -32,7 +32,10 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Any, transactional_db: Any) -> Iterator[Any]:
+    # Opened after the test's database and closed before it is flushed: a page that still
+    # polls (the job page's live log, htmx) must not query tables the teardown empties
+    # (on SQLite: "database table is locked" in the next test's setup).
     context = browser.new_context(locale="en-US")
     page = context.new_page()
     page.set_default_timeout(15000)
