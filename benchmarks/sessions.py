@@ -212,8 +212,9 @@ def _measure(args: argparse.Namespace, stack: Any, var_dir: Path) -> dict[str, A
         # As the agent runs it: as root, dropped to the member's uid (Jupyter refuses root).
         as_member: dict[str, Any] = {}
         if os.geteuid() == 0:
-            os.chown(home, member.unix_uid, member.unix_gid)
-            as_member = {"user": member.unix_uid, "group": member.unix_gid, "extra_groups": []}
+            uid, gid = int(member.unix_uid or 0), int(member.unix_gid or 0)
+            os.chown(home, uid, gid)
+            as_member = {"user": uid, "group": gid, "extra_groups": []}
         started = time.monotonic()
         server = subprocess.Popen(
             ["/bin/sh", "-c", JUPYTER_COMMAND],
