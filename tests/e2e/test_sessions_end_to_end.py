@@ -185,6 +185,8 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
             page.goto(f"{base}/jobs/{job.pk}/terminal/")
             rows = page.locator(".xterm-rows")
             expect(rows).to_be_visible()
+            # Readable: xterm.js's own theme <style> is refused by the CSP; portal.css's holds.
+            expect(rows).to_have_css("color", "rgb(255, 255, 255)")
             page.locator(".xterm").click()
             page.wait_for_timeout(500)  # the shell's prompt
             page.keyboard.type(f"echo shell-$((6 * 7))-{width} && pwd\n")
