@@ -188,7 +188,13 @@ def _measure(args: argparse.Namespace, stack: Any, var_dir: Path) -> dict[str, A
         assert answer.status_code == 201, answer.text
         job_id = int(answer.json()["job"]["id"])
         headers = {"Cookie": cookie, "Origin": base}
-        asyncio.run(first_output(f"{base}/sessions/{job_id}/", headers, started + 120))
+        try:
+            asyncio.run(first_output(f"{base}/sessions/{job_id}/", headers, started + 120))
+        except TimeoutError:
+            job = Job.objects.get(pk=job_id)
+            raise TimeoutError(
+                f"session {job_id}: {job.state} {job.pending_reason_text} {job.end_reason}"
+            ) from None
         portal.append(time.monotonic() - started)
         api.post(f"{base}/api/jobs/{job_id}/cancel/", timeout=30)
         deadline = time.monotonic() + 60
