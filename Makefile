@@ -61,6 +61,7 @@ bench: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting
 	$(PY) -m benchmarks.gateway
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.joblogs
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.sessions
 
 bench-json: install
 	$(PY) -m benchmarks.scheduler --pending 10000 --gpus 1024 --reservations 200 --json
@@ -72,6 +73,7 @@ bench-json: install
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting --json
 	$(PY) -m benchmarks.gateway --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.joblogs --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.sessions --json
 
 messages: install
 	cd . && $(PY) manage.py makemessages -l zh_Hans --ignore=.venv --ignore=node_modules --ignore=var

@@ -98,8 +98,12 @@ class Stack:
         runtime: str,
         gpus: int = 4,
         state_dir: Path,
+        gateway: str = "",
+        job_dir_root: Path | None = None,
         extra_env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
+        """An agent on simulated GPUs; ``gateway`` HOST:PORT starts its gateway (sessions,
+        terminals) and ``job_dir_root`` gives each job a working folder there."""
         env = {
             "LABPORTAL_NODE_NAME": name,
             "LABPORTAL_NODE_TOKEN": token,
@@ -108,11 +112,15 @@ class Stack:
             "LABPORTAL_SIM_GPUS": str(gpus),
             "LABPORTAL_RUNTIME": runtime,
             "LABPORTAL_AGENT_STATE_DIR": str(state_dir),
+            # The local-process runtime's jobs find this environment's tools (jupyter).
+            "PATH": os.pathsep.join([str(BIN), self.env.get("PATH", "/usr/bin:/bin")]),
             "LABPORTAL_HEARTBEAT_INTERVAL": "2",
             "LABPORTAL_SAMPLE_INTERVAL": "2",
             # The demo lab's volume (see seed_demo) lives under var/.
             "LABPORTAL_ALLOWED_MOUNT_ROOTS": str(state_dir.parent),
             **({"LABPORTAL_ALLOW_LOCAL_RUNTIME": "1"} if runtime == "local" else {}),
+            **({"LABPORTAL_AGENT_GATEWAY_LISTEN": gateway} if gateway else {}),
+            **({"LABPORTAL_JOB_DIR_ROOT": str(job_dir_root)} if job_dir_root else {}),
             **(extra_env or {}),
         }
         return self.start(f"agent-{name}", [str(BIN / "labportal-agent")], env)

@@ -21,8 +21,11 @@ TOKEN_ENV = "LABPORTAL_SESSION_TOKEN"
 
 JUPYTER_COMMAND = (
     # The token goes in the environment (JUPYTER_TOKEN), not the arguments that ps shows.
+    # The runtime folder is a fresh one of the job's own (mktemp -d, mode 0700): the
+    # local-process runtime shares /tmp, where a job id's folder may be left by a job of
+    # another uid (another lab's database, an earlier install) and Jupyter would fail.
     'export HOME="${HOME:-/tmp}" JUPYTER_TOKEN="$LABPORTAL_SESSION_TOKEN" '
-    'JUPYTER_RUNTIME_DIR="${TMPDIR:-/tmp}/jupyter-$LABPORTAL_JOB_ID"; '
+    'JUPYTER_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/jupyter-$LABPORTAL_JOB_ID.XXXXXX")"; '
     "exec jupyter lab --no-browser "
     '--ip="$LABPORTAL_SESSION_HOST" --port="$LABPORTAL_SESSION_PORT" '
     '--ServerApp.base_url="/sessions/$LABPORTAL_JOB_ID/" '

@@ -70,3 +70,30 @@ def test_a_session_goes_through_the_queues_limits(cluster: Any, alice: Any, imag
 
     with pytest.raises(TooManyGpus):
         session_start(owner=alice, kind="jupyter", image=image.reference, queue="debug", gpus=64)
+
+
+def test_jupyters_runtime_folder_is_a_fresh_one_where_the_job_ids_folder_is_taken(
+    tmp_path: Any,
+) -> None:
+    """The local-process runtime shares /tmp: a folder for this job id left by another uid
+    (another database's job 5) must not stop the server."""
+    import os
+    import stat
+    import subprocess
+
+    from sessions.launch import JUPYTER_COMMAND
+
+    taken = tmp_path / "jupyter-5"
+    taken.mkdir(mode=0o500)
+    prefix = JUPYTER_COMMAND.split("exec jupyter")[0]
+    shown = subprocess.run(
+        ["/bin/sh", "-c", prefix + 'echo "$JUPYTER_RUNTIME_DIR"'],
+        env={"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "LABPORTAL_JOB_ID": "5"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    runtime = tmp_path / os.path.basename(shown)
+    assert runtime.parent == tmp_path and runtime != taken and runtime.name.startswith("jupyter-5.")
+    assert runtime.is_dir() and not any(runtime.iterdir())
+    assert stat.S_IMODE(runtime.stat().st_mode) == 0o700

@@ -1,4 +1,4 @@
-"""Run the demo lab: web (gunicorn), a control worker with beat, and one agent per node.
+"""Run the demo lab: web (uvicorn), a control worker with beat, and one agent per node.
 
 Everything runs on the embedded defaults: SQLite, kombu's filesystem broker, the
 simulated GPU backend and the local-process runtime. The portal names all of this
@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from demo.management.commands.seed_demo import DEMO_PASSWORD
-from labportal.devstack import Stack, wait_for_port
+from labportal.devstack import Stack, free_port, wait_for_port
 
 
 class Command(BaseCommand):
@@ -35,7 +36,13 @@ class Command(BaseCommand):
         import os
 
         log_dir = settings.VAR_DIR / "logs"
-        stack = Stack(env={**os.environ, "PYTHONUNBUFFERED": "1"}, log_dir=log_dir)
+        # Job folders (Files, a job's outputs) under var/, shared by the portal and its agents
+        # as the lab's storage would be; an operator's own setting wins.
+        job_root = Path(settings.LABPORTAL_JOB_DIR_ROOT or settings.VAR_DIR / "jobs")
+        job_root.mkdir(parents=True, exist_ok=True)
+        files_roots = ":".join(dict.fromkeys([*settings.LABPORTAL_FILES_ROOTS, str(job_root)]))
+        portal_env = {"LABPORTAL_JOB_DIR_ROOT": str(job_root), "LABPORTAL_FILES_ROOTS": files_roots}
+        stack = Stack(env={**os.environ, "PYTHONUNBUFFERED": "1", **portal_env}, log_dir=log_dir)
         stack.web(options["port"])
         stack.control_worker(settings.VAR_DIR / "celerybeat-schedule")
         broker = settings.CELERY_BROKER_URL
@@ -51,6 +58,9 @@ class Command(BaseCommand):
                     runtime="local",
                     gpus=agent["gpus"],
                     state_dir=settings.VAR_DIR / "agents" / agent["name"],
+                    # Sessions and terminals: the portal reaches each agent's gateway here.
+                    gateway=f"127.0.0.1:{free_port()}",
+                    job_dir_root=job_root,
                 )
         stopping = False
 
