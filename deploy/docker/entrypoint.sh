@@ -19,8 +19,10 @@ case "$role" in
     fi
     # ASGI (labportal/asgi.py): the sessions proxy holds WebSockets open, which a
     # synchronous worker cannot. WEB_WORKERS processes, each serving many connections.
+    # WEB_BIND is HOST:PORT (the healthcheck reads the same variable).
+    bind="${WEB_BIND:-0.0.0.0:8000}"
     exec uvicorn labportal.asgi:application \
-      --host "${WEB_HOST:-0.0.0.0}" --port "${WEB_PORT:-8000}" \
+      --host "${bind%:*}" --port "${bind##*:}" \
       --workers "${WEB_WORKERS:-${GUNICORN_WORKERS:-3}}" \
       --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" "$@"
     ;;

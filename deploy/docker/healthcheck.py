@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def web_ok() -> bool:
-    port = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000").rsplit(":", 1)[-1]
+    port = os.environ.get("WEB_BIND", "0.0.0.0:8000").rsplit(":", 1)[-1]
     host = (os.environ.get("ALLOWED_HOSTS") or "localhost").split(",")[0].strip()
     if host.startswith("."):
         host = host[1:]
