@@ -24,7 +24,6 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
-from agent.logstream import skip_bytes, waiting_stream
 from agent.runtime.base import (
     LABEL_ATTEMPT,
     LABEL_GPU_UUIDS,
@@ -56,6 +55,7 @@ from agent.runtime.mount_paths import (
     mounts_not_as_checked,
     sources_changed_since_checked,
 )
+from agent.runtime.output import skip_bytes, waiting_stream
 
 log = logging.getLogger(__name__)
 

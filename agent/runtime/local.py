@@ -29,7 +29,6 @@ from typing import Any
 
 import psutil
 
-from agent.logstream import file_output_stream
 from agent.runtime.base import (
     ContainerRuntime,
     ExecSession,
@@ -40,6 +39,7 @@ from agent.runtime.base import (
     StartOutcome,
 )
 from agent.runtime.job_dirs import prepare_job_dir
+from agent.runtime.output import file_output_stream
 from agent.runtime.pty_exec import PtyExec, process_environ
 
 log = logging.getLogger(__name__)

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.gpu import SimulatedBackend
-from agent.logstream import LogStreamer, skip_bytes
+from agent.logstream import LogStreamer
 from agent.node import NodeAgent
 from agent.reporter import ControlReporter
 from agent.runtime import JobSpec
 from agent.runtime.local import LocalProcessRuntime
+from agent.runtime.output import skip_bytes
 from tests.agent.support import RecordingApp, job_spec, wait_until
 
 
