@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from rest_framework.test import APIClient
 from tests.factories import CategoryFactory, UserFactory
 
 PASSWORD = "correct-horse-battery"
+CHROMIUM = os.environ.get("LABPORTAL_CHROMIUM", "/usr/bin/chromium")
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -222,3 +224,25 @@ def default_language() -> Iterator[None]:
     translation.deactivate()
     yield
     translation.deactivate()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium under Playwright (its own browser download is not used).
+
+    Here, not in tests/browser, so that every test (the end-to-end ones too) shares one:
+    Playwright's sync API runs an event loop in this thread and cannot start a second.
+    """
+    if not shutil.which(CHROMIUM):
+        require_in_ci(f"Chromium at {CHROMIUM} (apt-get install chromium)")
+    # Playwright's sync API runs an event loop in this thread; the Django ORM calls
+    # the tests make around it are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        yield browser
+        browser.close()

@@ -1,34 +1,12 @@
-"""Playwright in headless Debian Chromium (Playwright's own browser download is not used)."""
+"""The browser tests' page and sign-in; the browser itself is tests/conftest.py's (one per
+pytest process: Playwright's sync API cannot start twice in one thread)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from tests.conftest import require_in_ci
-
-CHROMIUM = os.environ.get("LABPORTAL_CHROMIUM", "/usr/bin/chromium")
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    if not shutil.which(CHROMIUM):
-        require_in_ci(f"Chromium at {CHROMIUM} (apt-get install chromium)")
-    # Playwright's sync API runs an event loop in this thread; the Django ORM calls
-    # the tests make around it are still synchronous and safe.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from playwright.sync_api import expect
 from cluster.models import Gpu, Node, NodeToken
 from jobqueue.models import ContainerImage, Job
 from labportal.devstack import Stack, free_port, wait_for_port
-from tests.browser.conftest import browser  # noqa: F401  (the Playwright fixtures)
 from tests.browser.test_alerts import shot
 from tests.conftest import PASSWORD, require_in_ci
 from tests.e2e.test_jobs_end_to_end import stack_env, wait_until
@@ -62,7 +61,7 @@ def stack(tmp_path: Path) -> Any:
     running.stop()
 
 
-def signed_in(browser: Any, base: str, username: str, *, language: str = "en") -> Any:  # noqa: F811
+def signed_in(browser: Any, base: str, username: str, *, language: str = "en") -> Any:
     context = browser.new_context(locale="en-US")
     context.add_cookies([{"name": settings.LANGUAGE_COOKIE_NAME, "value": language, "url": base}])
     page = context.new_page()
@@ -93,7 +92,7 @@ def websocket_outcome(page: Any, url: str) -> Any:
 
 def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_refused(
     stack: Stack,
-    browser: Any,  # noqa: F811
+    browser: Any,
     alice: Any,
     bob: Any,
     queues: Any,

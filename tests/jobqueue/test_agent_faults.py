@@ -13,6 +13,8 @@ Run on PostgreSQL too (the second pass of CI).
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -33,6 +35,7 @@ from agent.reporter import ControlReporter
 from agent.runtime import JobSpec, JobStatus, StartOutcome
 from agent.runtime.local import LocalProcessRuntime
 from cluster.models import NodeToken, RejectedMessage
+from joblogs.selectors import latest_log, log_bytes
 from jobqueue.models import Job
 from scheduling.passes import scheduling_pass
 from tests.agent.support import wait_until
@@ -46,18 +49,44 @@ A_YEAR = 365 * 86400
 
 
 class PortalBridge:
-    """Stands in for the broker: runs the portal's control task at once, as its worker would."""
+    """Stands in for the broker: runs the portal's control task, as its worker would.
+
+    A task sent from the test's thread runs at once. One sent from another thread (the
+    agent streams each job's output from a thread of its own) waits for ``deliver``,
+    which the test's thread calls: run there, it sees this test's transaction, as the
+    portal's worker sees committed rows; run in the sender's thread, it would reach the
+    database on a connection of its own, outside the transaction (on PostgreSQL the node
+    would be unknown to it, and what it wrote would outlive the test).
+    """
 
     def __init__(self) -> None:
         self.results: list[tuple[str, str]] = []
+        self._owner = threading.get_ident()
+        self._waiting: queue.SimpleQueue[tuple[str, list[Any]]] = queue.SimpleQueue()
 
     def send_task(self, name: str, args: Any = None, **options: Any) -> None:
+        if threading.get_ident() != self._owner:
+            self._waiting.put((name, list(args or [])))
+            return
+        self._run(name, list(args or []))
+
+    def deliver(self) -> None:
+        """Run the tasks other threads sent, in the order they were sent."""
+        while True:
+            try:
+                name, args = self._waiting.get_nowait()
+            except queue.Empty:
+                return
+            self._run(name, args)
+
+    def _run(self, name: str, args: list[Any]) -> None:
         import cluster.tasks  # noqa: F401  (registers the control tasks)
+        import joblogs.tasks  # noqa: F401
         import scheduling.tasks  # noqa: F401
         import telemetry.tasks  # noqa: F401
         from labportal.celery import app
 
-        self.results.append((name, app.tasks[name](*list(args or []))))
+        self.results.append((name, app.tasks[name](*args)))
 
 
 class YearBehindRuntime(LocalProcessRuntime):
@@ -124,10 +153,12 @@ def dispatch(owner: Any, script: str, on_commit: Any, sent_tasks: Any) -> tuple[
     return job, spec
 
 
-def run_until_reported(agent: NodeAgent, job: Job, on_commit: Any) -> None:
+def run_until_reported(agent: NodeAgent, bridge: PortalBridge, job: Job, on_commit: Any) -> None:
     def ended() -> bool:
         with on_commit(execute=True):
+            bridge.deliver()
             agent.watch_once()
+            bridge.deliver()
         return job.pk not in agent.running_job_ids()
 
     wait_until(ended, timeout_s=20)
@@ -147,13 +178,17 @@ def test_a_job_whose_output_holds_nul_bytes_completes(
 
     with django_capture_on_commit_callbacks(execute=True):
         assert agent.start_job(spec, delivery_id="d1")["ok"]
-    run_until_reported(agent, job, django_capture_on_commit_callbacks)
+    run_until_reported(agent, bridge, job, django_capture_on_commit_callbacks)
 
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED and job.exit_code == 0
     assert "epoch 1\ufffd\ufffd loss 0.5\ndone\n" in job.log_tail
     assert not job.allocations.filter(active=True).exists()
     assert all(result == "ok" for _name, result in bridge.results), bridge.results
+    # The whole output is kept as it was written, NUL bytes and all (a bytea column).
+    log = latest_log(job)
+    assert log is not None and log.complete
+    assert b"".join(log_bytes(log)) == b"epoch 1\x00\x00 loss 0.5\ndone\n"
     # A restarted agent reports the same exit again: it changes nothing and fails nothing.
     with django_capture_on_commit_callbacks(execute=True):
         make_agent()[0].reconcile()
@@ -163,7 +198,7 @@ def test_a_job_whose_output_holds_nul_bytes_completes(
 def test_a_lost_start_is_sent_again_and_the_job_then_runs(
     make_agent: Any, alice: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
 ) -> None:
-    agent, _bridge = make_agent()
+    agent, bridge = make_agent()
     job, _lost_spec = dispatch(alice, "exit 0", django_capture_on_commit_callbacks, sent_tasks)
     # The start never reaches the agent (it was killed with the message in flight).
 
@@ -177,7 +212,7 @@ def test_a_lost_start_is_sent_again_and_the_job_then_runs(
     [_first, (_name, [resent], _queue)] = sent_tasks.named("agent.start_job")
     with django_capture_on_commit_callbacks(execute=True):
         assert agent.start_job(resent, delivery_id="d2")["ok"]
-    run_until_reported(agent, job, django_capture_on_commit_callbacks)
+    run_until_reported(agent, bridge, job, django_capture_on_commit_callbacks)
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED
     kinds = set(job.events.values_list("kind", flat=True))
@@ -187,7 +222,7 @@ def test_a_lost_start_is_sent_again_and_the_job_then_runs(
 def test_a_lost_start_that_is_never_received_frees_the_gpus(
     make_agent: Any, alice: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
 ) -> None:
-    agent, _bridge = make_agent()
+    agent, bridge = make_agent()
     job, _spec = dispatch(alice, "exit 0", django_capture_on_commit_callbacks, sent_tasks)
     ack = timedelta(seconds=settings.LABPORTAL_START_ACK_S + 1)
     now = timezone.now()
@@ -223,7 +258,9 @@ def test_an_agent_clock_a_year_off_charges_nothing_for_a_year(
         agent.heartbeat_once()
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING
-    run_until_reported(agent, job, django_capture_on_commit_callbacks)  # its exit is refused too
+    run_until_reported(
+        agent, bridge, job, django_capture_on_commit_callbacks
+    )  # its exit is refused too
     later = timezone.now() + GRACE * 2
     for at in (later, later + GRACE + timedelta(seconds=1)):
         with django_capture_on_commit_callbacks(execute=True), time_machine.travel(at):
