@@ -52,7 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="auto (skip a sparse head; the default) | dense | all | START:END (trace seconds)",
     )
     parser.add_argument("--max-jobs", type=int, default=None)
-    parser.add_argument("--slot-gpus", type=int, default=1, help="GPUs exposed as shared slots")
+    parser.add_argument(
+        "--slot-gpus",
+        type=int,
+        default=None,
+        help="GPUs exposed as shared slots (default: 1 if the workload has jobs that use "
+        "slots, else 0)",
+    )
     parser.add_argument("--slots-per-gpu", type=int, default=4)
     parser.add_argument("--timeslot-hours", type=float, default=4.0)
     parser.add_argument("--json", action="store_true")

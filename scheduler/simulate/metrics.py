@@ -80,6 +80,7 @@ def summarize(
         else None,
         "unfinished": len(jobs) - len(done),
         "refused_too_wide": workload.refused,
+        "fractional_as_whole": workload.fractional_as_whole,
         "users_source": workload.users_source,
         "window": workload.window,
     }

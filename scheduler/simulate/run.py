@@ -159,6 +159,7 @@ class Simulation:
         self.workload = workload
         self.policy_name = policy_name
         self.gpus = gpus
+        self.slot_gpus = slot_gpus
         self.slots_per_gpu = slots_per_gpu
         self.timeslot_s = timeslot_s
         self.nodes, self.units = cluster or build_cluster(gpus, per_node, slot_gpus, slots_per_gpu)
@@ -227,6 +228,9 @@ class Simulation:
             runtime_errors=self.runtime_errors,
         )
         metrics["preemptions"] = self.preemptions
+        metrics["slot_gpus"] = sum(1 for unit in self.units if unit.kind is GpuKind.SLOT) // max(
+            1, self.slots_per_gpu
+        )
         metrics["sim_seconds"] = round(time.perf_counter() - began, 3)
         return metrics
 
@@ -656,11 +660,15 @@ def simulate(
     load: float = 1.0,
     window: str = "auto",
     max_jobs: int | None = None,
-    slot_gpus: int = 1,
+    slot_gpus: int | None = None,
     slots_per_gpu: int = 4,
     timeslot_s: float = 4 * 3600.0,
 ) -> dict[str, Any]:
-    """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object)."""
+    """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object).
+
+    ``slot_gpus`` None exposes one GPU as shared slots only when the workload has jobs
+    that use slots: a slot GPU no job can use would count as idle capacity in the
+    allocation and keep its node's widest jobs from ever starting."""
     workload = load_workload(
         trace,
         users=users,
@@ -670,6 +678,8 @@ def simulate(
         max_jobs=max_jobs,
         max_gpus_per_job=gpus_per_node,
     )
+    if slot_gpus is None:
+        slot_gpus = 1 if any(job.shared_slot for job in workload.jobs) else 0
     return Simulation(
         workload,
         policy,

@@ -67,6 +67,9 @@ class Workload:
     # Jobs wider than any node: refused at load, as the portal refuses them at submit.
     refused: int = 0
     window: str = "all"
+    # Fractional-GPU jobs whose limit is over the debug queue's hour: replayed as whole-GPU
+    # normal jobs (the portal's shared slots are the debug queue's only), and counted.
+    fractional_as_whole: int = 0
 
 
 class EmptyWorkload(ValueError):
@@ -180,6 +183,7 @@ def load_workload(
     categories = {name: category_of_rank(r) for r, name in enumerate(names)}
     t0 = float(rows[0]["submit_time_s"])
     jobs: list[SimJob] = []
+    fractional_as_whole = 0
     for i, row in enumerate(rows):
         user = row["user"] if users_source == "trace" else rng.choices(names, weights)[0]
         duration = max(1.0, float(row["duration_s"]))
@@ -188,6 +192,7 @@ def load_workload(
         gpus = int(row["num_gpus"])
         frac = float(row["gpu_frac"])
         debug = gpus == 1 and frac < 1.0 and limit <= 3600.0
+        fractional_as_whole += gpus == 1 and frac < 1.0 and not debug
         submit = t0 + (float(row["submit_time_s"]) - t0) / load
         jobs.append(
             SimJob(
@@ -229,6 +234,7 @@ def load_workload(
         users_source=users_source,
         refused=refused,
         window=window if window != "auto" else f"auto (from {lo:.0f} s)",
+        fractional_as_whole=fractional_as_whole,
     )
 
 

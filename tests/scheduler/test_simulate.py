@@ -109,3 +109,46 @@ def test_the_bench_finds_the_shared_trace_from_any_working_directory(
 
     monkeypatch.chdir(tmp_path)
     assert DEFAULT_TRACE.resolve() == TRACE.resolve()
+
+
+def write_trace(path: Path, rows: list[tuple[int, float, float, float]]) -> str:
+    """A trace CSV of (submit s, duration s, GPUs, GPU fraction) rows."""
+    lines = [
+        "job_id,user,submit_time_s,start_time_s,duration_s,num_gpus,gpu_frac,queue,status,wait_s"
+    ]
+    for i, (submit, duration, gpus, frac) in enumerate(rows):
+        lines.append(f"j{i},u{i % 3},{submit},{submit},{duration},{gpus},{frac},LS,Done,0")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_workload_without_slot_jobs_gets_no_slot_gpu_and_its_widest_jobs_run(
+    tmp_path: Path,
+) -> None:
+    # Whole-GPU jobs only, two of them as wide as the 8-GPU cluster: with a GPU exposed as
+    # shared slots, no job could use it and the 8-GPU jobs could never start.
+    trace = write_trace(
+        tmp_path / "wide.csv", [(0, 600, 8, 1.0), (10, 300, 2, 1.0), (20, 600, 8, 1.0)]
+    )
+    result = simulate(trace, "labportal", gpus=8, gpus_per_node=8, window="all")
+    assert result["slot_gpus"] == 0
+    assert result["unfinished"] == 0 and result["jobs"] == 3
+
+    forced = simulate(trace, "fifo", gpus=8, gpus_per_node=8, window="all", slot_gpus=1)
+    assert forced["slot_gpus"] == 1
+    assert forced["unfinished"] == 2, "the two 8-GPU jobs cannot fit beside a slot GPU"
+
+
+def test_fractional_jobs_too_long_for_the_debug_queue_are_counted_as_whole_gpu_jobs(
+    tmp_path: Path,
+) -> None:
+    # A 0.5-GPU job of 10 minutes is a debug slot job; one of 5 hours is replayed as a
+    # whole-GPU normal job, and the result says how many were.
+    trace = write_trace(
+        tmp_path / "frac.csv",
+        [(0, 300, 1, 0.5), (5, 5 * 3600, 1, 0.5), (9, 6 * 3600, 1, 0.25), (12, 60, 2, 1.0)],
+    )
+    result = simulate(trace, "labportal", gpus=8, gpus_per_node=8, window="all")
+    assert result["fractional_as_whole"] == 2
+    assert result["slot_gpus"] == 1, "the short fractional job uses a shared slot"
+    assert result["unfinished"] == 0
