@@ -32,12 +32,12 @@ step() { log "[$(( $(date +%s) - step_start ))s] $*"; }
 cleanup() {
   local rc=$?
   if [ $rc -ne 0 ]; then
-    for c in web worker agent; do
+    for c in web worker beat agent; do
       echo "--- $c (last lines)" >&2
       docker logs --tail 40 "$RUN_ID-$c" 2>&1 | sed 's/^/    /' >&2 || true
     done
   fi
-  docker rm -f "$RUN_ID-web" "$RUN_ID-worker" "$RUN_ID-agent" >/dev/null 2>&1 || true
+  docker rm -f "$RUN_ID-web" "$RUN_ID-worker" "$RUN_ID-beat" "$RUN_ID-agent" >/dev/null 2>&1 || true
   docker ps -aq --filter "label=labportal.node=$NODE" | xargs -r docker rm -f >/dev/null 2>&1 || true
   psql "$PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS $DB_NAME" >/dev/null 2>&1 || true
   psql "$PG_SERVER/postgres" -qc "DROP DATABASE IF EXISTS ${DB_NAME}_restored" >/dev/null 2>&1 || true
@@ -62,7 +62,7 @@ cp docker-compose.yml "$cfg_dir/"
 sed 's/CHANGE-ME/ci0secret0value/' .env.example >"$cfg_dir/.env"
 docker-compose --project-directory "$cfg_dir" -f "$cfg_dir/docker-compose.yml" config -q
 services="$(docker-compose --project-directory "$cfg_dir" -f "$cfg_dir/docker-compose.yml" --profile gpu config --services | sort | tr '\n' ' ')"
-[ "$services" = "agent grafana postgres prometheus redis web worker " ] || {
+[ "$services" = "agent beat grafana postgres prometheus redis web worker " ] || {
   log "unexpected services: $services"
   exit 1
 }
@@ -107,6 +107,8 @@ wait_healthy() {
 wait_healthy "$RUN_ID-web" 150  # the web role migrates first
 docker run -d --name "$RUN_ID-worker" --network host --health-interval 5s \
   "${portal_env[@]}" labportal/portal:ci worker >/dev/null
+docker run -d --name "$RUN_ID-beat" --network host --health-interval 5s \
+  "${portal_env[@]}" labportal/portal:ci beat >/dev/null
 [ "$(docker exec "$RUN_ID-web" id -u)" != 0 ] || { log "the portal runs as root"; exit 1; }
 
 step "admin, node token and image allow-list inside the web container"
@@ -126,6 +128,7 @@ docker run -d --name "$RUN_ID-agent" --network host \
   labportal/agent:ci --name "$NODE" --broker "$REDIS_URL" --token "$token" \
   --gpu-backend simulated --sim-gpus 2 --heartbeat-interval 2 --allowed-mount-root none >/dev/null
 wait_healthy "$RUN_ID-worker" 90
+wait_healthy "$RUN_ID-beat" 60
 
 step "log in over HTTP and run a job through the agent"
 python3 .ci/container_e2e_http.py "http://127.0.0.1:$PORT" admin "$ADMIN_PASSWORD" "$TEST_IMAGE"

@@ -1,4 +1,4 @@
-"""Start LabPortal's real processes as children: web, control worker with beat, agents.
+"""Start LabPortal's real processes as children: web, control worker, beat, agents.
 
 Used by the demo runner, the end-to-end tests and the benchmarks, so that all
 three run the same process layout as production.
@@ -68,14 +68,16 @@ class Stack:
         )
 
     def control_worker(self, schedule_file: Path, concurrency: int = 2) -> subprocess.Popen[bytes]:
-        return self.start(
+        """The control worker (queue "control") and, as a process of its own, Celery beat:
+        as in production (deploy/docker/entrypoint.sh), the worker can be restarted or
+        scaled without stopping the periodic work, and beat never runs twice."""
+        worker = self.start(
             "control",
             [
                 str(BIN / "celery"),
                 "-A",
                 "labportal",
                 "worker",
-                "--beat",
                 "--queues",
                 "control",
                 "--concurrency",
@@ -84,6 +86,21 @@ class Stack:
                 "INFO",
                 "--hostname",
                 "control@%h",
+            ],
+        )
+        self.beat(schedule_file)
+        return worker
+
+    def beat(self, schedule_file: Path) -> subprocess.Popen[bytes]:
+        return self.start(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "labportal",
+                "beat",
+                "--loglevel",
+                "INFO",
                 "--schedule",
                 str(schedule_file),
             ],

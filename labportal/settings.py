@@ -315,6 +315,12 @@ _FILESYSTEM_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
 # at one message per poll, so the demo acks on receipt and prefetches more.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 8 if _FILESYSTEM_BROKER else 1
 CELERY_TASK_ACKS_LATE = not _FILESYSTEM_BROKER
+# With late acks, a task whose worker child was killed (OOM, SIGKILL) is requeued, not
+# acked and lost; every task is safe to run twice.
+CELERY_TASK_REJECT_ON_WORKER_LOST = CELERY_TASK_ACKS_LATE
+# Beat's crontab entries (the nightly backup at LABPORTAL_BACKUP_HOUR, the monthly grant)
+# follow the lab's TIME_ZONE, not UTC.
+CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # How often node liveness is checked (cluster/beat.py). A check that comes more than two of
 # these (and 5 s) after the previous one follows a time the control side could not hear:

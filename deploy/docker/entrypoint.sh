@@ -3,7 +3,8 @@
 # else is run as a command (e.g. `manage createsuperuser`).
 #
 #   web      migrate (unless LABPORTAL_MIGRATE_ON_START=false), then uvicorn (ASGI: pages, API, the sessions proxy) on :8000
-#   worker   the control worker with Celery beat (queue "control")
+#   worker   the control worker (queue "control"); scale or restart it freely
+#   beat     Celery beat, the periodic work (passes, liveness, credits, backups); exactly one
 #   manage   python manage.py ARGS...
 set -eu
 
@@ -27,10 +28,14 @@ case "$role" in
       --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" "$@"
     ;;
   worker)
-    exec celery -A labportal worker --beat --queues control \
+    exec celery -A labportal worker --queues control \
       --concurrency "${CELERY_CONCURRENCY:-2}" \
-      --schedule "${LABPORTAL_VAR_DIR}/celerybeat-schedule" \
       --hostname "control@%h" --loglevel "${LOG_LEVEL:-INFO}" "$@"
+    ;;
+  beat)
+    exec celery -A labportal beat \
+      --schedule "${LABPORTAL_VAR_DIR}/celerybeat-schedule" \
+      --loglevel "${LOG_LEVEL:-INFO}" "$@"
     ;;
   manage)
     exec python3 manage.py "$@"

@@ -1,4 +1,4 @@
-"""Run the demo lab: web (uvicorn), a control worker with beat, and one agent per node.
+"""Run the demo lab: web (uvicorn), a control worker, Celery beat, and one agent per node.
 
 Everything runs on the embedded defaults: SQLite, kombu's filesystem broker, the
 simulated GPU backend and the local-process runtime. The portal names all of this
