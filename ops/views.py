@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
 from core.metrics import metrics_registry, metrics_text
-from ops.health import health_report
+from ops.health import freshness_report, health_report
 from telemetry.models import ScrapeToken
 
 
@@ -41,10 +41,18 @@ def _refused(message: str) -> HttpResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """For load balancers and the container healthcheck: 200 and "ok" only while every
-    dependency answers (database, cache, broker, and Slurm in Slurm mode), else 503;
-    `checks` says which one is down."""
+    """For load balancers, container healthchecks and uptime monitors.
+
+    503 while a dependency is down (database, cache, broker, and Slurm in Slurm mode):
+    this process cannot serve. Periodic work that has not run for too long (the last
+    scheduling pass, the last backup) makes the status "degraded" but keeps 200, since the
+    web tier can still serve and a load balancer must not take it out; ``?strict=1`` answers
+    503 then too, for a monitor that should page someone. ``checks`` and ``periodic`` say
+    which part is down or stale.
+    """
     up, checks = health_report()
-    return JsonResponse(
-        {"status": "ok" if up else "down", "checks": checks}, status=200 if up else 503
-    )
+    fresh, periodic = freshness_report() if up else (False, {})
+    strict = request.GET.get("strict", "") in {"1", "true", "yes"}
+    status = "down" if not up else ("ok" if fresh else "degraded")
+    code = 503 if not up or (strict and not fresh) else 200
+    return JsonResponse({"status": status, "checks": checks, "periodic": periodic}, status=code)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,13 @@ import pytest
 import requests
 from django.db import OperationalError, connection
 from django.test import Client
+from django.utils import timezone
 from kombu import Connection
 
+from jobqueue.models import SchedulerLock
 from labportal.devstack import Stack, free_port, wait_for_port
+from ops.backups import ARCHIVE_PREFIX, ARCHIVE_SUFFIX, STAMP_FORMAT, Archive
+from scheduling.passes import LOCK_NAME
 from tests.conftest import api_as
 
 pytestmark = pytest.mark.django_db
@@ -74,12 +79,17 @@ def test_other_errors_keep_the_500_page(alice: Any, monkeypatch: pytest.MonkeyPa
 def test_healthz_reports_each_dependency_and_is_ok_only_when_all_are_up(
     client: Client, request: pytest.FixtureRequest
 ) -> None:
+    SchedulerLock.objects.create(
+        name=LOCK_NAME, last_pass_at=timezone.now() - timedelta(seconds=30)
+    )
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {
-        "status": "ok",
-        "checks": {"database": "ok", "cache": "ok", "broker": "ok"},
-    }
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["checks"] == {"database": "ok", "cache": "ok", "broker": "ok"}
+    assert set(body["periodic"]) == {"scheduling_pass"}  # backups are off in the tests
+    assert body["periodic"]["scheduling_pass"]["state"] == "ok"
+    assert body["periodic"]["scheduling_pass"]["age_s"] >= 30
     request.getfixturevalue("database_down")
     response = client.get("/healthz")
     assert response.status_code == 503
@@ -89,6 +99,49 @@ def test_healthz_reports_each_dependency_and_is_ok_only_when_all_are_up(
         "cache": "ok",
         "broker": "ok",
     }
+
+
+def test_healthz_is_degraded_but_200_when_no_pass_ran_for_too_long_and_503_when_strict(
+    client: Client,
+) -> None:
+    """Beat or the control worker stopped: the web tier still serves (a load balancer keeps
+    it), and a monitor asking ?strict=1 gets 503 to page someone."""
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "degraded"
+    assert response.json()["periodic"]["scheduling_pass"] == {
+        "state": "stale",
+        "age_s": None,
+        "stale_after_s": 120,
+    }
+    SchedulerLock.objects.create(name=LOCK_NAME, last_pass_at=timezone.now() - timedelta(minutes=3))
+    assert client.get("/healthz").json()["periodic"]["scheduling_pass"]["state"] == "stale"
+    strict = client.get("/healthz?strict=1")
+    assert strict.status_code == 503
+    assert strict.json()["status"] == "degraded"
+    SchedulerLock.objects.filter(name=LOCK_NAME).update(last_pass_at=timezone.now())
+    assert client.get("/healthz?strict=1").status_code == 200
+
+
+def test_healthz_reports_the_last_backups_age_where_backups_are_on(
+    client: Client, settings: Any, tmp_path: Path
+) -> None:
+    settings.LABPORTAL_BACKUP_ENABLED = True
+    settings.LABPORTAL_BACKUP_DIR = str(tmp_path)
+    SchedulerLock.objects.create(name=LOCK_NAME, last_pass_at=timezone.now())
+    response = client.get("/healthz?strict=1")
+    assert response.status_code == 503
+    assert response.json()["periodic"]["backup"]["state"] == "stale"  # none was ever made
+    # An archive as backup_create names it (a real dump would wait on the test's own lock).
+    made = timezone.now() - timedelta(hours=2)
+    archive = tmp_path / f"{ARCHIVE_PREFIX}{made.strftime(STAMP_FORMAT)}{ARCHIVE_SUFFIX}"
+    archive.write_bytes(b"archive")
+    Archive(path=archive, created=made).checksum_path.write_text("0  x\n")
+    response = client.get("/healthz?strict=1")
+    assert response.status_code == 200, response.json()
+    assert response.json()["periodic"]["backup"]["state"] == "ok"
+    assert response.json()["periodic"]["backup"]["stale_after_s"] == 26 * 3600
+    assert response.json()["periodic"]["backup"]["age_s"] >= 2 * 3600
 
 
 def test_healthz_says_when_the_broker_is_unreachable(
