@@ -17,6 +17,7 @@ from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
+from core.request_body import form_checks_nul_in
 from jobqueue import executor, job_templates, resubmit, selectors, services, submit
 from jobqueue.errors import GrantRequired
 from jobqueue.extensions import job_page_context
@@ -24,6 +25,7 @@ from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, JobTemplate, SchedulingPolicy
 
 
+@form_checks_nul_in("name", "command", "array", "env", "run_after", "save_as_name")
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
