@@ -33,6 +33,10 @@ class AlertQuerySet(models.QuerySet["Alert"]):
     def about_job(self, job_id: int) -> AlertQuerySet:
         return self.filter(job_id=job_id)
 
+    def about_user(self, user: Any) -> AlertQuerySet:
+        """The alerts a member may read: about them, or about one of their jobs."""
+        return self.filter(models.Q(user=user) | models.Q(job__owner=user))
+
 
 class Alert(models.Model):
     """One condition a rule found on one subject. At most one open alert per (kind, subject)."""

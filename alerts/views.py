@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,14 +15,18 @@ from approvals.views import staff_required
 from core.errors import DomainError
 
 
-@staff_required
+@login_required
 def alert_list(request: HttpRequest) -> HttpResponse:
+    """Staff see every alert; a member sees the alerts about their own jobs and GPUs."""
     state = request.GET.get("state", "")
     if state not in Alert.State.values:
         state = ""
-    page = Paginator(selectors.alerts_for_staff_page(state=state or None), 50).get_page(
-        request.GET.get("page")
-    )
+    user = request_user(request)
+    alerts = selectors.alerts_for_staff_page(state=state or None)
+    if not user.is_staff:
+        alerts = alerts.about_user(user)
+    page = Paginator(alerts, 50).get_page(request.GET.get("page"))
+    open_alerts = Alert.objects.open()
     return render(
         request,
         "alerts/alert_list.html",
@@ -29,7 +34,8 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             "page": page,
             "state": state,
             "states": Alert.State.choices,
-            "open_count": Alert.objects.open().count(),
+            "staff": user.is_staff,
+            "open_count": (open_alerts if user.is_staff else open_alerts.about_user(user)).count(),
         },
     )
 

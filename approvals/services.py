@@ -59,6 +59,11 @@ class EmergencyLimitReached(ApprovalRefused):
     status_code = 429
 
 
+class EmergencyJobsFinished(ApprovalRefused):
+    code = "emergency_jobs_finished"
+    status_code = 409
+
+
 def _url(name: str) -> str:
     try:
         return reverse(name)
@@ -378,6 +383,12 @@ def emergency_decide(
             % {"state": request.get_state_display()}
         )
     now = now or timezone.now()
+    if approve and not request.jobs.exclude(state__in=Job.FINAL_STATES).exists():
+        raise EmergencyJobsFinished(
+            _(
+                "Every job of this request has already ended, so top priority would change nothing; reject it instead. It would not count against the member's emergencies."
+            )
+        )
     if approve and emergency_uses_left(request.user, now=now) <= 0:
         raise EmergencyLimitReached(
             _(

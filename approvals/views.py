@@ -211,6 +211,7 @@ def approvals_queue(request: HttpRequest) -> HttpResponse:
 
 def _decide(
     request: HttpRequest,
+    row: PriorityGrant | EmergencyRequest,
     decide: Callable[..., Any],
     row_template: str,
     context_name: str,
@@ -233,6 +234,9 @@ def _decide(
             **ids,
         )
     except DomainError as exc:
+        if request.htmx:  # type: ignore[attr-defined]
+            # The row stays as it was, with why: not the whole page swapped into the row.
+            return render(request, row_template, {context_name: row, "error": str(exc.message)})
         messages.error(request, str(exc.message))
         return redirect("approvals")
     if request.htmx:  # type: ignore[attr-defined]
@@ -244,18 +248,19 @@ def _decide(
 @staff_required
 @require_POST
 def grant_decide(request: HttpRequest, pk: int) -> HttpResponse:
-    get_object_or_404(PriorityGrant, pk=pk)
+    grant = get_object_or_404(PriorityGrant, pk=pk)
     return _decide(
-        request, approvals.grant_decide, "approvals/_grant_row.html", "grant", grant_id=pk
+        request, grant, approvals.grant_decide, "approvals/_grant_row.html", "grant", grant_id=pk
     )
 
 
 @staff_required
 @require_POST
 def emergency_decide(request: HttpRequest, pk: int) -> HttpResponse:
-    get_object_or_404(EmergencyRequest, pk=pk)
+    emergency = get_object_or_404(EmergencyRequest, pk=pk)
     return _decide(
         request,
+        emergency,
         approvals.emergency_decide,
         "approvals/_emergency_row.html",
         "request_obj",

@@ -31,3 +31,20 @@ def body_limit_of(view: Any) -> tuple[Callable[[], int], Callable[[int], str]] |
     if limit is None or too_large is None:
         return None
     return limit, too_large
+
+
+def form_checks_nul_in(*fields: str) -> Callable[[View], View]:
+    """The page's form refuses a NUL character in these text fields itself (Django's
+    CharField does: "Null characters are not allowed."), so that the member keeps what
+    they typed, with the error by the field; a NUL anywhere else is still refused by
+    ``labportal.middleware.RejectNulCharactersMiddleware`` before the view runs."""
+
+    def mark(view: View) -> View:
+        view.nul_checked_fields = frozenset(fields)  # type: ignore[attr-defined]
+        return view
+
+    return mark
+
+
+def nul_checked_fields_of(view: Any) -> frozenset[str]:
+    return frozenset(getattr(view, "nul_checked_fields", ()))

@@ -17,7 +17,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import Max, Model
 
 from accounts.models import Category, CreditPolicy
-from jobqueue.models import Queue, SchedulingPolicy
+from jobqueue.models import CategoryQueueAllowance, Queue, SchedulingPolicy
 from reservations.models import BookingRule
 
 
@@ -33,6 +33,8 @@ class CategoryRules:
 class QueueRules:
     queue: Queue
     changed: datetime | None
+    # The categories whose members have limits of their own in this queue.
+    allowances: list[CategoryQueueAllowance] = field(default_factory=list)
 
     @property
     def max_hours(self) -> float:
@@ -110,7 +112,14 @@ def lab_rules() -> LabRules:
                 changed=_latest(changed(category), changed(booking)),
             )
         )
-    queue_rules = [QueueRules(queue=q, changed=changed(q)) for q in queues]
+    allowances: dict[int, list[CategoryQueueAllowance]] = {}
+    for allowance in CategoryQueueAllowance.objects.filter(queue__in=queues).select_related(
+        "category", "queue"
+    ):
+        allowances.setdefault(allowance.queue_id, []).append(allowance)
+    queue_rules = [
+        QueueRules(queue=q, changed=changed(q), allowances=allowances.get(q.pk, [])) for q in queues
+    ]
     rules = LabRules(
         queues=queue_rules,
         categories=category_rules,

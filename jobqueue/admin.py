@@ -10,6 +10,7 @@ from accounts.auth import request_user
 from core.errors import DomainError
 from jobqueue.models import (
     Allocation,
+    CategoryQueueAllowance,
     ContainerImage,
     Job,
     JobEvent,
@@ -20,8 +21,18 @@ from jobqueue.models import (
 )
 
 
+class CategoryQueueAllowanceInline(admin.TabularInline[CategoryQueueAllowance, Queue]):
+    model = CategoryQueueAllowance
+    extra = 0
+    verbose_name = gettext_lazy("limits of a category in this queue")
+    verbose_name_plural = gettext_lazy(
+        "limits of categories in this queue (in place of the queue's, e.g. more debug jobs for newcomers)"
+    )
+
+
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin[Queue]):
+    inlines = [CategoryQueueAllowanceInline]
     list_display = (
         "name",
         "tier",

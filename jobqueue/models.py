@@ -86,6 +86,70 @@ class Queue(models.Model):
         return self.name
 
 
+class CategoryQueueAllowance(models.Model):
+    """A user category's own limits in one queue, in place of the queue's ("newcomers get
+    more debug allowance"). An empty limit keeps the queue's."""
+
+    category = models.ForeignKey(
+        "accounts.Category",
+        verbose_name=_("user category"),
+        on_delete=models.CASCADE,
+        related_name="queue_allowances",
+    )
+    queue = models.ForeignKey(
+        Queue, verbose_name=_("queue"), on_delete=models.CASCADE, related_name="allowances"
+    )
+    max_running_jobs_per_user = models.PositiveSmallIntegerField(
+        _("max running jobs per user"),
+        null=True,
+        blank=True,
+        help_text=_("Empty: the queue's limit applies."),
+    )
+    max_running_gpus_per_user = models.PositiveSmallIntegerField(
+        _("max running GPUs per user"),
+        null=True,
+        blank=True,
+        help_text=_("Empty: the queue's limit applies."),
+    )
+    max_gpu_hours_per_week = models.PositiveIntegerField(
+        _("max GPU-hours per week per user"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "What a member's jobs in this queue may ask for over 7 days: the GPU-hours that "
+            "ended jobs ran, plus GPUs times time limit for jobs waiting or running. Empty: no "
+            "weekly limit."
+        ),
+    )
+
+    class Meta:
+        verbose_name = _("queue allowance of a category")
+        verbose_name_plural = _("queue allowances of categories")
+        ordering = ["queue__tier", "queue__name", "category__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["category", "queue"], name="category_queue_allowance_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.category} · {self.queue}"
+
+    def running_jobs_cap(self) -> int | None:
+        return (
+            self.max_running_jobs_per_user
+            if self.max_running_jobs_per_user is not None
+            else self.queue.max_running_jobs_per_user
+        )
+
+    def running_gpus_cap(self) -> int | None:
+        return (
+            self.max_running_gpus_per_user
+            if self.max_running_gpus_per_user is not None
+            else self.queue.max_running_gpus_per_user
+        )
+
+
 class ContainerImage(models.Model):
     """An image members may run. Only allowlisted images are accepted."""
 
@@ -254,6 +318,21 @@ def env_limit_refusal(env: Mapping[str, object]) -> str | None:
 
 
 class JobQuerySet(models.QuerySet["Job"]):
+    def gpu_hours_asked(self, *, now: datetime) -> float:
+        """GPU-hours these jobs take against a weekly allowance: what ended jobs ran, and
+        GPUs times time limit for jobs still waiting or running (a job cancelled before it
+        started takes none)."""
+        total_s = 0.0
+        for state, gpus, limit_s, started, ended in self.values_list(
+            "state", "gpus", "time_limit_s", "started_at", "ended_at"
+        ):
+            if state in Job.FINAL_STATES:
+                if started is not None and ended is not None:
+                    total_s += gpus * max(0.0, (ended - started).total_seconds())
+            else:
+                total_s += gpus * limit_s
+        return total_s / 3600
+
     def pending(self) -> JobQuerySet:
         return self.filter(state__in=Job.WAITING_STATES)
 
@@ -440,7 +519,12 @@ class Job(models.Model):
     PENDING_REASONS = {
         "resources": _("Waiting for GPUs to free up."),
         "priority": _("Waiting behind jobs with higher priority."),
-        "reservation": _("Waiting for its reservation, or the free GPUs are booked by others."),
+        "reservation": _("Waiting for its reservation's slot to begin."),
+        # The same engine reason for a job without a booking: others booked the free GPUs.
+        "booked_by_others": _("The free GPUs are booked by others; it starts when they are not."),
+        "no_credit": _(
+            "Your credit is used up: jobs of members who still have credit go first. It still runs; credits arrive on the 1st."
+        ),
         "user_limit": _("You are at your limit of running jobs or GPUs in this queue."),
         "queue_limit": _("The queue is at its limit of running GPUs."),
         "category_limit": _("Your category is at its limit of GPUs in use."),
@@ -456,6 +540,7 @@ class Job(models.Model):
         **PENDING_REASONS,
         "user_limit": _("Its owner is at their limit of running jobs or GPUs in this queue."),
         "category_limit": _("Its owner's category is at its limit of GPUs in use."),
+        "no_credit": _("Its owner's credit is used up: jobs of members with credit go first."),
     }
 
     @property
@@ -469,6 +554,10 @@ class Job(models.Model):
         if span is None:
             return None
         earliest, latest = span
+        if self.reservation_id is not None:
+            # A booking's job starts in its slot: never "likely" before the slot opens.
+            slot_start = self.reservation.start.timestamp()  # type: ignore[union-attr]
+            earliest = max(earliest, min(slot_start, self.estimated_start.timestamp()))
         return (
             datetime.fromtimestamp(earliest, tz=now.tzinfo),
             datetime.fromtimestamp(latest, tz=now.tzinfo),
@@ -492,7 +581,10 @@ class Job(models.Model):
         reasons = (
             self.PENDING_REASONS if reader_id == self.owner_id else self.PENDING_REASONS_FOR_OTHERS
         )
-        text = str(reasons.get(self.pending_reason, self.pending_reason))
+        reason = self.pending_reason
+        if reason == "reservation" and self.reservation_id is None:
+            reason = "booked_by_others"
+        text = str(reasons.get(reason, reason))
         if self.pending_reason == "dependency":
             return text % {"ids": ", ".join(str(pk) for pk in self.waiting_for_ids())}
         return text

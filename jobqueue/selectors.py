@@ -25,6 +25,8 @@ PAGE_WAITING_FIELDS = (
     "pending_reason",
     "hold_reason",
     "submitted_at",
+    "reservation_id",
+    "reservation__start",
 )
 PAGE_RUNNING_FIELDS = (
     "id",
@@ -57,7 +59,7 @@ def queue_overview(
     their GPUs; ``for_page``: only what the queue page shows of them."""
     waiting_jobs = (
         Job.objects.filter(state__in=Job.WAITING_STATES)
-        .select_related("owner", "queue")
+        .select_related("owner", "queue", "reservation")
         .order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
     )
     total = waiting_jobs.count()
@@ -89,7 +91,7 @@ def queue_overview(
 
 def jobs_visible_to(user: Any) -> QuerySet[Job]:
     """Full job records a user may read: their own, or every job for staff."""
-    jobs = Job.objects.select_related("owner", "queue", "image", "node")
+    jobs = Job.objects.select_related("owner", "queue", "image", "node", "reservation")
     return jobs if user.is_staff else jobs.filter(owner=user)
 
 

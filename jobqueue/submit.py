@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from accounts.models import User
+from accounts.models import Category, User
 from cluster.models import Gpu, Node
 from core.durations import hours_minutes
 from core.errors import DomainError
@@ -37,6 +38,7 @@ from jobqueue.events import record_event
 from jobqueue.models import (
     SHELL_PREFIX,
     Allocation,
+    CategoryQueueAllowance,
     ContainerImage,
     Job,
     PriorityGrant,
@@ -259,6 +261,8 @@ def job_submit(
             )
             % {"queue": queue_obj.name}
         )
+    if category is not None:
+        _check_weekly_allowance(owner, category, queue_obj, gpus * limit)
     mount_objs = _mounts_for(owner, mounts)
     reservation = _reservation_for(owner, reservation_id, gpus) if reservation_id else None
     try:
@@ -371,6 +375,39 @@ def _queue_for_submit(queue: str | Queue) -> Queue:
             % {"queue": queue, "names": names}
         )
     return queue_obj
+
+
+ALLOWANCE_WINDOW = timedelta(days=7)
+
+
+def _check_weekly_allowance(
+    owner: User, category: Category, queue_obj: Queue, asked_gpu_s: float
+) -> None:
+    """Refuse a job that would take the owner over their category's GPU-hours a week in
+    the queue (``CategoryQueueAllowance``); no allowance, no weekly limit."""
+    allowance = CategoryQueueAllowance.objects.filter(
+        category=category, queue=queue_obj, max_gpu_hours_per_week__isnull=False
+    ).first()
+    if allowance is None or allowance.max_gpu_hours_per_week is None:
+        return
+    now = timezone.now()
+    used = Job.objects.filter(
+        owner=owner, queue=queue_obj, submitted_at__gte=now - ALLOWANCE_WINDOW
+    ).gpu_hours_asked(now=now)
+    asked = asked_gpu_s / 3600
+    cap = allowance.max_gpu_hours_per_week
+    if used + asked > cap:
+        raise QuotaExceeded(
+            _(
+                "This job asks for %(asked)s GPU-hours (GPUs × time limit); your jobs in the %(queue)s queue already took %(used)s of your category's %(cap)d GPU-hours over the last 7 days. Ask for fewer GPUs or a shorter time limit, or use another queue."
+            )
+            % {
+                "asked": f"{asked:.1f}",
+                "queue": queue_obj.name,
+                "used": f"{used:.1f}",
+                "cap": cap,
+            }
+        )
 
 
 def _has_grant(owner: User, queue: Queue) -> bool:

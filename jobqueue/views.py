@@ -17,12 +17,15 @@ from accounts.auth import request_user
 from accounts.selectors import credits_charged_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
+from core.request_body import form_checks_nul_in
 from jobqueue import executor, job_templates, resubmit, selectors, services, submit
+from jobqueue.errors import GrantRequired
 from jobqueue.extensions import job_page_context
 from jobqueue.forms import JobSubmitForm
 from jobqueue.models import Job, JobTemplate, SchedulingPolicy
 
 
+@form_checks_nul_in("name", "command", "array", "env", "run_after", "save_as_name")
 @login_required
 def job_submit(request: HttpRequest) -> HttpResponse:
     user = request_user(request)
@@ -42,6 +45,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         )
         prefill = dict(picked.fields)
     form = JobSubmitForm(request.POST or None, user=user, initial=prefill)
+    grant_required = False
     if request.method == "POST" and form.is_valid() and "save_template" in request.POST:
         template = _template_save(request, form)
         if template is not None:
@@ -55,6 +59,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
                 jobs = submit.jobs_submit_batch(owner=user, specs=specs)
         except DomainError as exc:
             form.add_error(None, str(exc.message))
+            grant_required = isinstance(exc, GrantRequired)
         else:
             if len(jobs) == 1:
                 messages.success(request, _("Job #%(id)d submitted.") % {"id": jobs[0].pk})
@@ -67,6 +72,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
             return redirect("job_detail", pk=jobs[0].pk)
     context = {
         "form": form,
+        "grant_required": grant_required,
         "templates": JobTemplate.objects.usable_by(user).select_related("owner"),
     }
     return render(request, "jobqueue/submit.html", context, status=form_page_status(request, form))

@@ -11,7 +11,7 @@ from django.urls import Resolver404, resolve
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
 
-from core.request_body import body_limit_of
+from core.request_body import body_limit_of, nul_checked_fields_of
 from labportal.error_pages import refusal
 
 NUL = "\x00"
@@ -37,10 +37,24 @@ def _nul_location(request: HttpRequest) -> str | None:
             return _("the query parameter “%(name)s”") % {"name": key.replace(NUL, "\\0")}
     if request.method == "POST" and request.content_type in FORM_CONTENT_TYPES:
         # CsrfViewMiddleware reads request.POST of every POST anyway; DRF reuses it.
+        own: frozenset[str] | None = None  # the fields the page's form checks itself
         for key, values in request.POST.lists():
             if NUL in key or any(NUL in value for value in values):
+                if own is None:
+                    own = _form_checked_fields(request)
+                if NUL not in key and key in own:
+                    continue
                 return _("the form field “%(name)s”") % {"name": key.replace(NUL, "\\0")}
     return None
+
+
+def _form_checked_fields(request: HttpRequest) -> frozenset[str]:
+    if request.path_info.startswith("/api/"):
+        return frozenset()
+    try:
+        return nul_checked_fields_of(resolve(request.path_info).func)
+    except Resolver404:
+        return frozenset()
 
 
 class RejectNulCharactersMiddleware:

@@ -522,6 +522,11 @@ LABPORTAL_CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
+# The terminal page only: xterm.js writes its theme and renderer rules into <style>
+# elements it creates (it takes no nonce); scripts stay as strict as everywhere.
+LABPORTAL_TERMINAL_CONTENT_SECURITY_POLICY = LABPORTAL_CONTENT_SECURITY_POLICY.replace(
+    "style-src 'self';", "style-src 'self' 'unsafe-inline';"
+)
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)

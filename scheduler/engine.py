@@ -38,6 +38,10 @@ from scheduler.model import (
 )
 from scheduler.priority import TIER_RESERVATION, rank_pending
 
+# Reasons a job of a user with credit, waiting ahead in the same tier, also has: there a
+# job at zero credit waits because credit orders the tier (scheduler/priority.py).
+CREDIT_ORDERED = frozenset({Reason.RESOURCES, Reason.PRIORITY})
+
 
 def plan(state: ClusterState, policy: Policy, now: float, *, estimates: bool = True) -> Plan:
     """Decide what starts now, what is preempted, and where every pending job stands.
@@ -56,14 +60,11 @@ def limit_keys(
     keys: list[tuple[LimitKey, int, bool, Reason]] = []
     q = policy.queues.get(queue)
     if q is not None:
-        if q.max_running_jobs_per_user is not None:
-            keys.append(
-                (("uqj", user, queue), q.max_running_jobs_per_user, False, Reason.USER_LIMIT)
-            )
-        if q.max_running_gpus_per_user is not None:
-            keys.append(
-                (("uqg", user, queue), q.max_running_gpus_per_user, True, Reason.USER_LIMIT)
-            )
+        jobs_cap, gpus_cap = user_queue_caps(policy, queue, category)
+        if jobs_cap is not None:
+            keys.append((("uqj", user, queue), jobs_cap, False, Reason.USER_LIMIT))
+        if gpus_cap is not None:
+            keys.append((("uqg", user, queue), gpus_cap, True, Reason.USER_LIMIT))
         if q.max_running_gpus is not None:
             keys.append((("qg", queue), q.max_running_gpus, True, Reason.QUEUE_LIMIT))
     if policy.max_running_gpus_per_user is not None:
@@ -77,6 +78,26 @@ def limit_keys(
         if cat.max_gpus_total is not None:
             keys.append((("ct", category), cat.max_gpus_total, True, Reason.CATEGORY_LIMIT))
     return keys
+
+
+def user_queue_caps(policy: Policy, queue: str, category: str) -> tuple[int | None, int | None]:
+    """A member's (running jobs, running GPUs) caps in a queue: their category's allowance
+    where it sets one, else the queue's."""
+    q = policy.queues.get(queue)
+    if q is None:
+        return None, None
+    cat = policy.categories.get(category)
+    own = cat.queues.get(queue) if cat is not None else None
+    if own is None:
+        return q.max_running_jobs_per_user, q.max_running_gpus_per_user
+    return (
+        own.max_running_jobs_per_user
+        if own.max_running_jobs_per_user is not None
+        else q.max_running_jobs_per_user,
+        own.max_running_gpus_per_user
+        if own.max_running_gpus_per_user is not None
+        else q.max_running_gpus_per_user,
+    )
 
 
 def forget_topology() -> None:
@@ -636,9 +657,10 @@ class _Pass:
                 return Reason.QUEUE_LIMIT
             if queue.max_running_gpus is not None and k > queue.max_running_gpus:
                 return Reason.QUEUE_LIMIT
-            if queue.max_running_gpus_per_user is not None and k > queue.max_running_gpus_per_user:
+            jobs_cap, gpus_cap = user_queue_caps(self.policy, job.queue, job.category)
+            if gpus_cap is not None and k > gpus_cap:
                 return Reason.USER_LIMIT
-            if queue.max_running_jobs_per_user == 0:
+            if jobs_cap == 0:
                 return Reason.USER_LIMIT
         if self.policy.max_running_gpus_per_user is not None and (
             k > self.policy.max_running_gpus_per_user
@@ -823,14 +845,23 @@ class _Pass:
         if estimates:
             estimated = _Forecast(self, ranked, started, preempting, never, drain_held).run()
         pending: dict[int, PendingInfo] = {}
+        # Credit orders a tier only under the multifactor order (scheduler/priority.py).
+        broke = self.state.users_without_credit if policy.order == "multifactor" else frozenset()
+        credited_waiting_tiers: set[int] = set()  # tiers where a user with credit waits
         for position, item in enumerate(ranked, 1):
             job_id = item.job.id
             if job_id in started:
                 continue
+            reason = reasons.get(job_id, Reason.RESOURCES)
+            if item.job.user not in broke:
+                if reason in CREDIT_ORDERED:
+                    credited_waiting_tiers.add(item.tier)
+            elif reason in CREDIT_ORDERED and item.tier in credited_waiting_tiers:
+                reason = Reason.NO_CREDIT
             pending[job_id] = PendingInfo(
                 position,
-                estimated.get(job_id),
-                reasons.get(job_id, Reason.RESOURCES),
+                self.not_before_slot(item.job, estimated.get(job_id)),
+                reason,
                 item.priority,
             )
         return Plan(
@@ -840,6 +871,13 @@ class _Pass:
             guarantees=guarantees,
             priorities={item.job.id: item.priority for item in ranked},
         )
+
+    def not_before_slot(self, job: PendingJob, estimate: float | None) -> float | None:
+        """A booking's job cannot start before its slot does, whatever GPUs free up."""
+        if estimate is None or job.reservation_id is None:
+            return estimate
+        reservation = self.reservations.get(job.reservation_id)
+        return estimate if reservation is None else max(estimate, reservation.start)
 
     def _place_cached(
         self, classes: tuple[int, ...], k: int, limit: float, drain: bool = False

@@ -43,6 +43,9 @@ class Reason(StrEnum):
     NODE_UNAVAILABLE = "node_unavailable"  # only draining/down nodes could run it
     PREEMPTING = "preempting"  # preemptible jobs are being requeued to make room for it
     DEPENDENCY = "dependency"  # waits for jobs it depends on (``PendingJob.depends_on``)
+    # Its user is at or below zero credit and a job of a user with credit, in the same
+    # tier, waits ahead of it for the GPUs (credits order; they never block).
+    NO_CREDIT = "no_credit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +147,23 @@ class QueuePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueAllowance:
+    """A category's own per-user limits in one queue; ``None`` keeps the queue's."""
+
+    max_running_jobs_per_user: int | None = None
+    max_running_gpus_per_user: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CategoryPolicy:
-    """Admin settings of one user category; limits count GPU units of running jobs."""
+    """Admin settings of one user category; limits count GPU units of running jobs.
+    ``queues``: the category's allowances by queue name, overriding the queue's limits."""
 
     name: str
     factor: float = 0.5
     max_gpus_per_user: int | None = None
     max_gpus_total: int | None = None
+    queues: Mapping[str, QueueAllowance] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from jobqueue.dependencies import (
 from jobqueue.events import record_event
 from jobqueue.models import (
     Allocation,
+    CategoryQueueAllowance,
     EmergencyRequest,
     Job,
     PriorityGrant,
@@ -423,6 +424,7 @@ def engine_policy(
 ) -> sm.Policy:
     """The engine's policy from the admin's settings, queues and categories."""
     half_life_s = settings_row.usage_half_life_days * 86400
+    allowances = _queue_allowances(categories)
     return sm.Policy(
         weight_age=settings_row.weight_age,
         weight_fairshare=settings_row.weight_fairshare,
@@ -450,11 +452,28 @@ def engine_policy(
         },
         categories={
             c.name: sm.CategoryPolicy(
-                name=c.name, factor=c.priority_factor, max_gpus_per_user=c.max_concurrent_gpus
+                name=c.name,
+                factor=c.priority_factor,
+                max_gpus_per_user=c.max_concurrent_gpus,
+                queues=allowances.get(c.pk, {}),
             )
             for c in categories
         },
     )
+
+
+def _queue_allowances(categories: list[Category]) -> dict[int, dict[str, sm.QueueAllowance]]:
+    """The categories' own running limits by queue ({category id: {queue name: ...}})."""
+    found: dict[int, dict[str, sm.QueueAllowance]] = defaultdict(dict)
+    rows = CategoryQueueAllowance.objects.filter(category__in=categories).values_list(
+        "category_id", "queue__name", "max_running_jobs_per_user", "max_running_gpus_per_user"
+    )
+    for category_id, queue_name, jobs, gpus in rows:
+        if jobs is not None or gpus is not None:
+            found[category_id][queue_name] = sm.QueueAllowance(
+                max_running_jobs_per_user=jobs, max_running_gpus_per_user=gpus
+            )
+    return found
 
 
 def failed_dependencies() -> dict[int, int]:

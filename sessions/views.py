@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -86,4 +87,7 @@ def _status_context(request: HttpRequest, job: Job) -> dict[str, object]:
 @login_required
 def terminal_page(request: HttpRequest, pk: int) -> HttpResponse:
     job = _job_for(request, pk)
-    return render(request, "sessions/terminal.html", {"job": job})
+    response = render(request, "sessions/terminal.html", {"job": job})
+    if settings.LABPORTAL_CONTENT_SECURITY_POLICY:
+        response["Content-Security-Policy"] = settings.LABPORTAL_TERMINAL_CONTENT_SECURITY_POLICY
+    return response

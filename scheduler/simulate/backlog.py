@@ -15,7 +15,9 @@ from scheduler.model import Gpu, GpuKind, Node, NodeState, PendingJob, Plan, Pol
 from scheduler.priority import RankedJob, Ranker, short_level
 
 # Reasons a pass gives a job whose placement failed (not a limit, not a hold).
-PLACEMENT_FAILED = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
+PLACEMENT_FAILED = frozenset(
+    {Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION, Reason.NO_CREDIT}
+)
 # Reasons a pass gives a job refused by a running limit or a per-job limit.
 LIMIT_FAILED = frozenset({Reason.USER_LIMIT, Reason.QUEUE_LIMIT, Reason.CATEGORY_LIMIT})
 # Reasons a pass gives a job that no node (or no node up) could ever hold: they depend

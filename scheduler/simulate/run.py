@@ -109,7 +109,9 @@ class _Usage:
 # The first pass of an event looks at this many jobs, doubling while more could start.
 PREFIX_MIN = 16
 # Reasons that stop a strict (no backfill) pass for every job behind.
-STRICT_BLOCKING = frozenset({Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION})
+STRICT_BLOCKING = frozenset(
+    {Reason.RESOURCES, Reason.PRIORITY, Reason.RESERVATION, Reason.NO_CREDIT}
+)
 
 
 class _EtaBudget:

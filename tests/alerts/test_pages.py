@@ -47,14 +47,24 @@ def test_staff_see_open_alerts_and_acknowledge_them(
     assert list(idle_alert.events.values_list("kind", flat=True)) == ["fired", "acknowledged"]
 
 
-def test_the_alerts_page_is_for_staff_only(
+def test_a_member_sees_only_the_alerts_about_their_own_jobs_and_cannot_acknowledge(
     client: Any, alice: Any, charlie: Any, idle_alert: Alert
 ) -> None:
     client.login(username="charlie", password=PASSWORD)
-    assert client.get("/alerts/").status_code == 403
+    page = client.get("/alerts/")
+    # Not a 403 that speaks of deciding on requests: the member's own (empty) list.
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "My alerts" in html and "Only lab admins can decide" not in html
+    assert f'data-testid="alert-{idle_alert.pk}"' not in html
     assert client.post(f"/alerts/{idle_alert.pk}/acknowledge/").status_code == 403
     client.login(username="alice", password=PASSWORD)
-    assert client.get("/alerts/").status_code == 403
+    html = client.get("/alerts/").content.decode()
+    assert f'data-testid="alert-{idle_alert.pk}"' in html
+    assert f'data-testid="ack-{idle_alert.pk}"' not in html
+    assert client.get("/alerts/?state=resolved").content.decode().count("alert-card") == 0
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+    assert "我的告警" in client.get("/alerts/").content.decode()
     idle_alert.refresh_from_db()
     assert idle_alert.state == Alert.State.FIRING
 

@@ -1,12 +1,43 @@
 """The browser tests' page and sign-in; the browser itself is tests/conftest.py's (one per
-pytest process: Playwright's sync API cannot start twice in one thread)."""
+pytest process: Playwright's sync API cannot start twice in one thread).
+
+Every page a browser test opens is watched for Content-Security-Policy refusals (the
+document's ``securitypolicyviolation`` events and Chromium's console reports): one fails
+the test, as a refused inline handler or style silently breaks what it was for."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+# Runs in every document before its own scripts: each refusal goes to the test.
+REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__labportalCspViolation(
+    `${event.violatedDirective} refused ${event.blockedURI || "inline"} at ` +
+    `${event.sourceFile || document.location.href}:${event.lineNumber}`
+  );
+});
+"""
+
+
+def watch_content_security_policy(context: Any) -> list[str]:
+    """The refusals of every page `context` opens, from now on (a list that fills up)."""
+    refused: list[str] = []
+    context.expose_binding(
+        "__labportalCspViolation",
+        lambda source, text: refused.append(f"{source['page'].url}: {text}"),
+    )
+    context.add_init_script(REPORT_VIOLATIONS)
+
+    def on_console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(message.text)
+
+    context.on("console", on_console)
+    return refused
 
 
 @pytest.fixture
@@ -15,10 +46,31 @@ def page(browser: Any, transactional_db: Any) -> Iterator[Any]:
     # polls (the job page's live log, htmx) must not query tables the teardown empties
     # (on SQLite: "database table is locked" in the next test's setup).
     context = browser.new_context(locale="en-US")
+    refused = watch_content_security_policy(context)
     page = context.new_page()
     page.set_default_timeout(15000)
     yield page
     context.close()
+    assert refused == [], f"the Content-Security-Policy refused: {refused}"
+
+
+@pytest.fixture
+def open_context(browser: Any, transactional_db: Any) -> Iterator[Callable[..., Any]]:
+    """Opens browser contexts (a viewport, say) watched as `page` is; closed and checked
+    at the test's end."""
+    opened: list[tuple[Any, list[str]]] = []
+
+    def open_one(**options: Any) -> Any:
+        context = browser.new_context(**{"locale": "en-US", **options})
+        opened.append((context, watch_content_security_policy(context)))
+        return context
+
+    yield open_one
+    refused = []
+    for context, found in opened:
+        context.close()
+        refused += found
+    assert refused == [], f"the Content-Security-Policy refused: {refused}"
 
 
 def log_in(page: Any, live_server: Any, username: str, password: str) -> None:

@@ -66,8 +66,8 @@ def overflow_px(page: Any) -> int:
     )
 
 
-def new_page(browser: Any, viewport: dict[str, int], language: str = "en") -> Any:
-    context = browser.new_context(viewport=viewport, locale="en-US")
+def new_page(open_context: Any, viewport: dict[str, int], language: str = "en") -> Any:
+    context = open_context(viewport=viewport)
     page = context.new_page()
     page.set_default_timeout(15000)
     return page
@@ -121,9 +121,9 @@ def lab(alice: Any, bob: Any, admin_user: Any, queues: Any, image: Any) -> dict[
 
 @pytest.mark.parametrize("language", ["en", "zh-hans"])
 def test_the_main_pages_fit_a_phone_screen(
-    browser: Any, live_server: Any, lab: Any, language: str
+    open_context: Any, live_server: Any, lab: Any, language: str
 ) -> None:
-    page = new_page(browser, PHONE)
+    page = new_page(open_context, PHONE)
     log_in(page, live_server, "admin", PASSWORD)
     if language != "en":
         switch_language(page, language)
@@ -144,9 +144,9 @@ def test_the_main_pages_fit_a_phone_screen(
 
 @pytest.mark.parametrize("language", ["en", "zh-hans"])
 def test_at_1366_px_the_header_is_one_row_and_the_week_calendar_fits(
-    browser: Any, live_server: Any, lab: Any, language: str
+    open_context: Any, live_server: Any, lab: Any, language: str
 ) -> None:
-    page = new_page(browser, LAPTOP)
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "admin", PASSWORD)
     if language != "en":
         switch_language(page, language)
@@ -183,9 +183,9 @@ def test_at_1366_px_the_header_is_one_row_and_the_week_calendar_fits(
 
 
 def test_gpu_names_stay_in_view_when_the_calendar_scrolls(
-    browser: Any, live_server: Any, lab: Any
+    open_context: Any, live_server: Any, lab: Any
 ) -> None:
-    page = new_page(browser, {"width": 900, "height": 800})
+    page = new_page(open_context, {"width": 900, "height": 800})
     log_in(page, live_server, "alice", PASSWORD)
     page.goto(f"{live_server.url}/reservations/?view=week")
     label = page.locator("[data-testid='gpu-row-gpu01/gpu0'] .cal-label")
@@ -219,8 +219,10 @@ def _contrast(page: Any, selector: str) -> float:
     )
 
 
-def test_links_on_light_backgrounds_are_readable(browser: Any, live_server: Any, lab: Any) -> None:
-    page = new_page(browser, LAPTOP)
+def test_links_on_light_backgrounds_are_readable(
+    open_context: Any, live_server: Any, lab: Any
+) -> None:
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "alice", PASSWORD)
     page.goto(f"{live_server.url}/account/notifications/")
     assert _contrast(page, "[data-testid=notifications] button.link") >= 4.5
@@ -229,16 +231,16 @@ def test_links_on_light_backgrounds_are_readable(browser: Any, live_server: Any,
 
 
 def test_the_tokens_page_shows_the_header_to_send(
-    browser: Any, live_server: Any, alice: Any
+    open_context: Any, live_server: Any, alice: Any
 ) -> None:
-    page = new_page(browser, LAPTOP)
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "alice", PASSWORD)
     page.goto(f"{live_server.url}/account/tokens/")
     assert page.inner_text("[data-testid=bearer-example]") == "Authorization: Bearer lp_…"
 
 
-def test_cancelling_a_running_job_asks_first(browser: Any, live_server: Any, lab: Any) -> None:
-    page = new_page(browser, LAPTOP)
+def test_cancelling_a_running_job_asks_first(open_context: Any, live_server: Any, lab: Any) -> None:
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "bob", PASSWORD)
     running = lab["running"]
     page.goto(f"{live_server.url}/jobs/{running.pk}/")
@@ -259,9 +261,9 @@ def test_cancelling_a_running_job_asks_first(browser: Any, live_server: Any, lab
 
 
 def test_draining_asks_first_and_then_explains_itself(
-    browser: Any, live_server: Any, lab: Any
+    open_context: Any, live_server: Any, lab: Any
 ) -> None:
-    page = new_page(browser, LAPTOP)
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "admin", PASSWORD)
     page.goto(f"{live_server.url}/gpus/")
     questions = []
@@ -278,8 +280,8 @@ def test_draining_asks_first_and_then_explains_itself(
     assert states and "available" not in states
 
 
-def test_a_grant_form_error_is_shown_once(browser: Any, live_server: Any, lab: Any) -> None:
-    page = new_page(browser, LAPTOP)
+def test_a_grant_form_error_is_shown_once(open_context: Any, live_server: Any, lab: Any) -> None:
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "bob", PASSWORD)
     page.goto(f"{live_server.url}/jobs/grants/apply/")
     page.fill(
@@ -291,8 +293,8 @@ def test_a_grant_form_error_is_shown_once(browser: Any, live_server: Any, lab: A
     assert page.content().count("The deadline must be in the future.") == 1
 
 
-def test_a_new_members_job_page_in_chinese(browser: Any, live_server: Any, lab: Any) -> None:
-    page = new_page(browser, PHONE)
+def test_a_new_members_job_page_in_chinese(open_context: Any, live_server: Any, lab: Any) -> None:
+    page = new_page(open_context, PHONE)
     log_in(page, live_server, "alice", PASSWORD)
     switch_language(page, "zh-hans")
     job: Job = lab["mine"]
@@ -311,9 +313,9 @@ def test_a_new_members_job_page_in_chinese(browser: Any, live_server: Any, lab: 
     ("language", "title"), [("en", "Page not found"), ("zh-hans", "页面不存在")]
 )
 def test_error_pages_are_in_the_layout_and_the_readers_language(
-    browser: Any, live_server: Any, alice: Any, language: str, title: str
+    open_context: Any, live_server: Any, alice: Any, language: str, title: str
 ) -> None:
-    page = new_page(browser, LAPTOP)
+    page = new_page(open_context, LAPTOP)
     log_in(page, live_server, "alice", PASSWORD)
     if language != "en":
         switch_language(page, language)
@@ -330,9 +332,9 @@ def test_error_pages_are_in_the_layout_and_the_readers_language(
 
 
 def test_the_login_page_offers_no_sign_up_while_sign_up_is_closed(
-    browser: Any, live_server: Any, db: Any
+    open_context: Any, live_server: Any, db: Any
 ) -> None:
-    page = new_page(browser, PHONE)
+    page = new_page(open_context, PHONE)
     page.goto(f"{live_server.url}/accounts/login/")
     screenshot(page, "phone-en-login")
     assert page.locator("a[href*=signup]").count() == 0

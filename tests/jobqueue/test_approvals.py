@@ -160,6 +160,39 @@ def test_an_approved_emergency_lasts_the_hours_asked_for(alice: Any, admin_user:
     assert Notification.objects.filter(user=alice, kind="emergency_approved").exists()
 
 
+def test_an_emergency_whose_jobs_all_ended_cannot_be_approved_nor_use_the_quota(
+    alice: Any, admin_user: Any
+) -> None:
+    done, cancelled = waiting_job(alice), waiting_job(alice)
+    request = ask(alice, [done, cancelled])
+    left = approvals.emergency_uses_left(alice)
+    Job.objects.filter(pk=done.pk).update(state=Job.State.COMPLETED)
+    Job.objects.filter(pk=cancelled.pk).update(state=Job.State.CANCELLED)
+    with pytest.raises(approvals.EmergencyJobsFinished, match="already ended"):
+        approvals.emergency_decide(request_id=request.pk, decided_by=admin_user, approve=True)
+    request.refresh_from_db()
+    assert request.state == EmergencyRequest.State.PENDING
+    assert approvals.emergency_uses_left(alice) == left
+    # Rejecting it still works; one job still waiting is enough to approve another.
+    approvals.emergency_decide(request_id=request.pk, decided_by=admin_user, approve=False)
+    other = ask(alice, [waiting_job(alice)])
+    approved = approvals.emergency_decide(request_id=other.pk, decided_by=admin_user, approve=True)
+    assert approved.state == EmergencyRequest.State.APPROVED
+
+
+def test_the_approvals_page_shows_each_emergency_jobs_current_state(
+    client: Any, alice: Any, admin_user: Any
+) -> None:
+    job = waiting_job(alice)
+    ask(alice, [job])
+    Job.objects.filter(pk=job.pk).update(state=Job.State.CANCELLED)
+    client.force_login(admin_user)
+    html = client.get("/jobs/approvals/").content.decode()
+    assert f'#{job.pk}</a> <span class="state state-cancelled"' in html
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
+    assert "已取消" in client.get("/jobs/approvals/").content.decode()
+
+
 def test_an_emergency_names_only_the_members_own_waiting_jobs(alice: Any, charlie: Any) -> None:
     with pytest.raises(approvals.InvalidEmergencyRequest, match="not waiting jobs of yours"):
         ask(charlie, [waiting_job(alice)])

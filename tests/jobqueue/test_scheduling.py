@@ -404,10 +404,10 @@ def test_the_pass_reads_emergencies_credit_and_gpus_with_the_rows_not_on_their_o
         )
     ]
     assert alone == []
-    # Settings, queues, categories, nodes, GPUs, running, waiting, bookings, members, usage
-    # (and on SQLite the running jobs' GPUs): 13 statements before emergencies, credit and
-    # GPUs came with the rows.
-    assert len(queries.captured_queries) <= (10 if connection.vendor == "postgresql" else 11)
+    # Settings, queues, categories, the categories' queue allowances, nodes, GPUs, running,
+    # waiting, bookings, members, usage (and on SQLite the running jobs' GPUs): 14 statements
+    # before emergencies, credit and GPUs came with the rows.
+    assert len(queries.captured_queries) <= (11 if connection.vendor == "postgresql" else 12)
 
 
 def test_grants_are_checked_only_while_a_job_waits_in_a_grant_only_queue(

@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import Notification
+from jobqueue.models import Job, Queue
 from tests.conftest import api_as
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +109,32 @@ def test_a_nul_in_a_form_body_is_refused_for_pages_and_api(alice: Any, cluster: 
     assert "form field “id”" in response.content.decode()
     api_response = api_as(alice).post("/api/grants/", {"reason": "a\x00", "deadline": "2030-01-01"})
     assert api_response.status_code == 400
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_a_nul_in_the_submit_forms_command_keeps_the_form_with_an_error(
+    alice: Any, cluster: Any, image: Any, language: str
+) -> None:
+    client = Client()
+    client.force_login(alice)
+    client.post("/i18n/setlang/", {"language": language, "next": "/"})
+    form = {"queue": Queue.objects.get(name="normal").pk, "image": image.pk, "gpus": "1"}
+    response = client.post(
+        "/jobs/submit/", {**form, "command": "python train.py --tag a\x00b", "submit": "1"}
+    )
+    html = response.content.decode()
+    # The page in its layout, the text as typed (less the NUL Django drops), the error by it.
+    assert response.status_code == 400 and 'data-testid="submit-form"' in html
+    assert "python train.py --tag a" in html
+    assert ("Null characters are not allowed." in html) if language == "en" else ("空字符" in html)
+    assert not Job.objects.exists()
+    # A NUL in a field the form does not check itself is still refused before the view.
+    refused = client.post("/jobs/submit/", {**form, "queue": "1\x00", "command": "x"})
+    assert (
+        refused.status_code == 400
+        and "“queue”" in refused.content.decode()
+        and 'data-testid="submit-form"' not in refused.content.decode()
+    )
 
 
 def test_a_command_with_a_nul_is_refused_by_the_submit_service_too(

@@ -400,3 +400,75 @@ def test_it_returns_equal_plans_for_equal_inputs() -> None:
     pending = tuple(job(i, user=f"u{i % 3}", gpus=1 + i % 3) for i in range(20))
     st = state(pending=pending, share_tree=flat_tree("u0", "u1", "u2"), usage={"u0": 5.0})
     assert plan(st, policy(), NOW) == plan(st, policy(), NOW)
+
+
+# ------------------------------------------------- category allowances per queue
+def test_a_categorys_allowance_in_a_queue_overrides_the_queues_running_limits() -> None:
+    # The article's "newcomers get more debug allowance": debug allows 1 running job
+    # per member, the newcomers' category 3; the others keep the queue's 1.
+    from scheduler.model import QueueAllowance
+
+    queues = {**QUEUES_WITH_DEBUG_LIMIT}
+    categories = {
+        "newcomer": CategoryPolicy(
+            "newcomer", queues={"debug": QueueAllowance(max_running_jobs_per_user=3)}
+        ),
+        "phd": CategoryPolicy("phd"),
+    }
+    pending = tuple(
+        job(i, user="new", queue="debug", category="newcomer", time_limit_s=600)
+        for i in (1, 2, 3, 4)
+    ) + tuple(job(i, user="old", queue="debug", category="phd", time_limit_s=600) for i in (5, 6))
+    result = plan(state(pending=pending), policy(queues=queues, categories=categories), NOW)
+    assert set(started(result)) == {1, 2, 3, 5}
+    assert result.pending[4].reason == Reason.USER_LIMIT
+    assert result.pending[6].reason == Reason.USER_LIMIT
+
+
+def test_a_categorys_gpu_allowance_can_be_tighter_than_the_queues() -> None:
+    from scheduler.model import QueueAllowance
+
+    categories = {
+        "guest": CategoryPolicy(
+            "guest", queues={"normal": QueueAllowance(max_running_gpus_per_user=1)}
+        )
+    }
+    result = plan(
+        state(pending=(job(1, gpus=2, category="guest"), job(2, category="guest"))),
+        policy(categories=categories),
+        NOW,
+    )
+    # A 2-GPU job can never run under a 1-GPU allowance; the 1-GPU job starts.
+    assert set(started(result)) == {2}
+    assert result.pending[1].reason == Reason.USER_LIMIT
+    assert result.pending[1].estimated_start is None
+
+
+QUEUES_WITH_DEBUG_LIMIT = {
+    "normal": QueuePolicy("normal", tier=1, priority_factor=0.5),
+    "debug": QueuePolicy(
+        "debug", tier=1, priority_factor=0.5, max_wall_s=HOUR, max_running_jobs_per_user=1
+    ),
+}
+
+
+# ------------------------------------------------------- why it waits, when
+def test_zero_credit_is_the_reason_when_a_member_with_credit_waits_ahead() -> None:
+    busy = (running(90, ("n0-g0",)),)
+    st = state(
+        gpus_for(1, 1),
+        (job(1, user="broke"), job(2, user="rich")),
+        running_jobs=busy,
+        users_without_credit=frozenset({"broke"}),
+    )
+    result = plan(st, policy(), NOW)
+    assert result.pending[1].reason == Reason.NO_CREDIT
+    assert result.pending[2].reason == Reason.RESOURCES
+    # Alone in the queue, zero credit keeps it from nothing: it waits for GPUs.
+    alone = state(
+        gpus_for(1, 1),
+        (job(1, user="broke"),),
+        running_jobs=busy,
+        users_without_credit=frozenset({"broke"}),
+    )
+    assert plan(alone, policy(), NOW).pending[1].reason == Reason.RESOURCES
