@@ -244,6 +244,22 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "LabPortal <labportal@localho
 if env_str("EMAIL_URL"):
     vars().update(environ.Env.email_url_config(env_str("EMAIL_URL") or ""))
 
+# --- Error reporting --------------------------------------------------------
+# With DEBUG=false, an unhandled error mails ADMINS ("Ann Lee <ann@lab.example.org>, ...");
+# SENTRY_DSN sends errors of requests, tasks and ERROR log records to Sentry as well.
+from labportal.error_reporting import admins_from, sample_rate_from, sentry_init  # noqa: E402
+
+ADMINS = admins_from(env_str("ADMINS"))
+SERVER_EMAIL = env_str("SERVER_EMAIL", DEFAULT_FROM_EMAIL) or DEFAULT_FROM_EMAIL
+SENTRY_DSN = env_str("SENTRY_DSN") or ""
+if SENTRY_DSN:
+    sentry_init(
+        dsn=SENTRY_DSN,
+        environment=env_str("SENTRY_ENVIRONMENT", "production" if not DEBUG else "demo") or "",
+        release=env_str("SENTRY_RELEASE", "labportal") or "labportal",
+        traces_sample_rate=sample_rate_from(env_str("SENTRY_TRACES_SAMPLE_RATE")),
+    )
+
 # --- REST API ---------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
