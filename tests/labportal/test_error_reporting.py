@@ -5,30 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from labportal.error_reporting import admins_from, sample_rate_from
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _portal(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "labportal.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.portal_process import run_portal_python
 
 
 def test_admins_are_read_as_names_and_addresses() -> None:
@@ -64,7 +48,7 @@ print(json.dumps([[m.to, m.subject] for m in mail.outbox]))
 
 
 def test_an_unhandled_error_is_mailed_to_the_admins_with_debug_off() -> None:
-    result = _portal(
+    result = run_portal_python(
         # locmem is Django's test mail box: it keeps the mails in the process, to be read.
         "from django.test.utils import setup_test_environment; setup_test_environment()\n"
         + MAIL_AN_ERROR,
@@ -122,7 +106,9 @@ def test_errors_go_to_sentry_with_the_django_and_celery_integrations_when_a_dsn_
     thread.start()
     try:
         port = server.server_address[1]
-        result = _portal(SEND_TO_SENTRY, SENTRY_DSN=f"http://publickey@127.0.0.1:{port}/42")
+        result = run_portal_python(
+            SEND_TO_SENTRY, SENTRY_DSN=f"http://publickey@127.0.0.1:{port}/42"
+        )
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stderr
@@ -133,7 +119,7 @@ def test_errors_go_to_sentry_with_the_django_and_celery_integrations_when_a_dsn_
 
 
 def test_without_a_dsn_nothing_is_sent() -> None:
-    result = _portal(
+    result = run_portal_python(
         "import django; django.setup(); import sentry_sdk; print(sentry_sdk.get_client().is_active())"
     )
     assert result.returncode == 0, result.stderr

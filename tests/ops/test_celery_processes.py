@@ -13,21 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.portal_process import run_portal_python
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _portal_python(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter with the portal's settings and ``env``: the
-    settings are read once per process, as a deployment reads them."""
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "labportal.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    """The last line ``code`` printed, run as a deployment with ``env`` would run it."""
+    result = run_portal_python(code, **env)
+    assert result.returncode == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]
 
 
