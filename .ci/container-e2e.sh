@@ -88,6 +88,7 @@ portal_env=(
   -e CSRF_COOKIE_SECURE=false
   -e LABPORTAL_ALLOW_SIMULATION=true
   -e LABPORTAL_BACKUP_ENABLED=false
+  -e LOG_FORMAT=json
 )
 step "starting web and control worker (host network)"
 docker run -d --name "$RUN_ID-web" --network host --health-interval 2s --health-start-period 120s \
@@ -115,11 +116,11 @@ step "admin, node token and image allow-list inside the web container"
 docker exec -e DJANGO_SUPERUSER_PASSWORD="$ADMIN_PASSWORD" "$RUN_ID-web" \
   /opt/labportal/app/deploy/docker/entrypoint.sh manage createsuperuser --noinput \
   --username admin --email admin@lab.example.org >/dev/null
-token="$(docker exec "$RUN_ID-web" /opt/labportal/app/deploy/docker/entrypoint.sh manage shell --no-imports -c "
-from cluster.models import NodeToken
+docker exec "$RUN_ID-web" /opt/labportal/app/deploy/docker/entrypoint.sh manage shell --no-imports -c "
 from jobqueue.models import ContainerImage
-ContainerImage.objects.get_or_create(reference='$TEST_IMAGE')
-print(NodeToken.issue(node_name='$NODE')[1])")"
+ContainerImage.objects.get_or_create(reference='$TEST_IMAGE')"
+# As an enrolment playbook does: the secret alone on standard output.
+token="$(docker exec "$RUN_ID-web" /opt/labportal/app/deploy/docker/entrypoint.sh manage node_token issue "$NODE")"
 
 step "agent container (Docker socket, simulated GPUs)"
 docker run -d --name "$RUN_ID-agent" --network host \

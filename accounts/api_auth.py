@@ -9,6 +9,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from accounts.models import PersonalAccessToken
+from core import log_context
 
 
 class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
@@ -33,6 +34,7 @@ class PersonalAccessTokenAuthentication(authentication.BaseAuthentication):
                 )
             )
         token.touch()
+        log_context.user_name.set(token.user.get_username())  # for the request's log records
         return token.user, token
 
     def authenticate_header(self, request: Any) -> str:

@@ -59,6 +59,9 @@ def production_settings_environment(prefix: str, **extra: str) -> str:
         {
             "LABPORTAL_VAR_DIR": var_dir,
             "DEBUG": "false",
+            # The benchmark measures the portal's capacity, not its rate limits.
+            "LABPORTAL_API_RATE": "off",
+            "LABPORTAL_API_RATE_SUBMIT": "off",
             "SECRET_KEY": "labportal-bench-" + os.urandom(16).hex(),
             "ALLOWED_HOSTS": "localhost",
             "LOG_LEVEL": "ERROR",

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             "DATABASE_URL": url,
             "LABPORTAL_VAR_DIR": tempfile.mkdtemp(prefix="labportal-bench-submit-"),
             "DEBUG": "false",
+            # The benchmark measures the portal's capacity, not its rate limits.
+            "LABPORTAL_API_RATE": "off",
+            "LABPORTAL_API_RATE_SUBMIT": "off",
             "SECRET_KEY": "labportal-bench-" + os.urandom(16).hex(),
             "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
             "LOG_LEVEL": "WARNING",

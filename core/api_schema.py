@@ -26,7 +26,8 @@ INVALID_BODY: dict[str, Any] = {
 class LabPortalAutoSchema(AutoSchema):
     """Adds the error answers to each operation: 400 (bad input: any request may be refused,
     if only for a NUL character), 401 and 403 where a sign-in is needed, 404 where the
-    path names an object, and 409 and 429 (domain refusals) for the writes."""
+    path names an object, 429 where a rate limit applies, and 409 and 429 (domain refusals)
+    for the writes."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
@@ -39,6 +40,11 @@ class LabPortalAutoSchema(AutoSchema):
         ):
             errors["401"] = (ERROR_BODY, "No valid credentials (Bearer token or session).")
             errors["403"] = (ERROR_BODY, "Not allowed for this member.")
+            errors["429"] = (
+                ERROR_BODY,
+                "Too many requests: an API rate is reached (Retry-After says when to try "
+                "again), or, for writes, a limit per member (e.g. queued jobs).",
+            )
         if "{" in self.path:
             errors["404"] = (ERROR_BODY, "No such object, or not visible to this member.")
         if self.method != "GET":
@@ -48,9 +54,13 @@ class LabPortalAutoSchema(AutoSchema):
                 "Conflicts with the current state (e.g. an overlapping booking, "
                 "a request already awaiting a decision, a job already ended).",
             )
-            errors["429"] = (
-                ERROR_BODY,
-                "A limit per member is reached (e.g. queued jobs, emergency requests per period).",
+            errors.setdefault(
+                "429",
+                (
+                    ERROR_BODY,
+                    "A limit per member is reached (e.g. queued jobs, emergency requests "
+                    "per period).",
+                ),
             )
         for code, (body, description) in errors.items():
             if code not in responses:

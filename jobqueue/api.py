@@ -39,6 +39,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     """Your jobs (every job for staff). Filter with ?state=pending,running&queue=normal&active=true."""
 
     serializer_class = JobSerializer
+    throttle_scopes = {"create": "submit", "batch": "submit"}
 
     def get_queryset(self) -> Any:
         jobs = (

@@ -111,6 +111,8 @@ if importlib.util.find_spec("demo") is not None:
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 
 MIDDLEWARE = [
+    # First: every log record of the request carries its id (and the member, once known).
+    "core.log_context.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "labportal.middleware.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -276,6 +278,37 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "core.api_errors.domain_exception_handler",
+    # 429 with Retry-After past a rate (accounts/throttles.py; LABPORTAL_API_RATES below).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "accounts.throttles.ApiRateThrottle",
+        "accounts.throttles.ActionRateThrottle",
+    ],
+}
+
+
+def _api_rate(name: str, default: str) -> str | None:
+    """A rate as N/second, N/minute, N/hour or N/day (DRF's form, e.g. 240/min); "off" for none."""
+    value = (env_str(name, default) or default).strip().lower()
+    if value == "off":
+        return None
+    count, _slash, period = value.partition("/")
+    if not (count.isdigit() and int(count) > 0 and period[:1] in {"s", "m", "h", "d"}):
+        raise ImproperlyConfigured(
+            f"{name} must be a rate such as 240/min, 10/hour or 2/s, or off (got {value!r})"
+        )
+    return value
+
+
+# Per token (else per member, else per address). A job array is one request: a sweep of
+# 1,000 tasks counts once against the submit rate.
+LABPORTAL_API_RATES = {
+    scope: rate
+    for scope, rate in {
+        "api": _api_rate("LABPORTAL_API_RATE", "1200/min"),
+        "submit": _api_rate("LABPORTAL_API_RATE_SUBMIT", "240/min"),
+        "report": _api_rate("LABPORTAL_API_RATE_REPORT", "30/hour"),
+    }.items()
+    if rate is not None
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LabPortal API",
@@ -511,8 +544,17 @@ LABPORTAL_BACKUP_ENABLED = env_bool("LABPORTAL_BACKUP_ENABLED", not DEBUG)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # One JSON object a line, with request id, user, job id and task id (Loki, ELK).
+        "json": {"()": "core.log_context.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": env_choice("LOG_FORMAT", "plain", ("plain", "json")),
+        }
+    },
     "root": {
         "handlers": ["console"],
         "level": env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")),

@@ -59,6 +59,7 @@ class ReportTaskViewSet(
     """Replays (staff) and PDF reports, run by the control worker; poll until `state` is done."""
 
     serializer_class = ReportTaskSerializer
+    throttle_scopes = {"create": "report"}
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
         user = request_user(self.request)  # type: ignore[arg-type]
