@@ -246,6 +246,16 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "LabPortal <labportal@localho
 if env_str("EMAIL_URL"):
     vars().update(environ.Env.email_url_config(env_str("EMAIL_URL") or ""))
 
+# --- Grafana ----------------------------------------------------------------
+# Where staff open the dashboards (deploy/monitoring/grafana/): a "Grafana" link in the
+# staff menu and per node and GPU on the GPUs page. Empty: no links.
+LABPORTAL_GRAFANA_URL = env_url(
+    "LABPORTAL_GRAFANA_URL",
+    "",
+    schemes=("https://", "http://"),
+    example="https://grafana.lab.example.org",
+).rstrip("/")
+
 # --- Error reporting --------------------------------------------------------
 # With DEBUG=false, an unhandled error mails ADMINS ("Ann Lee <ann@lab.example.org>, ...");
 # SENTRY_DSN sends errors of requests, tasks and ERROR log records to Sentry as well.

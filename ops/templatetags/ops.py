@@ -1,6 +1,9 @@
-"""{% backup_status %}: for staff, the newest backup and whether it is overdue (a builtin)."""
+"""Builtins for staff: {% backup_status %} (the newest backup and whether it is overdue) and
+{% grafana_url %} (a deep link into the lab's Grafana dashboards)."""
 
 from __future__ import annotations
+
+from urllib.parse import urlencode
 
 from django import template
 
@@ -19,3 +22,26 @@ def backup_status(context: template.Context, banner: bool = False) -> dict[str, 
         return {"show": False}
     stale = settings.LABPORTAL_BACKUP_ENABLED and backup_is_stale()
     return {"show": stale or not banner, "banner": banner, "stale": stale, "last": last_backup()}
+
+
+# The dashboards provisioned from deploy/monitoring/grafana/dashboards/ (their uids).
+GRAFANA_DASHBOARDS = {
+    "overview": "labportal-overview",
+    "node": "labportal-node",
+    "gpu": "labportal-gpu",
+    "user": "labportal-user",
+}
+
+
+@register.simple_tag
+def grafana_url(dashboard: str = "overview", **variables: str) -> str:
+    """The dashboard's address in the lab's Grafana with its variables set
+    (``{% grafana_url "gpu" node=node.name uuid=gpu.uuid %}``); "" where no
+    LABPORTAL_GRAFANA_URL is set."""
+    from django.conf import settings
+
+    base = settings.LABPORTAL_GRAFANA_URL
+    if not base:
+        return ""
+    query = urlencode({f"var-{name}": value for name, value in variables.items()})
+    return f"{base}/d/{GRAFANA_DASHBOARDS[dashboard]}/" + (f"?{query}" if query else "")

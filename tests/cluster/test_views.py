@@ -208,3 +208,38 @@ def test_the_live_table_costs_the_same_queries_for_many_gpus_and_users(
 
     assert "job-5" in html
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_staff_get_grafana_deep_links_per_node_and_gpu(
+    client: Client, admin_user: Any, bob: Any, busy_lab: Any, settings: Any
+) -> None:
+    settings.LABPORTAL_GRAFANA_URL = "https://grafana.lab.example.org"
+    client.force_login(admin_user)
+    html = client.get(reverse("gpu_live")).content.decode()
+    assert 'href="https://grafana.lab.example.org/d/labportal-node/?var-node=gpu01"' in html
+    assert (
+        'href="https://grafana.lab.example.org/d/labportal-gpu/?var-node=gpu01&amp;var-uuid=GPU-aaa"'
+        in html
+    )
+    client.force_login(bob)
+    assert "grafana.lab.example.org" not in client.get(reverse("gpu_live")).content.decode()
+
+
+def test_without_a_grafana_address_there_are_no_grafana_links(
+    client: Client, admin_user: Any, busy_lab: Any
+) -> None:
+    client.force_login(admin_user)
+    html = client.get(reverse("gpu_live")).content.decode()
+    assert 'data-testid="grafana-node"' not in html and 'data-testid="grafana-gpu"' not in html
+
+
+def test_the_staff_menu_links_grafana_where_it_is_set(admin_user: Any, settings: Any) -> None:
+    from django.test import override_settings
+
+    settings.LABPORTAL_GRAFANA_URL = "https://grafana.lab.example.org"
+    client = Client()
+    client.force_login(admin_user)
+    with override_settings(ROOT_URLCONF="labportal.urls"):
+        html = client.get("/").content.decode()
+    assert 'data-testid="nav-grafana"' in html
+    assert 'href="https://grafana.lab.example.org/d/labportal-overview/"' in html
