@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import shlex
 import sys
 import time
@@ -18,7 +19,15 @@ from typing import Any
 
 from labctl import __version__, config, files
 from labctl.client import Client
-from labctl.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, ApiRefusal, LabctlError, UsageError
+from labctl.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    ApiRefusal,
+    LabctlError,
+    UsageError,
+)
 from labctl.limits import command_limit_refusal
 from labctl.output import dump_json, parse_iso, span, table, when
 from labctl.parsing import (
@@ -266,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_login(args, None)
         settings = config.resolve(args.url, args.token)
         result = args.handler(args, Client(settings.url, settings.token))
+        sys.stdout.flush()  # here, so a closed pipe is met inside this try, not at exit
         return EXIT_OK if result is None else int(result)
     except LabctlError as error:
         _fail(error)
@@ -273,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `labctl jobs | head`: the reader stopped reading. Quietly, as a Unix tool does:
+        # the rest goes nowhere (Python would otherwise report the pipe again at exit).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _fail(error: LabctlError) -> None:

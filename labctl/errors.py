@@ -8,6 +8,8 @@ EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+# The reader of labctl's output went away (`labctl jobs | head`): 128 + SIGPIPE, as a shell says.
+EXIT_BROKEN_PIPE = 141
 
 
 class LabctlError(Exception):

@@ -226,3 +226,22 @@ def test_logs_prints_the_whole_log_and_follows_it_by_offset_until_it_is_complete
     assert result.out == "one\ntwo\nthree\n"
     assert polls == [2.0]
     assert labctl("logs", str(job["id"]), "--tail", "1").out == "three\n"
+
+
+def test_a_reader_that_stops_reading_gets_no_traceback(as_alice: str, portal: str) -> None:
+    """`labctl queue | head -1`: the pipe closes before labctl writes; it exits 141 quietly."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labctl", "queue"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "LABPORTAL_URL": portal, "LABPORTAL_TOKEN": as_alice},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the only reader is gone: every write meets a broken pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err
