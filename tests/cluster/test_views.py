@@ -243,3 +243,17 @@ def test_the_staff_menu_links_grafana_where_it_is_set(admin_user: Any, settings:
         html = client.get("/").content.decode()
     assert 'data-testid="nav-grafana"' in html
     assert 'href="https://grafana.lab.example.org/d/labportal-overview/"' in html
+
+
+@pytest.mark.parametrize(
+    ("language", "in_use", "free"), [("en", "in use", "available"), ("zh-hans", "使用中", "可用")]
+)
+def test_a_gpu_running_a_job_reads_in_use_not_available(
+    client: Client, bob: Any, busy_lab: Any, language: str, in_use: str, free: str
+) -> None:
+    client.force_login(bob)
+    html = client.get(reverse("gpu_live"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    busy = html.split('data-gpu="GPU-aaa"')[1].split("</tr>")[0]
+    idle = html.split('data-gpu="GPU-bbb"')[1].split("</tr>")[0]
+    assert f'<span data-testid="gpu-in-use">{in_use}</span>' in busy
+    assert free in idle and in_use not in idle
