@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from cluster.models import Gpu, Node
 
@@ -53,8 +54,25 @@ class BookingForm(forms.Form):
             raise forms.ValidationError(
                 _("Choose either GPUs, or a node and a number of GPUs — not both.")
             )
+        if "gpu_count" in self.errors:
+            return data  # the number's own error says what is wrong with it
         if not gpus and not (node and count):
             raise forms.ValidationError(_("Choose the GPUs, or a node and a number of GPUs."))
+        if node and count:
+            whole = node.gpus.filter(kind=Gpu.Kind.WHOLE).count()
+            if count > whole:
+                self.add_error(
+                    "gpu_count",
+                    ngettext(
+                        "%(node)s has %(whole)d GPU: book at most that, or pick GPUs on "
+                        "several nodes above.",
+                        "%(node)s has %(whole)d GPUs: book at most that many, or pick GPUs "
+                        "on several nodes above.",
+                        whole,
+                    )
+                    % {"node": node.name, "whole": whole},
+                )
+                return data
         if data.get("start") and data.get("end") and data["end"] <= data["start"]:
             raise forms.ValidationError(_("The end must be after the start."))
         return data

@@ -237,3 +237,43 @@ def test_extending_past_what_the_form_takes_says_the_maximum(
     max_hours = BookingRule.for_user(alice).max_length.total_seconds() / 3600
     assert f"at most {max_hours:g} hours in all" in page
     assert "this one already lasts 2 h" in page
+
+
+@pytest.mark.parametrize("count", ["99", "5"])
+def test_a_number_of_gpus_the_node_lacks_says_how_many_it_has(
+    alice: Any, gpus: list[Any], count: str
+) -> None:
+    node = gpus[0].node
+    whole = node.gpus.count()
+    response = client_for(alice).post(
+        "/reservations/book/",
+        {
+            "node": node.pk,
+            "gpu_count": count,
+            "start": "2027-03-01T10:00",
+            "end": "2027-03-01T12:00",
+        },
+    )
+    page = response.content.decode()
+    assert response.status_code == 400  # the form again, with the reason by the field
+    assert "Choose the GPUs, or a node and a number" not in page
+    if int(count) > 64:
+        assert "less than or equal to 64" in page
+    else:
+        assert f"{node.name} has {whole} GPUs: book at most that many" in page
+    assert not Reservation.objects.filter(user=alice).exists()
+
+
+def test_the_count_refusal_reads_in_chinese(alice: Any, gpus: list[Any]) -> None:
+    client = client_for(alice)
+    response = client.post(
+        "/reservations/book/",
+        {
+            "node": gpus[0].node.pk,
+            "gpu_count": "5",
+            "start": "2027-03-01T10:00",
+            "end": "2027-03-01T12:00",
+        },
+        HTTP_ACCEPT_LANGUAGE="zh-hans",
+    )
+    assert "gpu01 只有 4 块 GPU：最多预约这么多" in response.content.decode()
