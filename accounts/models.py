@@ -61,6 +61,10 @@ class Category(models.Model):
             models.CheckConstraint(
                 condition=models.Q(priority_factor__gte=0) & models.Q(priority_factor__lte=1),
                 name="category_priority_factor_0_1",
+                violation_error_message=_(
+                    "The priority factor is a share from 0 to 1 (e.g. 0.5 halves the "
+                    "category's priority)."
+                ),
             ),
         ]
 
@@ -391,6 +395,10 @@ class CreditPolicy(models.Model):
                 condition=models.Q(efficiency_reward_share__gte=0)
                 & models.Q(efficiency_reward_share__lte=1),
                 name="credit_policy_reward_share_0_1",
+                violation_error_message=_(
+                    "The efficiency reward share is a share from 0 to 1 (e.g. 0.1 returns "
+                    "10%% of a job's cost)."
+                ),
             ),
         ]
 

@@ -206,7 +206,9 @@ class AlertRule(models.Model):
         ordering = ["kind"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(threshold__gte=0), name="alert_rule_threshold_non_negative"
+                condition=models.Q(threshold__gte=0),
+                name="alert_rule_threshold_non_negative",
+                violation_error_message=_("The threshold cannot be negative."),
             ),
         ]
 

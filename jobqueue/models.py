@@ -75,10 +75,18 @@ class Queue(models.Model):
             models.CheckConstraint(
                 condition=models.Q(priority_factor__gte=0) & models.Q(priority_factor__lte=1),
                 name="queue_priority_factor_0_1",
+                violation_error_message=_(
+                    "The priority factor is a share from 0 to 1 (e.g. 0.5 halves the queue's "
+                    "priority)."
+                ),
             ),
             models.CheckConstraint(
                 condition=models.Q(default_time_limit_s__lte=models.F("max_time_limit_s")),
                 name="queue_default_limit_within_max",
+                violation_error_message=_(
+                    "The default time limit cannot be longer than the longest time limit: "
+                    "shorten the default, or lengthen the longest."
+                ),
             ),
         ]
 
@@ -185,10 +193,20 @@ class VolumeMount(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(source_template__startswith="/"), name="volume_source_absolute"
+                condition=models.Q(source_template__startswith="/"),
+                name="volume_source_absolute",
+                violation_error_message=_(
+                    "The source folder must be an absolute path on the node, starting with / "
+                    "(e.g. /data/{user})."
+                ),
             ),
             models.CheckConstraint(
-                condition=models.Q(target__startswith="/"), name="volume_target_absolute"
+                condition=models.Q(target__startswith="/"),
+                name="volume_target_absolute",
+                violation_error_message=_(
+                    "The folder inside the container must be an absolute path, starting with / "
+                    "(e.g. /data)."
+                ),
             ),
         ]
 
