@@ -125,6 +125,25 @@ class TestNoShow:
         assert "reservation_no_show" in contracts.kinds_for(alice)
         assert [e["kind"] for e in contracts.ledger] == ["reservation"]  # no refund
         assert contracts.balance_change(alice) == -booking.charged
+        assert booking.state == Reservation.State.ACTIVE  # not released: it stays hers
+
+    @pytest.mark.parametrize(
+        ("language", "kept", "released"),
+        [
+            ("en", "stays yours and stays charged", "released and you are told"),
+            ("zh-hans", "预约仍归你所有并照常按时段收费", "它会被释放"),
+        ],
+    )
+    def test_the_manual_says_what_a_no_show_does(
+        self, language: str, kept: str, released: str
+    ) -> None:
+        """One behaviour, stated once: the booking stays the owner's and charged (the
+        notification says so too); the manual once said it was released."""
+        from handbook.manual import PAGES_BY_SLUG
+
+        text = PAGES_BY_SLUG["booking"].source(language).read_text()
+        assert kept in text.replace("\n", " ") or kept in text.replace("\n", "")
+        assert released not in text
 
     def test_a_job_of_the_owner_on_the_gpus_is_not_a_no_show(
         self, booking: Reservation, alice: Any, gpus: list[Any], clock: Any, contracts: Any
