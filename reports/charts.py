@@ -6,7 +6,10 @@ import hashlib
 import io
 import json
 import logging
+import math
 import re
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -36,8 +39,43 @@ logging.getLogger("matplotlib.category").setLevel(
 )  # matplotlib's font cache and text layout are not thread-safe
 
 
+log = logging.getLogger(__name__)
+
+
+def cjk_font_files() -> list[str]:
+    """The font files fontconfig has for Chinese (`fc-list :lang=zh`), e.g. fonts-wqy-microhei's."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        return []
+    try:
+        out = subprocess.run(
+            [fc_list, ":lang=zh", "file"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        log.warning("fc-list failed: Chinese chart labels may show as boxes")
+        return []
+    return sorted({line.strip().rstrip(":") for line in out.splitlines() if line.strip()})
+
+
+def register_cjk_fonts() -> None:
+    """Add the Chinese font files to matplotlib's font list by path. Its font cache is built
+    once, when matplotlib first runs, and a CJK font installed after that is not in it: the
+    labels would be boxes. Adding the file directly needs no cache rebuild."""
+    known = {f.fname for f in font_manager.fontManager.ttflist}
+    for path in cjk_font_files():
+        if path in known:
+            continue
+        try:
+            font_manager.fontManager.addfont(path)
+        except (OSError, RuntimeError, ValueError):
+            log.warning("matplotlib cannot read the font %s", path)
+
+
 def _font_family() -> list[str]:
     installed = {f.name for f in font_manager.fontManager.ttflist}
+    if not any(name in installed for name in CJK_FONTS):
+        register_cjk_fonts()
+        installed = {f.name for f in font_manager.fontManager.ttflist}
     return [name for name in CJK_FONTS if name in installed] + ["DejaVu Sans"]
 
 
@@ -52,14 +90,21 @@ def _render(fig: Figure, fmt: str) -> bytes:
     return out.getvalue()
 
 
-WeeklyPoints = list[tuple[str, float, float]]
+WeeklyPoints = list[tuple[str, float | None, float | None, float | None]]
 
 
 def weekly_points(report: UsageReport) -> WeeklyPoints:
-    """What the weekly chart plots: (Monday, allocation %, utilisation %) of each week."""
+    """What the weekly chart plots: (Monday, allocation %, mean utilisation % over the covered
+    time, telemetry coverage %) of each week; None where a week has no figure (a gap in the
+    line, never a zero)."""
     return [
-        (w.week.isoformat(), w.allocation_pct or 0, w.utilisation_pct or 0) for w in report.weeks
+        (w.week.isoformat(), w.allocation_pct, w.mean_util_pct, w.coverage_pct)
+        for w in report.weeks
     ]
+
+
+def _gaps(values: list[float | None]) -> list[float]:
+    return [math.nan if v is None else v for v in values]
 
 
 def version_of(points: object) -> str:
@@ -93,7 +138,10 @@ def remembered_weekly_points(version: str) -> WeeklyPoints | None:
     if not re.fullmatch(r"[0-9a-f]{24}", version):
         return None
     points = cache.get(f"reports:chart:weekly-points:{version}")
-    return None if points is None or version_of(points) != version else points
+    if points is None or version_of(points) != version:
+        return None
+    # Points a page left before the chart plotted coverage are drawn afresh.
+    return points if all(len(point) == 4 for point in points) else None
 
 
 def weekly_chart(report: UsageReport, *, fmt: str = "png") -> bytes:
@@ -106,14 +154,21 @@ def weekly_chart_of(points: WeeklyPoints, *, fmt: str = "png") -> bytes:
     with _lock, matplotlib.rc_context({"font.family": _font_family()}):
         fig = _figure()
         ax = fig.add_subplot()
-        weeks = [week for week, _a, _u in points]
-        ax.plot(weeks, [a for _w, a, _u in points], marker="o", label=_("Allocation %"))
-        ax.plot(weeks, [u for _w, _a, u in points], marker="s", label=_("Utilisation %"))
+        weeks = [point[0] for point in points]
+        ax.plot(weeks, _gaps([p[1] for p in points]), marker="o", label=_("Allocation %"))
+        ax.plot(weeks, _gaps([p[2] for p in points]), marker="s", label=_("Mean utilisation %"))
+        ax.plot(
+            weeks,
+            _gaps([p[3] for p in points]),
+            linestyle="--",
+            alpha=0.6,
+            label=_("Telemetry coverage %"),
+        )
         ax.set_ylim(0, 100)
         ax.set_ylabel("%")
-        ax.set_title(_("Share of GPUs allocated and really used, per week"))
+        ax.set_title(_("Allocation, real utilisation and telemetry coverage per week"))
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left")
+        ax.legend(loc="lower right", fontsize="small")
         fig.autofmt_xdate()
         return _render(fig, fmt)
 

@@ -16,6 +16,16 @@ DIMENSIONS = ("user", "category", "queue", "node", "model")
 NO_CATEGORY = "—"
 
 
+def _pct(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _coverage(measured: float, allocated: float) -> float | None:
+    if allocated <= 0:
+        return None
+    return min(100.0, 100.0 * measured / allocated)
+
+
 @dataclass
 class UsageLine:
     """One row of a usage table: what one user (category, queue, node, model) got."""
@@ -35,6 +45,11 @@ class UsageLine:
         return 100.0 * self.used_gpu_hours / self.measured_gpu_hours
 
     @property
+    def coverage_pct(self) -> float | None:
+        """The share of the allocated GPU-hours that had telemetry: what the mean rests on."""
+        return _coverage(self.measured_gpu_hours, self.gpu_hours)
+
+    @property
     def jobs_total(self) -> int:
         return sum(self.jobs.values())
 
@@ -43,7 +58,8 @@ class UsageLine:
             "name": self.name,
             "gpu_hours": round(self.gpu_hours, 2),
             "used_gpu_hours": round(self.used_gpu_hours, 2),
-            "mean_util_pct": None if self.mean_util_pct is None else round(self.mean_util_pct, 1),
+            "coverage_pct": _pct(self.coverage_pct),
+            "mean_util_pct": _pct(self.mean_util_pct),
             **{f"jobs_{state}": self.jobs.get(state, 0) for state in FINAL_STATES},
             "credits": round(self.credits, 2),
         }
@@ -75,6 +91,8 @@ class WeekLine:
     capacity_gpu_hours: float = 0.0
     gpu_hours: float = 0.0
     used_gpu_hours: float = 0.0
+    # Allocated GPU-hours with telemetry: `used_gpu_hours` is measured over these only.
+    measured_gpu_hours: float = 0.0
     unmet_gpu_hours: float = 0.0
 
     @property
@@ -84,22 +102,27 @@ class WeekLine:
         )
 
     @property
-    def utilisation_pct(self) -> float | None:
-        if self.capacity_gpu_hours <= 0:
+    def coverage_pct(self) -> float | None:
+        return _coverage(self.measured_gpu_hours, self.gpu_hours)
+
+    @property
+    def mean_util_pct(self) -> float | None:
+        """How busy the allocated GPUs were, over the time that had telemetry only: a
+        GPU-hour without samples is unknown, not idle."""
+        if self.measured_gpu_hours <= 0:
             return None
-        return 100 * self.used_gpu_hours / self.capacity_gpu_hours
+        return 100 * self.used_gpu_hours / self.measured_gpu_hours
 
     def as_dict(self) -> dict[str, Any]:
-        def pct(value: float | None) -> float | None:
-            return None if value is None else round(value, 1)
-
+        pct = _pct
         return {
             "week": self.week.isoformat(),
             "capacity_gpu_hours": round(self.capacity_gpu_hours, 2),
             "gpu_hours": round(self.gpu_hours, 2),
             "allocation_pct": pct(self.allocation_pct),
             "used_gpu_hours": round(self.used_gpu_hours, 2),
-            "utilisation_pct": pct(self.utilisation_pct),
+            "coverage_pct": pct(self.coverage_pct),
+            "mean_util_pct": pct(self.mean_util_pct),
             "unmet_gpu_hours": round(self.unmet_gpu_hours, 2),
         }
 

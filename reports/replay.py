@@ -204,7 +204,7 @@ class ReplayOutcome:
     jobs: int
     wait_mean_h: float | None
     wait_p95_h: float | None
-    utilisation_pct: float | None
+    allocation_pct: float | None  # GPU-hours held (jobs and bookings) / capacity
     unmet_gpu_hours: float
     jain: float | None
     unfinished: int
@@ -219,7 +219,7 @@ class ReplayOutcome:
             "jobs": self.jobs,
             "wait_mean_h": r(self.wait_mean_h),
             "wait_p95_h": r(self.wait_p95_h),
-            "utilisation_pct": r(self.utilisation_pct, 1),
+            "allocation_pct": r(self.allocation_pct, 1),
             "unmet_gpu_hours": r(self.unmet_gpu_hours, 1),
             "jain": r(self.jain, 3),
             "unfinished": self.unfinished,
@@ -526,7 +526,7 @@ def _measure(
         jobs=sum(1 for j in jobs if j.queue != BOOKING_QUEUE),
         wait_mean_h=statistics.fmean(waits) if waits else None,
         wait_p95_h=percentile(waits, 95) if waits else None,
-        utilisation_pct=100 * busy_h / (capacity * period.hours)
+        allocation_pct=100 * busy_h / (capacity * period.hours)
         if capacity and period.hours
         else None,
         unmet_gpu_hours=sum(w.unmet_gpu_hours for w in weeks.values()),

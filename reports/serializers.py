@@ -23,9 +23,15 @@ def _usage_line_fields() -> dict[str, serializers.Field]:  # type: ignore[type-a
         "name": serializers.CharField(),
         "gpu_hours": serializers.FloatField(help_text="GPU-hours allocated."),
         "used_gpu_hours": serializers.FloatField(
-            help_text="Allocated GPU-hours weighted by measured utilisation."
+            help_text="Covered GPU-hours weighted by their measured utilisation."
         ),
-        "mean_util_pct": serializers.FloatField(allow_null=True),
+        "coverage_pct": serializers.FloatField(
+            allow_null=True,
+            help_text="Telemetry coverage: the share of the allocated GPU-hours that had samples.",
+        ),
+        "mean_util_pct": serializers.FloatField(
+            allow_null=True, help_text="Mean utilisation over the covered GPU-hours only."
+        ),
         "credits": serializers.FloatField(help_text="Credits spent, net of refunds."),
     }
     for state in FINAL_STATES:
@@ -50,7 +56,12 @@ class WeekLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
     gpu_hours = serializers.FloatField()
     allocation_pct = serializers.FloatField(allow_null=True)
     used_gpu_hours = serializers.FloatField()
-    utilisation_pct = serializers.FloatField(allow_null=True)
+    coverage_pct = serializers.FloatField(
+        allow_null=True, help_text="The share of the week's allocated GPU-hours that had samples."
+    )
+    mean_util_pct = serializers.FloatField(
+        allow_null=True, help_text="Mean utilisation over the covered GPU-hours only."
+    )
     unmet_gpu_hours = serializers.FloatField(
         help_text="GPU-hours that waited while fewer GPUs were free than the job asked for."
     )

@@ -28,6 +28,7 @@ STATE_LABELS: dict[str, Promise] = {
 USAGE_COLUMNS: list[tuple[str, Promise]] = [
     ("gpu_hours", _("GPU-hours allocated")),
     ("used_gpu_hours", _("GPU-hours really used")),
+    ("coverage_pct", _("Telemetry coverage %")),
     ("mean_util_pct", _("Mean utilisation %")),
     *[(f"jobs_{state}", STATE_LABELS[state]) for state in FINAL_STATES],
     ("credits", _("Credits spent")),
@@ -110,7 +111,8 @@ def report_tables(report: UsageReport) -> list[Table]:
                 ("gpu_hours", _("GPU-hours allocated")),
                 ("allocation_pct", _("Allocation %")),
                 ("used_gpu_hours", _("GPU-hours really used")),
-                ("utilisation_pct", _("Utilisation %")),
+                ("coverage_pct", _("Telemetry coverage %")),
+                ("mean_util_pct", _("Mean utilisation %")),
                 ("unmet_gpu_hours", _("Unmet demand (GPU-hours)")),
             ],
             [line.as_dict() for line in report.weeks],

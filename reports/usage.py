@@ -87,9 +87,9 @@ def usage_tables(
 
 def raw_sample_usage(
     period: Period, end: dt.datetime, windows: TelemetryWindows, names: LabNames
-) -> tuple[dict[tuple[str, ...], list[float]], dict[dt.date, float]]:
+) -> tuple[dict[tuple[str, ...], list[float]], dict[dt.date, tuple[float, float]]]:
     """Used and measured GPU-hours of the part no rollup covers yet, per dimension key and
-    used per week: each job's mean raw utilisation there weighs its GPU-hours there."""
+    per week: each job's mean raw utilisation there weighs its GPU-hours there."""
     if windows.raw is None:
         return {}, {}
     means = raw_job_means(windows.raw)
@@ -103,7 +103,7 @@ def raw_sample_usage(
         .values_list("pk", "units", "started_at", "ended_at", *DIMENSION_FIELDS, named=True)
     )
     by_key: dict[tuple[str, ...], list[float]] = {}
-    by_week: dict[dt.date, float] = defaultdict(float)
+    by_week: dict[dt.date, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     for row in rows.iterator(chunk_size=10_000):
         mean = means.get(row.pk)
         started, units = row.started_at, row.units
@@ -118,8 +118,10 @@ def raw_sample_usage(
         line_sums[1] += hours
         r0, r1 = max(started, a), min(run_end, b)
         for monday, w0, w1 in grid.spanning(r0, r1):
-            by_week[monday] += units * _overlap_h(r0, r1, w0, w1) * mean
-    return by_key, by_week
+            covered = units * _overlap_h(r0, r1, w0, w1)
+            used_so_far, measured_so_far = by_week[monday]
+            by_week[monday] = (used_so_far + covered * mean, measured_so_far + covered)
+    return by_key, dict(by_week)
 
 
 def spent_credits(period: Period, names: LabNames) -> tuple[dict[str, dict[str, float]], float]:

@@ -133,8 +133,10 @@ def rollup_usage(windows: TelemetryWindows, **group: Any) -> dict[tuple[Any, ...
     return totals
 
 
-def rollup_usage_by_week(windows: TelemetryWindows, grid: Any) -> dict[dt.date, float]:
-    """Used GPU-hours from the rollups per week of `grid` (a `reports.weeks.WeekGrid`):
+def rollup_usage_by_week(
+    windows: TelemetryWindows, grid: Any
+) -> dict[dt.date, tuple[float, float]]:
+    """Used and measured GPU-hours from the rollups per week of `grid` (a `reports.weeks.WeekGrid`):
     summed per bucket (an hour or a minute) in SQL, the buckets fetched as seconds since
     1970 and put in their weeks here, cheaper than truncating every row to its week."""
     usage = rollup_usage(windows, t=EpochSeconds("bucket"))
@@ -142,15 +144,21 @@ def rollup_usage_by_week(windows: TelemetryWindows, grid: Any) -> dict[dt.date, 
         return {}
     seconds = np.round(np.array([t for (t,) in usage]))  # buckets are whole minutes
     used = np.array([u for u, _measured in usage.values()])
+    measured = np.array([m for _used, m in usage.values()])
     ends = np.array([w1.timestamp() for w1 in grid.ends])
     starts = np.array([w0.timestamp() for _m, w0, _w1 in grid.weeks])
     index = np.searchsorted(ends, seconds, side="right")  # the week that ends after it
     inside = (index < len(ends)) & (seconds >= starts[np.minimum(index, len(ends) - 1)])
     per_week = np.bincount(index[inside], weights=used[inside], minlength=len(ends))
+    measured_per_week = np.bincount(index[inside], weights=measured[inside], minlength=len(ends))
     return {
-        monday: float(value)
-        for (monday, _w0, _w1), value, hit in zip(
-            grid.weeks, per_week, np.bincount(index[inside], minlength=len(ends)) > 0, strict=True
+        monday: (float(value), float(covered))
+        for (monday, _w0, _w1), value, covered, hit in zip(
+            grid.weeks,
+            per_week,
+            measured_per_week,
+            np.bincount(index[inside], minlength=len(ends)) > 0,
+            strict=True,
         )
         if hit
     }

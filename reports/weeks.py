@@ -59,10 +59,11 @@ def usage_weeks(
     end: dt.datetime,
     capacity: int,
     windows: TelemetryWindows,
-    raw_weeks: dict[dt.date, float],
+    raw_weeks: dict[dt.date, tuple[float, float]],
     jobs: np.ndarray,
 ) -> dict[dt.date, WeekLine]:
-    """Capacity, allocated and used GPU-hours per week; used from the rollups per bucket.
+    """Capacity, allocated, measured and used GPU-hours per week; used and measured from
+    the rollups per bucket (and raw samples past them).
 
     Allocated, from `jobs` (`reports.jobtable.SWEEP_COLUMNS`, one row per job of the period): a run clipped
     to the period, [s, e), gives week [w0, w1) the GPU-hours clamp(e) - clamp(s), where
@@ -99,9 +100,13 @@ def usage_weeks(
         allocated = np.maximum(0.0, clamped_sum(stopped) - clamped_sum(began)) / 3600
         for (monday, _w0, _w1), hours in zip(grid.weeks, allocated, strict=True):
             weeks[monday].gpu_hours = float(hours)
-    for monday, used in [*rollup_usage_by_week(windows, grid).items(), *raw_weeks.items()]:
+    for monday, (used, measured) in [
+        *rollup_usage_by_week(windows, grid).items(),
+        *raw_weeks.items(),
+    ]:
         if monday in weeks:
             weeks[monday].used_gpu_hours += used
+            weeks[monday].measured_gpu_hours += measured
     return weeks
 
 

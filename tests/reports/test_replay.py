@@ -109,7 +109,7 @@ def test_the_same_gpus_and_policy_reproduce_the_recorded_waits(busy_week: Any) -
     assert recorded.wait_mean_h is not None and same.wait_mean_h is not None
     assert recorded.wait_mean_h > 0.5  # the week was busy enough to wait
     assert same.wait_mean_h == pytest.approx(recorded.wait_mean_h, rel=0.05)
-    assert same.utilisation_pct == pytest.approx(recorded.utilisation_pct, rel=0.05)
+    assert same.allocation_pct == pytest.approx(recorded.allocation_pct, rel=0.05)
 
 
 def test_more_gpus_never_raise_the_mean_wait_and_fewer_never_lower_it(busy_week: Any) -> None:
@@ -288,8 +288,8 @@ def test_a_booking_blocks_its_gpus_and_jobs_wait_longer_around_it(
     assert after.jobs == before.jobs == 63  # blocks are not jobs
     assert after.wait_mean_h is not None and before.wait_mean_h is not None
     assert after.wait_mean_h > before.wait_mean_h
-    assert after.utilisation_pct is not None and before.utilisation_pct is not None
-    assert after.utilisation_pct > before.utilisation_pct  # booked GPUs count as held
+    assert after.allocation_pct is not None and before.allocation_pct is not None
+    assert after.allocation_pct > before.allocation_pct  # booked GPUs count as held
 
 
 def test_jobs_that_ran_inside_a_booking_are_its_use_not_replayed_again(

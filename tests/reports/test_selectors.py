@@ -78,7 +78,25 @@ def test_unmet_demand_counts_only_waits_while_too_few_gpus_were_free(
     (week_line,) = report.weeks
     assert week_line.capacity_gpu_hours == pytest.approx(4 * 168)
     assert week_line.allocation_pct == pytest.approx(100 * 36 / 672)
-    assert week_line.utilisation_pct == pytest.approx(100 * 14 / 672)
+    # Real utilisation is measured over the covered GPU-hours only (J1's 20, J2's 4).
+    assert week_line.mean_util_pct == pytest.approx(100 * 14 / 24)
+
+
+def test_the_report_states_its_telemetry_coverage_and_never_counts_missing_samples_as_idle(
+    week: Any, admin_user: Any
+) -> None:
+    report = usage_report(period=week["period"], viewer=admin_user, now=NOW)
+    # Allocated 36 GPU-hours; J3 (4) and J4 (8) sent no samples: 24 covered.
+    assert report.totals.coverage_pct == pytest.approx(100 * 24 / 36)
+    assert report.totals.mean_util_pct == pytest.approx(100 * 14 / 24)
+    alice = line(report, "user", "alice")
+    assert alice.coverage_pct == pytest.approx(100 * 20 / 28)  # J1 covered, J4 not
+    assert alice.mean_util_pct == pytest.approx(50)
+    charlie = line(report, "user", "charlie")  # J3 only: no samples at all
+    assert (charlie.coverage_pct, charlie.mean_util_pct, charlie.used_gpu_hours) == (0, None, 0)
+    (week_line,) = report.weeks
+    assert week_line.as_dict()["coverage_pct"] == pytest.approx(66.7)
+    assert "utilisation_pct" not in week_line.as_dict()  # no share of capacity counted idle
 
 
 def test_bookings_split_booked_hours_into_used_released_and_no_shows(
