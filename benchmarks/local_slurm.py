@@ -3,7 +3,8 @@
 When Debian's Slurm is installed (`apt-get install slurm-wlm slurmdbd slurmrestd munge
 mariadb-server`, see .ci/slurm-setup.sh), ``LocalSlurm`` starts munged, slurmctld and
 slurmd in a temporary directory, with one node of ``gpus`` GPUs (GRES backed by links to
-/dev/null: Slurm counts and hands them out, nothing uses them) and the given ports. With
+/dev/null: Slurm counts and hands them out, nothing uses them; ``gpu_types`` declares them
+as typed GRES, e.g. two a100 and two l40s) and the given ports. With
 ``accounting=True`` it also starts a private MariaDB (its own data directory and TCP
 port, no grant tables) and slurmdbd, for accounting, QOS and associations; with
 ``rest=True`` it starts slurmrestd with JWT authentication. Nothing outside that
@@ -88,8 +89,11 @@ class LocalSlurm:
         rest: bool = False,
         partition: str = "bench",
         cluster_name: str = "lpbench",
+        gpu_types: tuple[tuple[str, int], ...] = (),
     ):
-        self.gpus = gpus
+        # ``gpu_types``: typed GRES, e.g. (("a100", 2), ("l40s", 2)); then ``gpus`` is their sum.
+        self.gpu_types = tuple(gpu_types)
+        self.gpus = sum(n for _, n in self.gpu_types) if self.gpu_types else gpus
         self.cpus = cpus
         self.port = ports if isinstance(ports, Ports) else Ports(*ports)
         self.ports = (self.port.slurmctld, self.port.slurmd)
@@ -144,14 +148,14 @@ class LocalSlurm:
             ],
             check=True,
         )
-        devices = []
-        for i in range(self.gpus):
+        kinds = [kind for kind, n in self.gpu_types for _ in range(n)] or [""] * self.gpus
+        lines = []
+        for i, kind in enumerate(kinds):
             link = d / f"gpu{i}"
             link.symlink_to("/dev/null")  # a character device: Slurm accepts it as a GPU file
-            devices.append(str(link))
-        (d / "gres.conf").write_text(
-            "".join(f"NodeName={self.node} Name=gpu File={path}\n" for path in devices)
-        )
+            typed = f" Type={kind}" if kind else ""
+            lines.append(f"NodeName={self.node} Name=gpu{typed} File={link}\n")
+        (d / "gres.conf").write_text("".join(lines))
         self.jwt_key.write_bytes(secrets.token_bytes(32))
         self.jwt_key.chmod(0o400)
         (d / "slurm.conf").write_text(self._slurm_conf())
@@ -224,9 +228,15 @@ SlurmdParameters=config_overrides
 {accounting}MaxArraySize=100001
 MaxJobCount=200000
 MinJobAge=600
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 Gres=gpu:{self.gpus} State=UNKNOWN
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=1000 Gres={self.node_gres()} State=UNKNOWN
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
+
+    def node_gres(self) -> str:
+        """The node's ``Gres=`` in slurm.conf: ``gpu:4``, or ``gpu:a100:2,gpu:l40s:2`` when typed."""
+        if self.gpu_types:
+            return ",".join(f"gpu:{kind}:{n}" for kind, n in self.gpu_types)
+        return f"gpu:{self.gpus}"
 
     def _start_accounting(self, timeout_s: float) -> None:
         d = self.dir

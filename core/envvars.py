@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -68,17 +68,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_int_map(name: str, *, example: str) -> dict[str, int]:
-    """Comma-separated ``key=whole number`` pairs (keys lower-cased), e.g. ``a100=81920``."""
-    mapping: dict[str, int] = {}
+def _pairs(name: str, *, example: str, what: str, ok: Callable[[str], bool]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
     for item in env_list(name, []):
         key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip().isdigit():
+        if not sep or not key.strip() or not ok(value.strip()):
             raise ImproperlyConfigured(
-                f"{name} must be comma-separated key=number pairs, e.g. {example} (got {item!r})."
+                f"{name} must be comma-separated key={what} pairs, e.g. {example} (got {item!r})."
             )
-        mapping[key.strip().lower()] = int(value)
-    return mapping
+        pairs[key.strip().lower()] = value.strip()
+    return pairs
+
+
+def env_int_map(name: str, *, example: str) -> dict[str, int]:
+    """Comma-separated ``key=whole number`` pairs (keys lower-cased), e.g. ``a100=81920``."""
+    pairs = _pairs(name, example=example, what="number", ok=str.isdigit)
+    return {key: int(value) for key, value in pairs.items()}
+
+
+def env_str_map(name: str, *, example: str) -> dict[str, str]:
+    """Comma-separated ``key=value`` pairs (keys lower-cased), e.g. ``NVIDIA A100=a100``."""
+    return _pairs(name, example=example, what="value", ok=bool)
 
 
 def env_required(name: str, *, why: str) -> str:

@@ -24,6 +24,7 @@ from core.envvars import (
     env_networks,
     env_required,
     env_str,
+    env_str_map,
     env_url,
 )
 
@@ -510,6 +511,12 @@ LABPORTAL_SLURM_ZERO_CREDIT_NICE = env_int("LABPORTAL_SLURM_ZERO_CREDIT_NICE", 0
 # monitor-only agent's report of the node's real GPUs wins over it.
 LABPORTAL_SLURM_GPU_MEMORY_MB = env_int_map(
     "LABPORTAL_SLURM_GPU_MEMORY_MB", example="a100=81920,l40s=46068"
+)
+# The GRES type of each portal GPU model name, e.g. "NVIDIA A100-SXM4-80GB=a100" (keys
+# case-insensitive): a job asking that model is sent as --gres=gpu:a100:N. Without an
+# entry, a model that is itself a GRES type on the cluster (the inventory's names) is sent as is.
+LABPORTAL_SLURM_GPU_TYPES = env_str_map(
+    "LABPORTAL_SLURM_GPU_TYPES", example="NVIDIA A100-SXM4-80GB=a100,NVIDIA L40S=l40s"
 )
 if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_SLURM_JWT_KEY_FILE:
     raise ImproperlyConfigured(

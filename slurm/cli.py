@@ -79,6 +79,8 @@ class NodeInfo:
     gpus: int = 0
     gpu_type: str = ""
     partitions: tuple[str, ...] = ()
+    # Each GRES type and its count, in slurm.conf's order: (("a100", 2), ("l40s", 2)).
+    gpu_types: tuple[tuple[str, int], ...] = ()
     cpus: int = 0
     memory_mb: int = 0
     address: str = ""
@@ -105,6 +107,8 @@ class SubmitRequest:
     workdir: str
     time_limit_s: int
     gpus: int = 0
+    # The GRES type of the GPUs (``--gres=gpu:<type>:N``); "" for any.
+    gpu_type: str = ""
     cpus: int = 1
     memory_mb: int = 0
     partition: str = ""
@@ -151,6 +155,21 @@ def gpu_count(gres: str | None) -> tuple[int, str]:
             total += int(match.group(2))
             kind = kind or (match.group(1) or "")
     return total, kind
+
+
+def gpu_types(gres: str | None) -> tuple[tuple[str, int], ...]:
+    """Each typed GPU GRES and its count: ``gpu:a100:2(S:0),gpu:l40s:2`` → (("a100", 2), ("l40s", 2))."""
+    counts: dict[str, int] = {}
+    for part in _top_level_parts(gres or ""):
+        match = _GPU_GRES.match(part.strip())
+        if match and match.group(1):
+            counts[match.group(1)] = counts.get(match.group(1), 0) + int(match.group(2))
+    return tuple(counts.items())
+
+
+def gres_request(request: SubmitRequest) -> str:
+    """The job's GPU GRES: ``gpu:N``, or ``gpu:<type>:N`` for a GPU model."""
+    return f"gpu:{request.gpu_type}:{request.gpus}" if request.gpu_type else f"gpu:{request.gpus}"
 
 
 def _epoch(value: Any) -> datetime | None:
@@ -271,7 +290,8 @@ def parse_sacct_json(text: str | dict[str, Any]) -> list[JobInfo]:
 
 def parse_node(raw: dict[str, Any]) -> NodeInfo:
     """One node of ``sinfo --json`` / slurmrestd ``/nodes``."""
-    gpus, kind = gpu_count(str(raw.get("gres") or ""))
+    gres = str(raw.get("gres") or "")
+    gpus, kind = gpu_count(gres)
     state = raw.get("state")
     flags = tuple(str(f).upper() for f in raw.get("state_flags") or [])
     if isinstance(state, list):  # newer Slurm: ["IDLE", "DRAIN"]
@@ -284,6 +304,7 @@ def parse_node(raw: dict[str, Any]) -> NodeInfo:
         gpus=gpus,
         gpu_type=kind,
         partitions=tuple(raw.get("partitions") or ()),
+        gpu_types=gpu_types(gres),
         cpus=int(raw.get("cpus") or 0),
         memory_mb=int(raw.get("real_memory") or 0),
         address=str(raw.get("address") or ""),
@@ -399,7 +420,7 @@ def _sbatch_flags(request: SubmitRequest) -> list[str]:
         f"--cpus-per-task={request.cpus}",
     ]
     if request.gpus:
-        flags.append(f"--gres=gpu:{request.gpus}")
+        flags.append(f"--gres={gres_request(request)}")
     if request.memory_mb:
         flags.append(f"--mem={request.memory_mb}M")
     for option in ("partition", "qos", "account"):
@@ -539,7 +560,7 @@ class RestClient:
             "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin", **request.environment},
         }
         if request.gpus:
-            job["gres"] = f"gpu:{request.gpus}"
+            job["gres"] = gres_request(request)
         if request.memory_mb:
             job["memory_per_node"] = request.memory_mb
         for option in ("partition", "qos", "account"):

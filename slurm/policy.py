@@ -23,7 +23,9 @@ What the portal manages, and the conflict rule (docs/slurm.md, "What LabPortal c
 - A member at zero credit or below keeps running: their pending jobs get a nice value
   larger than any priority the weights can give, so they start after every job of a
   member with credit; when credit returns the nice goes back to 0. Only jobs at exactly
-  the portal's nice value are reset, so a nice set by hand is left alone.
+  the portal's nice value are reset, so a nice set by hand is left alone. A job under the
+  emergency QOS or a grant queue's QOS is never niced (and loses the portal's nice): an
+  approved emergency or grant wins over the credit penalty.
 """
 
 from __future__ import annotations
@@ -121,15 +123,24 @@ def qos_changes(
 
 
 def nice_changes(
-    *, pending: Iterable[tuple[int, str, int]], zero_credit_users: set[str], nice: int
+    *,
+    pending: Iterable[tuple[int, str, int, str]],
+    zero_credit_users: set[str],
+    nice: int,
+    exempt_qos: Iterable[str] = (),
 ) -> list[tuple[int, int]]:
-    """(job id, new nice) for pending (job id, user, nice) jobs: ``nice`` for members at zero
-    credit whose jobs are at 0, back to 0 for the others' jobs still at the portal's value."""
+    """(job id, new nice) for pending (job id, user, nice, QOS) jobs: ``nice`` for members at
+    zero credit whose jobs are at 0, back to 0 for the others' jobs still at the portal's value.
+
+    A job under an ``exempt_qos`` (the emergency QOS, a grant queue's QOS) is never niced:
+    an approved emergency or priority grant wins over the credit penalty, as in agents mode."""
+    exempt = set(exempt_qos)
     out = []
-    for job_id, user, current in pending:
-        if user in zero_credit_users and current == 0:
+    for job_id, user, current, qos in pending:
+        penalised = user in zero_credit_users and qos not in exempt
+        if penalised and current == 0:
             out.append((job_id, nice))
-        elif user not in zero_credit_users and current == nice:
+        elif not penalised and current == nice:
             out.append((job_id, 0))
     return out
 
@@ -493,8 +504,11 @@ def _sync_nice(admin: SlurmAdmin, result: PolicyResult) -> None:
     # As the portal's own scheduler: no credit account counts as zero.
     with_credit = set(CreditAccount.objects.filter(balance__gt=0).values_list("user_id", flat=True))
     zero_users = {unix for user_id, unix in logins.items() if user_id not in with_credit}
-    pending = [(j.job_id, j.user, j.nice) for j in admin.pending_jobs()]
-    for job_id, value in nice_changes(pending=pending, zero_credit_users=zero_users, nice=nice):
+    pending = [(j.job_id, j.user, j.nice, j.qos) for j in admin.pending_jobs()]
+    exempt = {top_qos_name(), *grant_qos_names().values()}
+    for job_id, value in nice_changes(
+        pending=pending, zero_credit_users=zero_users, nice=nice, exempt_qos=exempt
+    ):
         try:
             admin.scontrol("update", f"jobid={job_id}", f"nice={value}")
         except SlurmError as exc:  # the job may have started meanwhile

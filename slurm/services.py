@@ -90,7 +90,27 @@ def batch_script(job: Job, *, container: str) -> str:
     return f"#!/bin/bash\n# LabPortal job {job.pk} ({image})\n{run}\n"
 
 
-def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
+def slurm_gpu_type(model: str, slurm_types: Iterable[str]) -> str:
+    """The GRES type for the GPU model a member picked ("" for any), or a refusal.
+
+    The admin's LABPORTAL_SLURM_GPU_TYPES maps a portal model name to its GRES type;
+    otherwise a model that is a GRES type on the cluster (the names the inventory shows,
+    any case) is itself the type. A model Slurm has no GPU of is refused at submit."""
+    if not model:
+        return ""
+    types = {t.lower(): t for t in slurm_types}
+    mapped = settings.LABPORTAL_SLURM_GPU_TYPES.get(model.strip().lower(), model.strip())
+    if mapped.lower() in types:
+        return types[mapped.lower()]
+    raise SlurmRefused(
+        _(
+            "The Slurm cluster has no GPU of model “%(model)s” (its GPU types: %(types)s). Pick one of those, or leave the model empty for any GPU."
+        )
+        % {"model": model[:120], "types": ", ".join(sorted(types.values())) or _("none")}
+    )
+
+
+def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitRequest:
     mapping = QueueMapping.objects.filter(queue=job.queue).first()
     options = mapping.sbatch_options() if mapping else {"qos": job.queue.name}
     output_dir = Path(settings.LABPORTAL_SLURM_OUTPUT_DIR)
@@ -102,6 +122,7 @@ def submit_request(job: Job, *, unix_user: str) -> SubmitRequest:
         workdir=str(output_dir),
         time_limit_s=job.time_limit_s,
         gpus=job.gpus,
+        gpu_type=gpu_type,
         cpus=max(1, int(-(-job.cpus // 1))),
         memory_mb=job.memory_mb,
         partition=options.get("partition", ""),
@@ -149,8 +170,15 @@ def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
 def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
     """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
     unix_user = unix_user_for(job.owner)
-    request = submit_request(job, unix_user=unix_user)
     client = client or client_from_settings()
+    gpu_type = ""
+    if job.gpu_model:  # Slurm's own GRES types now, not the portal's last inventory
+        with _slurm_errors(
+            lambda exc: _("Slurm could not list its GPUs: %(error)s") % {"error": exc}
+        ):
+            nodes = client.nodes()
+        gpu_type = slurm_gpu_type(job.gpu_model, {t for n in nodes for t, _n in n.gpu_types})
+    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type)
     with _slurm_errors(
         lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")
@@ -580,14 +608,20 @@ def slurm_inventory_sync(*, client: SlurmClient | None = None) -> InventoryResul
     return result
 
 
+def _gpu_kinds(info: NodeInfo) -> list[str]:
+    """The GRES type of each of the node's GPUs by index, in slurm.conf's order."""
+    kinds = [kind for kind, count in info.gpu_types for _ in range(count)]
+    return kinds if len(kinds) == info.gpus else [info.gpu_type] * info.gpus
+
+
 def _sync_gpus(node: Node, info: NodeInfo) -> int:
     existing = {g.index: g for g in node.gpus.filter(parent__isnull=True)}
-    model = info.gpu_type or "GPU"
-    # Unknown (0) unless the admin gave this GRES type's memory; an agent's report replaces
-    # the placeholder row altogether (cluster.services._gpus_upsert).
-    memory_mb = settings.LABPORTAL_SLURM_GPU_MEMORY_MB.get(info.gpu_type.lower(), 0)
     placeholder = f"slurm:{node.name}:"
-    for index in range(info.gpus):
+    for index, kind in enumerate(_gpu_kinds(info)):
+        model = kind or "GPU"
+        # Unknown (0) unless the admin gave this GRES type's memory; an agent's report
+        # replaces the placeholder row altogether (cluster.services._gpus_upsert).
+        memory_mb = settings.LABPORTAL_SLURM_GPU_MEMORY_MB.get(kind.lower(), 0)
         gpu = existing.get(index)
         if gpu is None:
             Gpu.objects.create(
@@ -605,6 +639,9 @@ def _sync_gpus(node: Node, info: NodeInfo) -> int:
         if gpu.uuid.startswith(placeholder) and gpu.memory_mb != memory_mb:
             gpu.memory_mb = memory_mb
             changed.append("memory_mb")
+        if gpu.uuid.startswith(placeholder) and gpu.model != model:
+            gpu.model = model
+            changed.append("model")
         if changed:
             gpu.save(update_fields=changed)
     gone = [g.pk for i, g in existing.items() if i >= info.gpus]

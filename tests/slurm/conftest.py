@@ -1,7 +1,7 @@
 """A real, private Slurm for the Slurm-mode tests: one per test session.
 
-``local_slurm`` starts munged, MariaDB, slurmdbd, slurmctld, slurmd (one node, fake GPUs
-as GRES) and slurmrestd (JWT) in a temporary directory, on ports from
+``local_slurm`` starts munged, MariaDB, slurmdbd, slurmctld, slurmd (one node, four fake
+GPUs as typed GRES: 2 × a100 and 2 × l40s) and slurmrestd (JWT) in a temporary directory, on ports from
 LABPORTAL_TEST_SLURM_PORT_BASE (4 in a row, default 8811) and LABPORTAL_TEST_MARIADB_PORT
 (default 3311). It skips with a reason where Slurm is missing, and fails under CI=true.
 ``slurm_settings`` points the portal at it (Slurm mode, slurmrestd and the JWT key).
@@ -20,6 +20,8 @@ from tests.conftest import require_in_ci
 # Members' unix users in the tests: system users every Debian machine has, so the tests
 # create no accounts on the host. Each gets an association in account "lab".
 MEMBER_UNIX_USERS = ("nobody", "daemon")
+# The node's GPUs: two GRES types, so a test of the GPU model a member picks means something.
+GPU_TYPES = (("a100", 2), ("l40s", 2))
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +30,7 @@ def local_slurm() -> Iterator[LocalSlurm]:
     if missing:
         require_in_ci(f"Slurm ({missing})")
     slurm = LocalSlurm(
-        gpus=4,
+        gpu_types=GPU_TYPES,
         ports=Ports.from_env(),
         accounting=True,
         rest=True,

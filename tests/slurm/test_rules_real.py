@@ -241,6 +241,30 @@ def test_a_member_at_zero_credit_starts_after_a_member_with_credit(
     assert ran_broke.ended_at is not None  # she ran all the same: never blocked
 
 
+def _emergency_for(member: Any, slurm_id: int, expires: Any) -> EmergencyRequest:
+    """An approved emergency naming a portal job that is the member's Slurm job ``slurm_id``."""
+    job = Job.objects.create(
+        owner=member,
+        queue=Queue.objects.get(name="normal"),
+        image=ContainerImageFactory.create(),
+        command=["true"],
+        time_limit_s=60,
+    )
+    SlurmJob.objects.create(
+        slurm_job_id=slurm_id,
+        job=job,
+        user=member,
+        unix_user="nobody",
+        qos="normal",
+        state="PENDING",
+    )
+    emergency = EmergencyRequest.objects.create(
+        user=member, reason="paper", state=EmergencyRequest.State.APPROVED, expires_at=expires
+    )
+    emergency.jobs.add(job)
+    return emergency
+
+
 def test_an_approved_emergency_runs_its_job_under_the_top_qos_until_it_expires(
     local_slurm: LocalSlurm, members: tuple[Any, Any], admin: SlurmAdmin
 ) -> None:
@@ -250,26 +274,8 @@ def test_an_approved_emergency_runs_its_job_under_the_top_qos_until_it_expires(
             "nobody", "sbatch", "--parsable", "--hold", "-o/dev/null", "--wrap=true"
         ).strip()
     )
-    job = Job.objects.create(
-        owner=alice,
-        queue=Queue.objects.get(name="normal"),
-        image=ContainerImageFactory.create(),
-        command=["true"],
-        time_limit_s=60,
-    )
-    SlurmJob.objects.create(
-        slurm_job_id=slurm_id,
-        job=job,
-        user=alice,
-        unix_user="nobody",
-        qos="normal",
-        state="PENDING",
-    )
     expires = timezone.now() + timedelta(hours=2)
-    emergency = EmergencyRequest.objects.create(
-        user=alice, reason="paper", state=EmergencyRequest.State.APPROVED, expires_at=expires
-    )
-    emergency.jobs.add(job)
+    _emergency_for(alice, slurm_id, expires)
 
     def qos() -> str:
         return local_slurm._run("squeue", "-h", "-j", str(slurm_id), "-o", "%q").strip()
@@ -282,3 +288,56 @@ def test_an_approved_emergency_runs_its_job_under_the_top_qos_until_it_expires(
         assert all("lp-emergency" not in a.qos for a in admin.associations() if a.user == "nobody")
     finally:
         local_slurm._run("scancel", str(slurm_id), check=False)
+
+
+def test_an_emergency_or_grant_job_of_a_member_at_zero_credit_keeps_its_priority(
+    local_slurm: LocalSlurm, members: tuple[Any, Any], admin: SlurmAdmin
+) -> None:
+    alice, _bob = members  # alice (nobody) has no credit
+    high = Queue.objects.get(name="high")
+    QueueMapping.objects.update_or_create(queue=high, defaults={"qos": "high"})
+    ends = timezone.now() + timedelta(hours=2)
+    PriorityGrant.objects.create(
+        user=alice, queue=high, reason="deadline", deadline=ends, state=PriorityGrant.State.APPROVED
+    )
+    gpus = f"--gres=gpu:{local_slurm.gpus}"  # none starts while the blocker holds the node
+
+    def sbatch(user: str, *flags: str, seconds: int = 1) -> int:
+        out = local_slurm.run_as(
+            user, "sbatch", "--parsable", gpus, *flags, "-o/dev/null", f"--wrap=sleep {seconds}"
+        )
+        return int(out.strip())
+
+    def squeue(job_id: int) -> tuple[str, int, int]:
+        """QOS, nice and the priority Slurm reports (``%Q``) of a pending job."""
+        out = local_slurm._run("squeue", "-h", "-j", str(job_id), "-o", "%q|%y|%Q").strip()
+        qos, nice, priority = out.split("|")
+        return qos, int(nice), int(priority)
+
+    blocker = sbatch("daemon", seconds=300)
+    jobs: list[int] = [blocker]
+    try:
+        wait_for(
+            "the blocker running",
+            lambda: "RUNNING" in local_slurm._run("squeue", "-h", "-j", str(blocker), "-o", "%T"),
+        )
+        slurm_policy_sync(admin=admin)  # the grant opens "high" to nobody
+        plain = sbatch("nobody")
+        granted = sbatch("nobody", "--qos=high")
+        urgent = sbatch("nobody")
+        jobs += [plain, granted, urgent]
+        _emergency_for(alice, urgent, ends)
+
+        slurm_policy_sync(admin=admin)
+
+        assert "RUNNING" in local_slurm._run("squeue", "-h", "-j", str(blocker), "-o", "%T")
+        plain_qos, plain_nice, plain_priority = squeue(plain)
+        assert plain_qos == "normal" and plain_nice > 0  # zero credit: niced
+        for job_id, qos in ((granted, "high"), (urgent, "lp-emergency")):
+            got_qos, nice, priority = squeue(job_id)
+            assert (got_qos, nice) == (qos, 0)
+            assert priority > plain_priority, (qos, priority, plain_priority)
+    finally:
+        for job_id in jobs:
+            local_slurm._run("scancel", str(job_id), check=False)
+        slurm_policy_sync(admin=admin, now=ends + timedelta(minutes=1))  # grant and QOS go

@@ -97,11 +97,26 @@ def test_a_grant_qos_is_added_while_wanted_and_removed_only_where_the_portal_add
 
 
 def test_zero_credit_members_get_the_portal_nice_and_lose_it_when_credit_returns() -> None:
-    pending = [(1, "alice", 0), (2, "alice", 50), (3, "bob", 20001), (4, "bob", 0)]
-    assert nice_changes(pending=pending, zero_credit_users={"alice"}, nice=20001) == [
+    pending = [
+        (1, "alice", 0, "normal"),
+        (2, "alice", 50, "normal"),
+        (3, "bob", 20001, "normal"),
+        (4, "bob", 0, "normal"),
+        (5, "alice", 0, "lp-emergency"),
+        (6, "alice", 20001, "high"),
+    ]
+    changes = nice_changes(
+        pending=pending,
+        zero_credit_users={"alice"},
+        nice=20001,
+        exempt_qos={"lp-emergency", "high"},
+    )
+    assert changes == [
         (1, 20001),  # alice at zero: after everyone else
         # job 2: alice set nice=50 herself; left alone
         (3, 0),  # bob has credit again: back to normal
+        # job 5: her approved emergency is not niced
+        (6, 0),  # her job moved to a grant's QOS loses the portal's nice
     ]
 
 
