@@ -25,6 +25,11 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 user_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("user_name", default=None)
 job_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("job_id", default=None)
 task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_id", default=None)
+# The request being served: its member is named once authentication loaded it (never
+# loaded for the log: a record must not query the database, which may be the thing down).
+current_request: contextvars.ContextVar[HttpRequest | None] = contextvars.ContextVar(
+    "current_request", default=None
+)
 
 # A proxy's id is kept only if it looks like one (no newlines or quotes into the logs).
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
@@ -53,6 +58,10 @@ class JsonFormatter(logging.Formatter):
             value = var.get()
             if value is not None:
                 event[key] = value
+        if "user" not in event:
+            loaded = getattr(current_request.get(), "_cached_user", None)
+            if loaded is not None and loaded.is_authenticated:
+                event["user"] = loaded.get_username()
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 event[key] = value if isinstance(value, str | int | float | bool) else str(value)
@@ -62,8 +71,9 @@ class JsonFormatter(logging.Formatter):
 
 
 class RequestContextMiddleware:
-    """Sets the request's id (and, once known, the member) for every log record made while
-    it is served, and answers X-Request-ID so a member's report can be found in the logs."""
+    """Sets the request's id (and, once authentication loaded them, the member) for every log
+    record made while it is served, and answers X-Request-ID so a member's report can be
+    found in the logs."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -77,16 +87,10 @@ class RequestContextMiddleware:
         request_id.set(rid)
         user_name.set(None)
         job_id.set(None)
+        current_request.set(request)
         response = self.get_response(request)
         response["X-Request-ID"] = rid
         return response
-
-    def process_view(self, request: HttpRequest, *_args: Any, **_kwargs: Any) -> None:
-        # After authentication: the member (session) is known here; a token's member is
-        # known once DRF authenticated it, which the API views set themselves.
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            user_name.set(user.get_username())
 
 
 def task_context_from(*, task_id_value: str | None, kwargs: dict[str, Any] | None) -> None:
@@ -102,6 +106,7 @@ def clear_context(**_: Any) -> None:
     """Connected to request_finished: records made after a request carry none of its context."""
     for var in _CONTEXT.values():
         var.set(None)
+    current_request.set(None)
 
 
 request_finished.connect(clear_context, dispatch_uid="labportal-log-context")
