@@ -26,8 +26,8 @@ def test_staff_see_gpus_in_use_and_open_grafana_from_them(
     open_context: Any, live_server: Any, alice: Any, settings: Any, language: str, width: Any
 ) -> None:
     settings.LABPORTAL_GRAFANA_URL = "https://grafana.lab.example.org"
-    node = NodeFactory(name="gpu01", state="up", gpu_backend="nvml", runtime="docker")
-    busy = GpuFactory(node=node, index=0, uuid="GPU-aaa", model="NVIDIA H100 80GB HBM3")
+    node = NodeFactory.create(name="gpu01", state="up", gpu_backend="nvml", runtime="docker")
+    busy = GpuFactory.create(node=node, index=0, uuid="GPU-aaa", model="NVIDIA H100 80GB HBM3")
     GpuFactory(node=node, index=1, uuid="GPU-bbb", model="NVIDIA H100 80GB HBM3")
     Allocation.objects.create(job=job_on(node, alice, name="resnet-sweep"), gpu=busy)
     UserFactory(username="staffer", is_staff=True, is_superuser=True)
