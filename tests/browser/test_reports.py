@@ -39,8 +39,9 @@ def test_staff_change_the_period_and_download_csv_and_pdf(
     with page.expect_download() as csv_download:
         page.locator("[data-testid=csv-user]").click()
     lines = Path(csv_download.value.path()).read_text().splitlines()
-    assert lines[0].startswith("name,gpu_hours,used_gpu_hours,mean_util_pct")
-    assert lines[1].startswith("alice,28.0,10.0,50.0")
+    assert lines[0].startswith("name,gpu_hours,used_gpu_hours,coverage_pct,mean_util_pct")
+    # 20 of her 28 GPU-hours have samples (71.4 %), used half of that time: 10 used, 50 %.
+    assert lines[1].startswith("alice,28.0,10.0,71.4,50.0")
 
     page.locator("[data-testid=make-pdf]").click()
     page.wait_for_selector("[data-testid=task-state-queued]")
