@@ -46,14 +46,11 @@ def sample_rate_from(value: str | None) -> float:
 def sentry_init(*, dsn: str, environment: str, release: str, traces_sample_rate: float) -> None:
     """Send unhandled errors of requests and Celery tasks, and ERROR log records, to Sentry.
     No personal data (user names, addresses) unless SENTRY_SEND_PII says so."""
-    try:
-        import sentry_sdk
-        from sentry_sdk.integrations.celery import CeleryIntegration
-        from sentry_sdk.integrations.django import DjangoIntegration
-    except ImportError as exc:  # pragma: no cover - sentry-sdk is a dependency of the portal
-        raise ImproperlyConfigured(
-            "SENTRY_DSN is set but sentry-sdk is not installed: pip install sentry-sdk"
-        ) from exc
+    # Imported here, not at the top: a portal without SENTRY_DSN never loads the SDK.
+    import sentry_sdk
+    from sentry_sdk.integrations.celery import CeleryIntegration
+    from sentry_sdk.integrations.django import DjangoIntegration
+
     sentry_sdk.init(
         dsn=dsn,
         environment=environment,

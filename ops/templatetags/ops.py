@@ -6,6 +6,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django import template
+from django.conf import settings
 
 register = template.Library()
 
@@ -13,8 +14,6 @@ register = template.Library()
 @register.inclusion_tag("ops/_backup_status.html", takes_context=True)
 def backup_status(context: template.Context, banner: bool = False) -> dict[str, object]:
     """For staff: the newest backup, and whether it is overdue (only where backups are on)."""
-    from django.conf import settings
-
     from ops.backups import backup_is_stale, last_backup
 
     user = context.get("user")
@@ -38,8 +37,6 @@ def grafana_url(dashboard: str = "overview", **variables: str) -> str:
     """The dashboard's address in the lab's Grafana with its variables set
     (``{% grafana_url "gpu" node=node.name uuid=gpu.uuid %}``); "" where no
     LABPORTAL_GRAFANA_URL is set."""
-    from django.conf import settings
-
     base = settings.LABPORTAL_GRAFANA_URL
     if not base:
         return ""
