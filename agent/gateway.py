@@ -106,7 +106,7 @@ class Gateway:
         self._kid = token_kid(token)
         self._clock = clock
         self._activity: dict[int, JobActivity] = {}
-        self._upstreams: dict[int, tuple[float, str | None]] = {}
+        self._upstreams: dict[int, tuple[float, tuple[str | None, int | None] | None]] = {}
         self._client: aiohttp.ClientSession | None = None
 
     # -- the app ---------------------------------------------------------------
@@ -139,12 +139,15 @@ class Gateway:
 
     # -- what every route does first -------------------------------------------
 
-    def _admit(self, request: web.Request, purpose: tickets.Purpose) -> int | web.Response:
-        """The job id, if the ticket is this node's for that job and purpose; else a 403/404."""
+    def _admit(
+        self, request: web.Request, purpose: tickets.Purpose
+    ) -> tuple[int, int] | web.Response:
+        """The job id and attempt, if the ticket is this node's for that job and purpose;
+        else a 403."""
         raw = request.match_info["job_id"]
         job_id = int(raw) if raw.isdigit() and len(raw) <= 19 else 0
         try:
-            tickets.verify(
+            payload = tickets.verify(
                 self._key,
                 self._kid,
                 request.headers.get(tickets.HEADER),
@@ -155,30 +158,48 @@ class Gateway:
             )
         except tickets.TicketRefused as exc:
             return _error(403, exc.reason, exc.detail)
-        return job_id
+        attempt = payload.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            return _error(403, "malformed", "'attempt' must be a whole number")
+        return job_id, attempt
 
     async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
-    async def _upstream(self, job_id: int, *, fresh: bool = False) -> str | None:
+    def _lookup(self, job_id: int) -> tuple[str | None, int | None] | None:
+        """The running job's server (or None) and attempt; None if it does not run here."""
+        status = self.runtime.job_status(job_id)
+        if status is None or not status.running:
+            return None
+        return self.runtime.session_upstream(job_id), status.attempt
+
+    async def _current(
+        self, job_id: int, *, fresh: bool = False
+    ) -> tuple[str | None, int | None] | None:
         now = time.monotonic()
         cached = self._upstreams.get(job_id)
         if cached is not None and not fresh and now - cached[0] < _UPSTREAM_TTL_S:
             return cached[1]
-        upstream = await self._blocking(self.runtime.session_upstream, job_id)
-        self._upstreams[job_id] = (now, upstream)
-        return upstream
+        found = await self._blocking(self._lookup, job_id)
+        self._upstreams[job_id] = (now, found)
+        return found
 
-    async def _running(self, job_id: int) -> bool:
-        status = await self._blocking(self.runtime.job_status, job_id)
-        return status is not None and status.running
-
-    async def _no_upstream(self, job_id: int) -> web.Response:
-        if await self._running(job_id):
+    async def _gone_or_stale(
+        self, job_id: int, attempt: int, *, fresh: bool = False
+    ) -> web.Response | None:
+        """A 404 if the job does not run here, a 403 if it runs another attempt than the
+        ticket's (a requeued job: a ticket for its earlier run opens nothing of this one)."""
+        found = await self._current(job_id, fresh=fresh)
+        if found is None:
+            return _unknown(job_id)
+        running = found[1]
+        if running is not None and running != attempt:
             return _error(
-                404, "no_server", f"job {job_id} runs no server to proxy (not a Jupyter session)"
+                403,
+                "wrong_attempt",
+                f"the ticket is for attempt {attempt} of job {job_id}, which now runs attempt {running}",
             )
-        return _unknown(job_id)
+        return None
 
     def _touch(self, job_id: int) -> None:
         self._activity.setdefault(job_id, JobActivity()).last = self._clock()
@@ -198,12 +219,15 @@ class Gateway:
         admitted = self._admit(request, "probe")
         if isinstance(admitted, web.Response):
             return admitted
-        job_id = admitted
-        if not await self._running(job_id):
-            self._activity.pop(job_id, None)
-            self._upstreams.pop(job_id, None)
-            return _unknown(job_id)
-        upstream = await self._upstream(job_id, fresh=True)
+        job_id, attempt = admitted
+        refused = await self._gone_or_stale(job_id, attempt, fresh=True)
+        if refused is not None:
+            if refused.status == 404:
+                self._activity.pop(job_id, None)
+                self._upstreams.pop(job_id, None)
+            return refused
+        found = await self._current(job_id)
+        upstream = found[0] if found is not None else None
         # A job with no server (a terminal session) is ready once it runs.
         ready = True if upstream is None else await _accepts(URL(upstream))
         activity = self._activity.get(job_id, JobActivity())
@@ -217,10 +241,16 @@ class Gateway:
         admitted = self._admit(request, "http")
         if isinstance(admitted, web.Response):
             return admitted
-        job_id = admitted
-        upstream = await self._upstream(job_id)
+        job_id, attempt = admitted
+        refused = await self._gone_or_stale(job_id, attempt)
+        if refused is not None:
+            return refused
+        found = await self._current(job_id)
+        upstream = found[0] if found is not None else None
         if upstream is None:
-            return await self._no_upstream(job_id)
+            return _error(
+                404, "no_server", f"job {job_id} runs no server to proxy (not a Jupyter session)"
+            )
         # The raw path, still percent-encoded: Jupyter's file paths hold %2F.
         prefix = f"/jobs/{request.match_info['job_id']}/proxy/"
         path, _, query = request.raw_path.partition("?")
@@ -304,14 +334,15 @@ class Gateway:
         admitted = self._admit(request, "exec")
         if isinstance(admitted, web.Response):
             return admitted
-        job_id = admitted
+        job_id, attempt = admitted
         try:
             cols = _size(request.query.get("cols"), 80)
             rows = _size(request.query.get("rows"), 24)
         except ValueError as exc:
             return _error(400, "bad_size", str(exc))
-        if not await self._running(job_id):
-            return _unknown(job_id)
+        refused = await self._gone_or_stale(job_id, attempt, fresh=True)
+        if refused is not None:
+            return refused
         if not _is_websocket(request):
             return _error(400, "not_websocket", "open /exec as a WebSocket (Upgrade: websocket)")
         try:

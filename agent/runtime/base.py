@@ -251,6 +251,9 @@ class JobStatus:
     finished_at: float | None = None
     oom_killed: bool = False
     gpu_uuids: tuple[str, ...] = ()
+    # Which dispatch of the job this container or process is (None: a runtime that
+    # does not record it); a gateway ticket for another attempt does not open it.
+    attempt: int | None = None
 
     @property
     def running(self) -> bool:

@@ -77,6 +77,11 @@ def parse_docker_time(value: str | None) -> float | None:
         return None
 
 
+def _label_int(value: str | None) -> int | None:
+    """A numeric label's value; None where a container has none (made by an older agent)."""
+    return int(value) if value is not None and value.isdigit() else None
+
+
 def device_requests_for(gpu_uuids: list[str]) -> list[DeviceRequest]:
     """The device request that exposes exactly ``gpu_uuids``, or none for a CPU-only job.
 
@@ -262,6 +267,7 @@ class DockerRuntime(ContainerRuntime):
             finished_at=parse_docker_time(state.get("FinishedAt")) if kind == "exited" else None,
             oom_killed=bool(state.get("OOMKilled")),
             gpu_uuids=tuple(u for u in gpus.split(",") if u),
+            attempt=_label_int(labels.get(LABEL_ATTEMPT)),
         )
 
     # -- exits, as the engine reports them ----------------------------------
@@ -471,6 +477,7 @@ class DockerRuntime(ContainerRuntime):
                         container_id=cid,
                         state="running",
                         gpu_uuids=tuple(u for u in gpus.split(",") if u),
+                        attempt=_label_int(labels.get(LABEL_ATTEMPT)),
                     )
                 )
                 continue

@@ -204,6 +204,7 @@ class LocalProcessRuntime(ContainerRuntime):
                     started_at=meta["started_at"],
                     finished_at=ended["finished_at"],
                     gpu_uuids=gpus,
+                    attempt=meta.get("attempt"),
                 )
             if self._alive(job_id, meta):
                 return JobStatus(
@@ -212,6 +213,7 @@ class LocalProcessRuntime(ContainerRuntime):
                     state="running",
                     started_at=meta["started_at"],
                     gpu_uuids=gpus,
+                    attempt=meta.get("attempt"),
                 )
             exit_code, finished_at = self._read_exit(job_id)
             ended = {"exit_code": exit_code, "finished_at": finished_at}
@@ -225,6 +227,7 @@ class LocalProcessRuntime(ContainerRuntime):
                 started_at=meta["started_at"],
                 finished_at=finished_at,
                 gpu_uuids=gpus,
+                attempt=meta.get("attempt"),
             )
 
     def _read_exit(self, job_id: int) -> tuple[int | None, float]:

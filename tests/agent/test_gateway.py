@@ -45,7 +45,7 @@ def ticket(job_id: int, purpose: tickets.Purpose, *, token: str = TOKEN, **kw: A
         {token_kid(token): key_from_token(token)},
         node=kw.pop("node", NODE),
         job_id=job_id,
-        attempt=0,
+        attempt=kw.pop("attempt", 0),
         purpose=purpose,
         user="alice",
         **kw,
@@ -169,6 +169,35 @@ def test_every_route_refuses_a_request_without_a_valid_ticket_for_it(
 
 def _purpose(route: str) -> tickets.Purpose:
     return "http" if route.startswith("proxy") else "exec" if route == "exec" else "probe"
+
+
+def test_a_ticket_for_an_earlier_attempt_opens_nothing_of_the_requeued_job(
+    runtime: LocalProcessRuntime, gateway: GatewayServer
+) -> None:
+    # Job 31 runs its second attempt (requeued): the portal's tickets now say attempt 2.
+    start(runtime, 31, [sys.executable, UPSTREAM], session={"kind": "jupyter"}, attempt=2)
+
+    async def get(route: str, purpose: tickets.Purpose, attempt: int) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(
+                f"{gateway.url}/jobs/31/{route}",
+                headers=headers(31, purpose, attempt=attempt),
+            ) as response,
+        ):
+            return response.status, await response.text()
+
+    wait_until(lambda: '"ready": true' in run(get("status", "probe", 2))[1], timeout_s=20)
+    for route, purpose in (
+        ("status", "probe"),
+        ("proxy/sessions/31/echo/x", "http"),
+        ("exec", "exec"),
+    ):
+        status, body = run(get(route, purpose, 1))
+        assert status == 403, (route, body)
+        assert json.loads(body)["error"] == "wrong_attempt"
+        assert "attempt 2" in json.loads(body)["detail"]
+    assert run(get("proxy/sessions/31/echo/x", "http", 2))[0] == 200
 
 
 def test_a_path_outside_the_routes_is_404_and_names_nothing(gateway: GatewayServer) -> None:
