@@ -56,6 +56,7 @@ HOP_BY_HOP = frozenset(
         "transfer-encoding",
         "upgrade",
         tickets.HEADER.lower(),
+        tickets.PROBE_HEADER.lower(),
     }
 )
 # A WebSocket handshake's own headers: each leg makes its own.
@@ -257,6 +258,12 @@ class Gateway:
         rest = path[len(prefix) :]
         target = URL(f"{upstream}/{rest}" + (f"?{query}" if query else ""), encoded=True)
         headers = _forwarded(request)
+        # The portal's idle culler reading the server's own status is not activity.
+        touch = (
+            (lambda: None)
+            if request.headers.get(tickets.PROBE_HEADER)
+            else (lambda: self._touch(job_id))
+        )
         if _is_websocket(request):
             return await self._proxy_websocket(request, job_id, target, headers)
         try:
@@ -273,7 +280,7 @@ class Gateway:
             return _not_ready(job_id, exc)
         except aiohttp.ClientError as exc:
             return _error(502, "upstream_failed", f"job {job_id}'s server failed: {exc}")
-        self._touch(job_id)
+        touch()
         async with upstream_response:
             response = web.StreamResponse(
                 status=upstream_response.status,
@@ -283,7 +290,7 @@ class Gateway:
             await response.prepare(request)
             async for chunk in upstream_response.content.iter_any():
                 await response.write(chunk)
-                self._touch(job_id)
+                touch()
             await response.write_eof()
         return response
 

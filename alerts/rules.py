@@ -155,7 +155,7 @@ def cluster_read(*, now: datetime) -> Cluster:
     }
     cluster.latest = gpu_latest_samples(since=now - timedelta(seconds=FRESH_SAMPLE_S))
     cluster.policies = {p.queue_id: p for p in QueueAlertPolicy.objects.all()}
-    idle_windows = {rules[Kind.IDLE_JOB].window_s} | {
+    idle_windows = {rules[Kind.IDLE_JOB].window_s, rules[Kind.IDLE_SESSION].window_s} | {
         p.idle_window_s for p in cluster.policies.values() if p.idle_window_s is not None
     }
     cluster.prefetch(
@@ -474,6 +474,16 @@ def _num(value: float) -> float | int:
     return int(rounded) if rounded == int(rounded) else rounded
 
 
+def _gpus_worked(cluster: Cluster, job_id: int, *, window_s: int, threshold: float) -> bool:
+    """Whether any GPU of the job reached ``threshold`` % within the last ``window_s``."""
+    physical = {cluster.physical(g).pk for g in cluster.job_units.get(job_id, [])}
+    windows = cluster.windows(window_s)
+    return any(
+        (w := windows.get(gpu_id)) is not None and (w.max_util or 0.0) >= threshold
+        for gpu_id in physical
+    )
+
+
 # Who the gateway's log names for the culler's probes.
 CULLER = "idle-culler"
 
@@ -490,15 +500,21 @@ def session_statuses(cluster: Cluster) -> dict[int, tuple[Job, SessionStatus]]:
 def idle_sessions(
     cluster: Cluster, statuses: dict[int, tuple[Job, SessionStatus]]
 ) -> list[Finding]:
-    """Running sessions with nothing through the proxy for the rule's window: no request,
-    no WebSocket message, no key typed in a terminal (the gateway's last_activity).
+    """Running sessions nobody used for the rule's window, as JupyterHub's idle culler
+    judges a server: nothing through the proxy (no request, no WebSocket frame, no key
+    typed: the gateway's account), and for JupyterLab nothing in the server's own
+    account either (its last activity, which counts kernel output; a busy kernel is use
+    now). A session whose GPUs worked above the idle-GPU rule's threshold within the
+    window is in use too: the same measure as the idle-GPU alert, so a notebook that
+    trains quietly is never culled while one that holds its GPUs idle is.
 
     A session whose gateway did not answer is not judged: never accuse on a gap.
     """
     rule = cluster.rules[Kind.IDLE_SESSION]
+    gpu_threshold = cluster.rules[Kind.IDLE_JOB].threshold
     findings = []
     for job, status in statuses.values():
-        if status.problem or job.started_at is None:
+        if status.problem or job.started_at is None or status.busy:
             continue
         last = (
             datetime.fromtimestamp(status.last_activity, tz=cluster.now.tzinfo)
@@ -507,6 +523,8 @@ def idle_sessions(
         )
         idle_s = (cluster.now - max(last, job.started_at)).total_seconds()
         if idle_s < rule.window_s:
+            continue
+        if _gpus_worked(cluster, job.pk, window_s=int(rule.window_s), threshold=gpu_threshold):
             continue
         grace_s = max(int(rule.grace_s), MIN_WARNING_BEFORE_STOP_S)
         findings.append(

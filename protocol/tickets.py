@@ -29,6 +29,9 @@ from typing import Any, Literal
 from protocol.signing import MAX_CLOCK_SKEW_S, canonical
 
 HEADER = "X-LabPortal-Ticket"
+# Sent by the portal's own status reads of a session's server (its idle culler): such a
+# request is not the member's activity. The portal's proxy never forwards it from a browser.
+PROBE_HEADER = "X-LabPortal-Probe"
 TICKET_CONTEXT = b"labportal-gateway-ticket-v1"
 DEFAULT_TTL_S = 60.0
 MAX_TTL_S = 600.0

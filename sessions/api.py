@@ -74,7 +74,10 @@ class SessionViewSet(
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         job = self.get_object()
         username = request_user(request).username
-        ready = job.state == Job.State.RUNNING and session_status(job, username=username).ready
+        ready = (
+            job.state == Job.State.RUNNING
+            and session_status(job, username=username, activity=False).ready
+        )
         return Response(SessionSerializer(_row(job, ready=ready)).data)
 
     @extend_schema(request=SessionStartSerializer, responses={201: SessionSerializer})

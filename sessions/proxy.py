@@ -65,6 +65,7 @@ NOT_FORWARDED = HOP_BY_HOP | {
     "origin",
     "authorization",
     tickets.HEADER.lower(),
+    tickets.PROBE_HEADER.lower(),
     "sec-websocket-key",
     "sec-websocket-version",
     "sec-websocket-extensions",

@@ -80,7 +80,7 @@ def session_status_view(request: HttpRequest, pk: int) -> HttpResponse:
 def _status_context(request: HttpRequest, job: Job) -> dict[str, object]:
     ready = False
     if job.state == Job.State.RUNNING:
-        ready = session_status(job, username=request_user(request).username).ready
+        ready = session_status(job, username=request_user(request).username, activity=False).ready
     return {"job": job, "ready": ready}
 
 

@@ -12,13 +12,18 @@ import re
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 from playwright.sync_api import expect
 
+from accounts.models import Notification
+from alerts.models import Alert, AlertRule, Kind
+from alerts.services import alerts_evaluate
 from cluster.models import Gpu, Node, NodeToken
 from jobqueue.models import ContainerImage, Job
 from labportal.devstack import Stack, free_port, wait_for_port
@@ -211,3 +216,25 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
     assert mine["message"] and mine["code"] == 1000, mine
     other.context.close()
     page.context.close()
+
+    # Left idle: warned at the idle-session rule's window, stopped after its grace, by the
+    # real path (the culler reads the gateway and JupyterLab's own status; the stop goes
+    # to the agent), with the end reason `idle`.
+    AlertRule.objects.update_or_create(
+        kind=Kind.IDLE_SESSION, defaults={"threshold": 0, "window_s": 600, "grace_s": 300}
+    )
+    now = timezone.now()
+    alerts_evaluate(now=now + timedelta(minutes=11))
+    warning = Alert.objects.get(kind=Kind.IDLE_SESSION, job_id=job.pk)
+    assert warning.action_taken_at is None
+    assert Notification.objects.filter(user=alice, kind="alert_idle_session").exists()
+    assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING
+    alerts_evaluate(now=now + timedelta(minutes=17))
+    wait_until(
+        lambda: Job.objects.get(pk=job.pk).state != Job.State.RUNNING,
+        timeout_s=90,
+        stack=stack,
+        what="the idle session to be stopped",
+    )
+    job.refresh_from_db()
+    assert job.end_reason == "idle", (job.state, job.end_reason)

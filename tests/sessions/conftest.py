@@ -11,6 +11,11 @@ from cluster.models import Node, NodeToken
 from jobqueue.models import Job
 from sessions.services import session_start
 
+# Fixtures of other suites these tests use: the alert evaluation after rollups, and the
+# local-process runtime that runs jobs as the test's own user.
+from tests.agent.test_gateway import runtime  # noqa: F401
+from tests.alerts.conftest import evaluate  # noqa: F401
+
 
 def running_session(owner: Any, image: Any, *, kind: str = "jupyter", gateway: str = "") -> Job:
     node = Node.objects.get(name="gpu01")

@@ -59,7 +59,7 @@ def test_read_says_ready_and_stop_stops_it(
 ) -> None:
     job = running_session(alice, image, gateway="http://127.0.0.1:9")
     monkeypatch.setattr(
-        "sessions.api.session_status", lambda job, username: SessionStatus(ready=True)
+        "sessions.api.session_status", lambda job, username, **kw: SessionStatus(ready=True)
     )
     assert api_as(alice).get(f"/api/sessions/{job.pk}/").json()["ready"] is True
     answer = api_as(alice).post(f"/api/sessions/{job.pk}/stop/")
@@ -74,13 +74,13 @@ def test_the_session_page_polls_until_ready(
     client = Client()
     client.force_login(alice)
     monkeypatch.setattr(
-        "sessions.views.session_status", lambda job, username: SessionStatus(ready=False)
+        "sessions.views.session_status", lambda job, username, **kw: SessionStatus(ready=False)
     )
     page = client.get(f"/jobs/{job.pk}/session/")
     assert page.status_code == 200 and b"hx-get" in page.content
     assert client.get(f"/jobs/{job.pk}/session/status/").status_code == 200
     monkeypatch.setattr(
-        "sessions.views.session_status", lambda job, username: SessionStatus(ready=True)
+        "sessions.views.session_status", lambda job, username, **kw: SessionStatus(ready=True)
     )
     ready = client.get(f"/jobs/{job.pk}/session/status/")
     assert ready.status_code == 286 and f"/sessions/{job.pk}/lab".encode() in ready.content
