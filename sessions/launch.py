@@ -26,6 +26,9 @@ JUPYTER_COMMAND = (
     # another uid (another lab's database, an earlier install) and Jupyter would fail.
     'export HOME="${HOME:-/tmp}" JUPYTER_TOKEN="$LABPORTAL_SESSION_TOKEN" '
     'JUPYTER_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/jupyter-$LABPORTAL_JOB_ID.XXXXXX")"; '
+    # Notebooks are saved where the member can write: the job's folder if it has one, else
+    # the working directory, else HOME (a container's root filesystem is read-only).
+    'cd "${LABPORTAL_JOB_DIR:-.}" 2>/dev/null; [ -w . ] || cd "$HOME"; '
     "exec jupyter lab --no-browser "
     '--ip="$LABPORTAL_SESSION_HOST" --port="$LABPORTAL_SESSION_PORT" '
     '--ServerApp.base_url="/sessions/$LABPORTAL_JOB_ID/" '

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import docker
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
@@ -129,6 +130,7 @@ class DockerRuntime(ContainerRuntime):
         # Serialises start() within this agent; the container name (unique per
         # engine) guards against a second agent process racing this one.
         self._start_lock = threading.Lock()
+        self._ncpu: int | None = None
         # Inspect results of exited containers never change: cache them so the
         # watcher's poll does not inspect every old container every cycle.
         self._exited: dict[str, JobStatus] = {}
@@ -208,7 +210,7 @@ class DockerRuntime(ContainerRuntime):
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
             "pids_limit": spec.pids_limit,
-            "nano_cpus": int(round(spec.cpus * 1e9)),
+            "nano_cpus": int(round(min(spec.cpus, self._engine_cpus()) * 1e9)),
             "mem_limit": f"{spec.memory_mb}m",
             # Equal to mem_limit: no swap beyond the memory limit.
             "memswap_limit": f"{spec.memory_mb}m",
@@ -248,6 +250,17 @@ class DockerRuntime(ContainerRuntime):
         if requests:
             kwargs["device_requests"] = requests
         return kwargs
+
+    def _engine_cpus(self) -> float:
+        """The engine's CPU count: a job may ask for more CPUs than the node has (a
+        queue's default on a small server), and the engine refuses a ``--cpus`` above
+        it, so the job gets every CPU instead (``--cpus`` is a ceiling, not a reservation)."""
+        if self._ncpu is None:
+            try:
+                self._ncpu = int(self._client.info().get("NCPU") or 0)
+            except (DockerException, requests.RequestException, ValueError, TypeError):
+                self._ncpu = 0  # not known: the spec's CPUs go to the engine as they are
+        return float(self._ncpu) if self._ncpu > 0 else float("inf")
 
     def _status(self, container: Any) -> JobStatus:
         attrs = container.attrs

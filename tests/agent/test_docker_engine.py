@@ -78,6 +78,21 @@ def test_a_job_container_is_hardened_as_docker_inspect_shows(
     assert "uid=1234 gid=2345" in logs
 
 
+def test_a_job_asking_for_more_cpus_than_the_node_has_gets_them_all_and_runs(
+    docker_runtime: Any, docker_client: Any
+) -> None:
+    # The engine refuses --cpus above its own count ("Range of CPUs is from 0.01 to N"):
+    # a queue's default of many CPUs on a small server would never start.
+    ncpu = docker_client.info()["NCPU"]
+    spec = JobSpec.from_wire(job_spec(102, command=["sh", "-c", "sleep 30"], cpus=ncpu + 62))
+
+    outcome = docker_runtime.start(spec)
+
+    host = docker_client.api.inspect_container(outcome.container_id)["HostConfig"]
+    assert host["NanoCpus"] == ncpu * 1_000_000_000
+    assert outcome.status.running
+
+
 def test_a_mount_that_could_escape_is_refused_and_nothing_is_created(
     docker_runtime: DockerRuntime, docker_client: Any, node_name: str
 ) -> None:

@@ -54,13 +54,13 @@ def stack_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def docker_ready() -> bool:
+def docker_ready(image: str = TEST_IMAGE) -> bool:
     try:
         import docker
 
         client = docker.from_env()
         client.ping()
-        client.images.get(TEST_IMAGE)
+        client.images.get(image)
         return True
     except Exception:
         return False

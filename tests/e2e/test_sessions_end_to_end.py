@@ -1,6 +1,7 @@
 """Interactive sessions on the real stack: PostgreSQL, Redis, the web tier under uvicorn
-(Django and the sessions proxy), a control worker, and an agent with the local-process
-runtime and its gateway. A member starts JupyterLab from the web form, runs a cell
+(Django and the sessions proxy), a control worker, and an agent with its gateway, once
+with the local-process runtime and once with Docker (JupyterLab in a container on the
+internal sessions network, from an image built here). A member starts JupyterLab from the web form, runs a cell
 through the proxy and reads its output; opens the session's terminal and reads a
 command's output in xterm.js; another member gets 403 on the same URLs, HTTP and
 WebSocket. Set LABPORTAL_SCREENS_DIR to keep screenshots."""
@@ -29,7 +30,7 @@ from jobqueue.models import ContainerImage, Job
 from labportal.devstack import Stack, free_port, wait_for_port
 from tests.browser.test_alerts import shot
 from tests.conftest import PASSWORD, require_in_ci
-from tests.e2e.test_jobs_end_to_end import stack_env, wait_until
+from tests.e2e.test_jobs_end_to_end import docker_ready, stack_env, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,6 +41,9 @@ pytestmark = [
 ]
 
 IMAGE = "labportal/demo-local"  # the local runtime ignores it; the allowlist does not
+# JupyterLab in a container, built locally by .ci/jupyter-image.sh from deploy/images/jupyter.
+JUPYTER_IMAGE = "labportal/jupyter:test"
+RUNTIMES = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 LANGUAGES = (("en", "en-US"), ("zh-hans", "zh-CN"))
 
 
@@ -52,12 +56,20 @@ def members_may_run_jupyter() -> bool:
     return subprocess.run(probe, user=65534, group=65534, check=False).returncode == 0
 
 
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The agent's runtime: local processes (the demo's) and Docker (the product's)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Any:
+def stack(tmp_path: Path, runtime: str) -> Any:
     if not settings.CELERY_BROKER_URL.startswith("redis://"):
         require_in_ci("a Redis broker (CELERY_BROKER_URL=redis://…)")
-    if not members_may_run_jupyter():
+    if runtime == "local" and not members_may_run_jupyter():
         require_in_ci(f"{sys.executable} with jupyterlab, runnable by other uids (chmod o+x)")
+    if runtime == "docker" and not docker_ready(JUPYTER_IMAGE):
+        require_in_ci(f"a Docker engine with the image {JUPYTER_IMAGE} (bash .ci/jupyter-image.sh)")
     # pytest's folders are 0700; as root, the job runs as its member, who must reach its own.
     for folder in (tmp_path, *tmp_path.parents[:2]):
         folder.chmod(folder.stat().st_mode | 0o011)
@@ -97,6 +109,7 @@ def websocket_outcome(page: Any, url: str) -> Any:
 
 def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_refused(
     stack: Stack,
+    runtime: str,
     browser: Any,
     alice: Any,
     bob: Any,
@@ -105,7 +118,7 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
 ) -> None:
     node_name = f"e2e-{uuid.uuid4().hex[:6]}"
     _token, secret = NodeToken.issue(node_name=node_name)
-    ContainerImage.objects.create(reference=IMAGE)
+    ContainerImage.objects.create(reference=JUPYTER_IMAGE if runtime == "docker" else IMAGE)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     stack.web(port)
@@ -114,7 +127,7 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
         name=node_name,
         token=secret,
         broker=settings.CELERY_BROKER_URL,
-        runtime="local",
+        runtime=runtime,
         gpus=1,
         state_dir=tmp_path / "agent",
         gateway=f"127.0.0.1:{free_port()}",
@@ -156,7 +169,7 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
             page.set_viewport_size({"width": width, "height": 900})
             page.reload()
             expect(page.get_by_test_id("session-open")).to_be_visible()
-            shot(page, f"session-ready-{language}-{width}")
+            shot(page, f"session-ready-{runtime}-{language}-{width}")
     page.context.add_cookies([{"name": settings.LANGUAGE_COOKIE_NAME, "value": "en", "url": base}])
     page.set_viewport_size({"width": 1366, "height": 900})
     page.reload()
@@ -174,9 +187,9 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
     page.keyboard.press("Shift+Enter")
     output = page.locator(".jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"answer 42"), timeout=120_000)
-    shot(page, "jupyterlab-1366")
+    shot(page, f"jupyterlab-{runtime}-1366")
     page.set_viewport_size({"width": 390, "height": 900})
-    shot(page, "jupyterlab-390")
+    shot(page, f"jupyterlab-{runtime}-390")
     page.set_viewport_size({"width": 1366, "height": 900})
 
     # The session's terminal: a shell next to the server, in xterm.js over the proxy.
@@ -195,7 +208,7 @@ def test_a_member_runs_a_cell_and_a_shell_in_a_session_and_another_member_is_ref
             page.wait_for_timeout(500)  # the shell's prompt
             page.keyboard.type(f"echo shell-$((6 * 7))-{width} && pwd\n")
             expect(rows).to_contain_text(f"shell-42-{width}", timeout=30_000)
-            shot(page, f"terminal-output-{language}-{width}")
+            shot(page, f"terminal-output-{runtime}-{language}-{width}")
 
     # Another member: 403 on the session's pages and its proxy, HTTP and WebSocket.
     other = signed_in(browser, base, bob.username)
