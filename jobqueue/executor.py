@@ -47,6 +47,10 @@ class Executor(Protocol):
     def job_output(self, job: Job, *, refresh: bool) -> str:
         """The latest output lines of the job."""
 
+    def session_server(self, job: Job) -> str | None:
+        """Where a running session's server listens when the portal reaches it directly
+        (``http://host:port``), or None: through its node's gateway (agents), or not yet."""
+
 
 def current() -> Executor:
     """The executor the settings name (LabPortal's agents by default)."""

@@ -44,3 +44,6 @@ class AgentsExecutor:
         if refresh and job.node is not None and job.state in job.ACTIVE_STATES:
             dispatch.send_logs_request(node=job.node, job_id=job.pk)
         return job.log_tail
+
+    def session_server(self, job: Job) -> str | None:
+        return None  # through the node's gateway, with tickets (sessions.selectors)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -33,6 +34,10 @@ class SessionStartSerializer(serializers.Serializer[Any]):
     mounts = serializers.ListField(
         child=serializers.CharField(max_length=40), default=list, max_length=100
     )
+    cpus = serializers.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("4"), min_value=Decimal("0.1")
+    )
+    memory_mb = serializers.IntegerField(default=16384, min_value=64, max_value=MAX_INT32)
 
 
 class SessionSerializer(serializers.Serializer[Any]):

@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 
 from accounts.models import User
 from cluster.signing import node_signing_keys
+from jobqueue import executor as executors
 from jobqueue.models import Job
 from protocol import tickets
 from sessions.errors import NoSuchSession, NotReachable, NotSignedIn, NotYours
@@ -24,6 +25,8 @@ class GatewayTarget:
 
     url: str
     headers: dict[str, str]
+    # The server itself (Slurm mode), not a gateway: a probe reads Jupyter's /api/status.
+    direct: bool = False
 
 
 def job_reachable_by(user: User | Any, job_id: int) -> Job:
@@ -50,7 +53,8 @@ def gateway_target(
     """Where to send a request for ``job``, with a ticket for ``purpose`` (and, for the
     session's own server, its token). ``username``: who asks, for the gateway's log.
     NotReachable while there is nothing to reach."""
-    if job.state != Job.State.RUNNING or job.node is None:
+    direct = not executors.current().portal_schedules
+    if job.state != Job.State.RUNNING or (job.node is None and not direct):
         raise NotReachable(
             _("Job #%(id)d is not running (it is %(state)s).")
             % {"id": job.pk, "state": job.get_state_display()}
@@ -59,19 +63,23 @@ def gateway_target(
         raise NoSuchSession(
             _("Job #%(id)d runs no server to open; open its terminal.") % {"id": job.pk}
         )
-    if not job.node.gateway_url:
+    if direct:
+        return _direct_target(job, purpose=purpose, rest=rest)
+    node = job.node
+    assert node is not None  # checked above
+    if not node.gateway_url:
         raise NotReachable(
             _(
                 "Node %(node)s has no gateway, so its jobs cannot be opened from the browser; an admin starts its agent with --gateway-listen."
             )
-            % {"node": job.node.name}
+            % {"node": node.name}
         )
-    keys = node_signing_keys(job.node.name)
+    keys = node_signing_keys(node.name)
     if not keys:
-        raise NotReachable(_("Node %(node)s has no active token.") % {"node": job.node.name})
+        raise NotReachable(_("Node %(node)s has no active token.") % {"node": node.name})
     ticket = tickets.issue(
         keys,
-        node=job.node.name,
+        node=node.name,
         job_id=job.pk,
         attempt=job.dispatch_count,
         purpose=purpose,
@@ -82,11 +90,30 @@ def gateway_target(
         headers["Authorization"] = (
             f"token {session_token(job_id=job.pk, attempt=job.dispatch_count)}"
         )
-    base = job.node.gateway_url.rstrip("/")
+    base = node.gateway_url.rstrip("/")
     url = f"{base}/jobs/{job.pk}/{GATEWAY_PATHS[purpose]}"
     if purpose == "http":
         url = f"{url}/{rest.lstrip('/')}"
     return GatewayTarget(url=url, headers=headers)
+
+
+def _direct_target(job: Job, *, purpose: tickets.Purpose, rest: str) -> GatewayTarget:
+    """Slurm mode: the session's server on its node, reached straight from the portal with
+    its token (no gateway, no ticket); a shell in a job is not offered."""
+    if purpose == "exec":
+        raise NotReachable(
+            _(
+                "On this Slurm cluster a job's shell is not opened from the portal; in a JupyterLab session open File → New → Terminal."
+            )
+        )
+    server = executors.current().session_server(job)
+    if server is None:
+        raise NotReachable(
+            _("Job #%(id)d's server has not said where it listens yet.") % {"id": job.pk}
+        )
+    headers = {"Authorization": f"token {session_token(job_id=job.pk, attempt=job.dispatch_count)}"}
+    path = rest.lstrip("/") if purpose == "http" else f"sessions/{job.pk}/api/status"
+    return GatewayTarget(url=f"{server}/{path}", headers=headers, direct=True)
 
 
 def job_page_links(job: Job) -> dict[str, Any]:

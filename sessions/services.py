@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 
 from django.db import transaction
 from django.utils.translation import gettext as _
@@ -27,6 +28,8 @@ def session_start(
     reservation_id: int | None = None,
     mounts: Iterable[str] = (),
     name: str = "",
+    cpus: Decimal | float | int = Decimal("4"),
+    memory_mb: int = 16384,
 ) -> Job:
     """Queue a session: same queues, limits, credits, approvals and bookings as any job;
     its command is the server of its kind (``sessions.launch``)."""
@@ -42,6 +45,8 @@ def session_start(
         time_limit_s=time_limit_s,
         reservation_id=reservation_id,
         mounts=mounts,
+        cpus=cpus,
+        memory_mb=memory_mb,
         name=name or (_("JupyterLab") if kind == "jupyter" else _("Terminal")),
         kind=kind,
     )

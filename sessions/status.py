@@ -51,6 +51,8 @@ def session_status(job: Job, *, username: str, activity: bool = True) -> Session
     except requests.RequestException as exc:
         log.info("gateway of job %s did not answer: %s", job.pk, exc)
         return SessionStatus(ready=False, problem="gateway unreachable")
+    if target.direct:
+        return _direct_status(job, answer, activity=activity, username=username)
     if answer.status_code == 503:
         return SessionStatus(ready=False)
     if answer.status_code != 200:
@@ -71,6 +73,16 @@ def session_status(job: Job, *, username: str, activity: bool = True) -> Session
     if activity and status.ready and job.kind == Job.Kind.JUPYTER:
         return _with_server_activity(job, status, username=username)
     return status
+
+
+def _direct_status(
+    job: Job, answer: requests.Response, *, activity: bool, username: str
+) -> SessionStatus:
+    """Slurm mode: the server's own ``/api/status`` answered; ready once it says 200."""
+    if answer.status_code != 200:
+        return SessionStatus(ready=False)
+    status = SessionStatus(ready=True)
+    return _with_server_activity(job, status, username=username) if activity else status
 
 
 def _with_server_activity(job: Job, status: SessionStatus, *, username: str) -> SessionStatus:

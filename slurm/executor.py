@@ -37,3 +37,7 @@ class SlurmExecutor:
         if refresh or not job.is_final or not job.log_tail:
             return services.slurm_job_output(job=job)
         return job.log_tail
+
+    def session_server(self, job: Job) -> str | None:
+        # The session's batch script prints where its server listens (sessions.launch).
+        return services.slurm_session_server(job=job)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from joblogs.services import job_log_append
 from jobqueue.errors import JobRefused
 from jobqueue.models import Job
 from protocol.messages import MAX_LOG_CHUNK_BYTES
+from sessions.launch import TOKEN_ENV, session_token
 from slurm.cli import (
     JobInfo,
     NodeInfo,
@@ -87,7 +89,49 @@ def batch_script(job: Job, *, container: str) -> str:
         run = shlex.join(["apptainer", "exec", "--nv", *binds, f"docker://{image}"]) + " " + command
     else:
         run = command
-    return f"#!/bin/bash\n# LabPortal job {job.pk} ({image})\n{run}\n"
+    prelude = SESSION_PRELUDE if job.kind == Job.Kind.JUPYTER else ""
+    return f"#!/bin/bash\n# LabPortal job {job.pk} ({image})\n{prelude}{run}\n"
+
+
+# A JupyterLab session as a batch job, as Open OnDemand's interactive apps run: the script
+# takes a free port on its node, prints where the server will listen as the first line
+# of its output (the portal reads it from the output file, `slurm_session_server`), and
+# the server listens on every address of the node, its token required on each request.
+SESSION_MARKER = "LABPORTAL-SESSION"
+SESSION_PRELUDE = (
+    "export LABPORTAL_SESSION_HOST=0.0.0.0\n"
+    "export LABPORTAL_SESSION_PORT=\"$(python3 -c 'import socket; s = socket.socket(); "
+    's.bind(("", 0)); print(s.getsockname()[1])\')"\n'
+    f'echo "{SESSION_MARKER} host=${{LABPORTAL_SESSION_ADDRESS:-$(hostname)}} '
+    'port=$LABPORTAL_SESSION_PORT"\n'
+)
+_SESSION_LINE = re.compile(rf"^{SESSION_MARKER} host=([A-Za-z0-9.:_-]+) port=(\d{{1,5}})$", re.M)
+
+
+def _session_env(job: Job) -> dict[str, str]:
+    """A session's secret token (never stored, never shown: the proxy adds it)."""
+    if job.kind != Job.Kind.JUPYTER:
+        return {}
+    return {TOKEN_ENV: session_token(job_id=job.pk, attempt=job.dispatch_count)}
+
+
+def slurm_session_server(*, job: Job) -> str | None:
+    """``http://host:port`` of a running session's server, from the first line its batch
+    script printed; None before it printed it (or for a job that is no session)."""
+    if job.kind != Job.Kind.JUPYTER or job.state != Job.State.RUNNING:
+        return None
+    record = SlurmJob.objects.filter(job=job).first()
+    if record is None or not record.output_path:
+        return None
+    try:
+        with open(record.output_path, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _SESSION_LINE.search(head)
+    if found is None or not 0 < int(found.group(2)) < 65536:
+        return None
+    return f"http://{found.group(1)}:{int(found.group(2))}"
 
 
 def slurm_gpu_type(model: str, slurm_types: Iterable[str]) -> str:
@@ -127,7 +171,7 @@ def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitReq
         memory_mb=job.memory_mb,
         partition=options.get("partition", ""),
         qos=options.get("qos", ""),
-        environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
+        environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk), **_session_env(job)},
         dependency=slurm_dependency(job),
     )
 
@@ -169,6 +213,12 @@ def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
 
 def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
     """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+    if job.kind == Job.Kind.TERMINAL:
+        raise JobRefused(
+            _(
+                "Terminal sessions need LabPortal's node agents; on this Slurm cluster start a JupyterLab session and open a terminal in it (File → New → Terminal)."
+            )
+        )
     unix_user = unix_user_for(job.owner)
     client = client or client_from_settings()
     gpu_type = ""

@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 import docker
-import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
@@ -258,7 +257,12 @@ class DockerRuntime(ContainerRuntime):
         if self._ncpu is None:
             try:
                 self._ncpu = int(self._client.info().get("NCPU") or 0)
-            except (DockerException, requests.RequestException, ValueError, TypeError):
+            except (
+                DockerException,
+                OSError,
+                ValueError,
+                TypeError,
+            ):  # requests' errors are OSErrors
                 self._ncpu = 0  # not known: the spec's CPUs go to the engine as they are
         return float(self._ncpu) if self._ncpu > 0 else float("inf")
 
