@@ -24,6 +24,14 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 VENV_BIN = Path(settings.BASE_DIR) / ".venv" / "bin"
 
 
+def start(user: Any, kind: str) -> Any:
+    """A session of ``kind`` that fits the private Slurm's small node."""
+    session = {"kind": kind, "image": BUSYBOX, "queue": "debug", "gpus": 1}
+    return api_as(user).post(
+        "/api/sessions/", {**session, "cpus": 1, "memory_mb": 256}, format="json"
+    )
+
+
 def test_a_jupyter_session_runs_as_a_batch_job_and_the_proxy_reaches_its_server(
     slurm_lab: Any, alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -35,18 +43,7 @@ def test_a_jupyter_session_runs_as_a_batch_job_and_the_proxy_reaches_its_server(
         "JUPYTER_COMMAND",
         launch.JUPYTER_COMMAND.replace("exec jupyter lab", f"exec {jupyter} lab"),
     )
-    response = api_as(alice).post(
-        "/api/sessions/",
-        {
-            "kind": "jupyter",
-            "image": BUSYBOX,
-            "queue": "debug",
-            "gpus": 1,
-            "cpus": 1,
-            "memory_mb": 256,
-        },
-        format="json",
-    )
+    response = start(alice, "jupyter")
     assert response.status_code == 201, response.content
     job = Job.objects.get(pk=body(response)["job"]["id"])
     record = SlurmJob.objects.get(job=job)
@@ -79,18 +76,7 @@ def test_a_jupyter_session_runs_as_a_batch_job_and_the_proxy_reaches_its_server(
 
 
 def test_a_terminal_session_is_refused_with_what_to_do_instead(slurm_lab: Any, alice: Any) -> None:
-    response = api_as(alice).post(
-        "/api/sessions/",
-        {
-            "kind": "terminal",
-            "image": BUSYBOX,
-            "queue": "debug",
-            "gpus": 1,
-            "cpus": 1,
-            "memory_mb": 256,
-        },
-        format="json",
-    )
+    response = start(alice, "terminal")
     assert response.status_code == 400, response.content
     assert "File → New → Terminal" in response.content.decode()
     assert not Job.objects.filter(owner=alice).exists()
