@@ -1,4 +1,8 @@
-"""{% help_link "slug" %}: a link to a manual page, checked when the template compiles."""
+"""{% help_link "slug" %}: a link to a manual page, checked when the template compiles.
+
+{% label_sep %}: what follows a label before its value, ": " in English and a full-width
+"：" with no space in Chinese (a half-width colon and a space would touch Chinese text).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,11 @@ def help_link(slug: str, text: str = "") -> str:
         slug,
         text or _("Help"),
     )
+
+
+@register.simple_tag
+def label_sep() -> str:
+    return _(": ")
 
 
 @register.inclusion_tag("handbook/_checklist.html", takes_context=True)
