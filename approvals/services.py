@@ -17,6 +17,7 @@ from django.db.models import Q, QuerySet
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from accounts.models import CreditPolicy, Notification, User
 from accounts.services import in_language_of, notify
@@ -162,8 +163,10 @@ def grant_apply(
         raise InvalidGrantRequest(_("The deadline must be in the future."))
     if deadline > now + timedelta(days=MAX_GRANT_DAYS_AHEAD):
         raise InvalidGrantRequest(
-            _(
-                "The deadline may be at most %(days)d days ahead; apply again later for a longer need."
+            ngettext(
+                "The deadline may be at most %(days)d day ahead; apply again later for a longer need.",
+                "The deadline may be at most %(days)d days ahead; apply again later for a longer need.",
+                MAX_GRANT_DAYS_AHEAD,
             )
             % {"days": MAX_GRANT_DAYS_AHEAD}
         )
@@ -324,7 +327,11 @@ def emergency_request_create(
     hours = policy.emergency_default_hours if hours is None else hours
     if not 1 <= hours <= policy.emergency_max_hours:
         raise InvalidEmergencyRequest(
-            _("Ask for between 1 and %(max)d hours of top priority.")
+            ngettext(
+                "Ask for between 1 and %(max)d hour of top priority.",
+                "Ask for between 1 and %(max)d hours of top priority.",
+                policy.emergency_max_hours,
+            )
             % {"max": policy.emergency_max_hours}
         )
     reason = (reason or "").strip()
@@ -343,8 +350,10 @@ def emergency_request_create(
     user.lock_for_limits()
     if emergency_uses_left(user) <= 0:
         raise EmergencyLimitReached(
-            _(
-                "You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly."
+            ngettext(
+                "You have used your %(max)d emergency of the last %(days)d days; ask an admin directly.",
+                "You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly.",
+                policy.emergency_max_uses,
             )
             % {"max": policy.emergency_max_uses, "days": policy.emergency_period_days}
         )

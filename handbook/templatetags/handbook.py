@@ -1,10 +1,14 @@
 """{% help_link "slug" %}: a link to a manual page, checked when the template compiles.
 
+{{ value|as_count }}: a number as `{% blocktranslate count %}` needs it.
+
 {% label_sep %}: what follows a label before its value, ": " in English and a full-width
 "：" with no space in Chinese (a half-width colon and a space would touch Chinese text).
 """
 
 from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
 
 from django import template
 from django.urls import reverse
@@ -27,6 +31,17 @@ def help_link(slug: str, text: str = "") -> str:
         slug,
         text or _("Help"),
     )
+
+
+@register.filter
+def as_count(value: object) -> int:
+    """The count that picks a plural form for a number: a whole one is itself, any other
+    (1.5 credits, 0.7 a day) is plural in English, so it counts as 2."""
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return 2
+    return int(number) if number == number.to_integral_value() else 2
 
 
 @register.simple_tag
