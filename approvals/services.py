@@ -22,6 +22,7 @@ from django.utils.translation import ngettext
 from accounts.models import CreditPolicy, Notification, User
 from accounts.services import in_language_of, notify
 from core.errors import DomainError, NotAllowed, StaffOnly
+from core.moments import when_with_zone
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 log = logging.getLogger(__name__)
@@ -218,11 +219,8 @@ def grant_decide(
     grant.state = PriorityGrant.State.APPROVED if approve else PriorityGrant.State.REJECTED
     grant.decided_by, grant.decided_at, grant.comment = decided_by, now, comment.strip()
     grant.save(update_fields=["state", "decided_by", "decided_at", "comment"])
-    values = {
-        "queue": grant.queue.name,
-        "deadline": timezone.localtime(grant.deadline).strftime("%Y-%m-%d %H:%M"),
-    }
     with in_language_of(grant.user):
+        values = {"queue": grant.queue.name, "deadline": when_with_zone(grant.deadline)}
         _notify_grant_decision(grant, approve, values)
     return grant
 
@@ -421,7 +419,7 @@ def _notify_emergency_decision(request: EmergencyRequest, approve: bool) -> None
     ids = ", ".join(f"#{pk}" for pk in request.jobs.order_by("pk").values_list("pk", flat=True))
     if approve:
         assert request.expires_at is not None
-        until = timezone.localtime(request.expires_at).strftime("%Y-%m-%d %H:%M")
+        until = when_with_zone(request.expires_at)
         title = _("Your emergency request is approved")
         body = _("Jobs %(ids)s have top priority until %(until)s.") % {"ids": ids, "until": until}
     else:

@@ -21,6 +21,7 @@ from django.utils.translation import gettext_noop, ngettext
 
 from accounts import services as account_services
 from accounts.models import CREDIT_QUANTUM, CreditPolicy
+from core.moments import when_with_zone
 from jobqueue import services as job_services
 from reservations.errors import (
     BookingRuleViolation,
@@ -58,7 +59,7 @@ def credit_policy_no_show_minutes() -> int:
 
 
 def _when(moment: datetime) -> str:
-    return formats.date_format(timezone.localtime(moment), "SHORT_DATETIME_FORMAT")
+    return when_with_zone(moment)
 
 
 def _number(value: Decimal) -> str:
