@@ -16,6 +16,7 @@ import pytest
 from handbook.manual import PAGES, render_page
 from tests.labportal.test_catalogue import LOCALE
 
+# ASCII .,:;() and " touching Chinese are the English marks, not the full-width ones.
 # Han characters and CJK/full-width punctuation (，。：；（）、 are in these blocks; the
 # quotes “” are not: they may open or close a Latin word, which may have a space before).
 CJK = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
@@ -33,7 +34,10 @@ NOT_PROSE = re.compile(
 )
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("space between two Chinese characters", re.compile(rf"{CJK}[ \t\u00a0]+{CJK}")),
-    ("ASCII punctuation next to a Chinese character", re.compile(rf"{CJK}[.,:;()]|[.,:;()]{CJK}")),
+    (
+        "ASCII punctuation next to a Chinese character",
+        re.compile(rf"{CJK}[.,:;()\"]|[.,:;()\"]{CJK}"),
+    ),
     # (“..” quoted, the parent folder, is a name, not two full stops.)
     ("doubled full stop", re.compile(r"。\s*[。.]|\.\s*。|(?<![.“])\.\.(?![.”])")),
 ]
@@ -95,6 +99,7 @@ def manual_text(slug: str) -> str:
         ("内存(GiB)", "ASCII punctuation next to a Chinese character"),
         ("星期三, 2026年12月2日", "ASCII punctuation next to a Chinese character"),
         ("状态: 运行中", "ASCII punctuation next to a Chinese character"),
+        ('打开"提交"页面', "ASCII punctuation next to a Chinese character"),
         ("已完成。。", "doubled full stop"),
         ("已完成。.", "doubled full stop"),
         (
