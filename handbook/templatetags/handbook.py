@@ -14,6 +14,7 @@ from django import template
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from handbook.manual import PAGES_BY_SLUG
 
@@ -42,6 +43,11 @@ def as_count(value: object) -> int:
     except InvalidOperation:
         return 2
     return int(number) if number == number.to_integral_value() else 2
+
+
+# Django's form label suffix (label_tag) is its msgid ":", which Django's own zh-hans
+# catalogue leaves half-width; ours translates it, and this keeps it in our catalogue.
+FORM_LABEL_SUFFIX = gettext_noop(":")
 
 
 @register.simple_tag
