@@ -10,7 +10,6 @@ from __future__ import annotations
 import gettext
 import html
 import re
-
 from typing import Any
 
 import pytest
