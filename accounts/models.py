@@ -409,6 +409,11 @@ class CreditPolicy(models.Model):
         self.pk = 1
         super().save(*args, **kwargs)  # type: ignore[arg-type]
 
+    @property
+    def efficiency_reward_pct(self) -> Decimal:
+        """The reward share as a percentage (0.100 -> 10), the way members read it."""
+        return Decimal(self.efficiency_reward_share) * 100
+
     @classmethod
     def current(cls) -> CreditPolicy:
         policy, _created = cls.objects.get_or_create(pk=1)

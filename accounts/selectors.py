@@ -49,6 +49,8 @@ class CreditSummary:
     burn_per_day: Decimal
     runs_out_at: datetime | None
     next_grant_on: date
+    # Whole days left at this rate (0: within a day), shown instead of a "2 weeks, 6 days".
+    runs_out_in_days: int | None = None
 
 
 def credit_summary(user: User, *, now: datetime | None = None) -> CreditSummary:
@@ -65,14 +67,16 @@ def credit_summary(user: User, *, now: datetime | None = None) -> CreditSummary:
         or Decimal("0")
     )
     burn = max(Decimal("0"), spent / BURN_RATE_DAYS).quantize(Decimal("0.001"))
-    runs_out_at = None
+    runs_out_at, runs_out_in_days = None, None
     if burn > 0 and balance > 0:
         runs_out_at = now + timedelta(days=float(balance / burn))
+        runs_out_in_days = int(balance / burn)
     return CreditSummary(
         balance=balance,
         burn_per_day=burn,
         runs_out_at=runs_out_at,
         next_grant_on=next_grant_date(timezone.localdate(now)),
+        runs_out_in_days=runs_out_in_days,
     )
 
 

@@ -10,14 +10,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.utils.functional import lazy
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext_lazy
 
 from alerts.models import Kind, QueueAlertPolicy
 
 MESSAGES = {
-    Kind.IDLE_JOB: _(
-        "Job #%(job_id)s has kept its GPUs under %(threshold)s%% utilisation for %(minutes)s minutes."
+    Kind.IDLE_JOB: ngettext_lazy(
+        "Job #%(job_id)s has kept its GPUs under %(threshold)s%% utilisation for %(minutes)s minute.",
+        "Job #%(job_id)s has kept its GPUs under %(threshold)s%% utilisation for %(minutes)s minutes.",
+        "minutes",
     ),
     Kind.MEMORY_HIGH: _(
         "Job #%(job_id)s uses %(used_mb)s MiB of GPU memory on %(gpu)s, %(pct)s%% of its %(limit_mb)s MiB."
@@ -31,7 +33,11 @@ MESSAGES = {
     Kind.GPU_HOT: _("%(gpu)s is at %(temp)s °C, over the limit of %(threshold)s °C."),
     Kind.GPU_ERRORS: _("%(gpu)s reported %(ecc)s new ECC error(s) and %(xid)s new XID error(s)."),
     Kind.NODE_SILENT: _("Node %(node)s has sent no heartbeat since %(since)s."),
-    Kind.IDLE_SESSION: _("Session #%(job_id)s has been idle for %(minutes)s minutes."),
+    Kind.IDLE_SESSION: ngettext_lazy(
+        "Session #%(job_id)s has been idle for %(minutes)s minute.",
+        "Session #%(job_id)s has been idle for %(minutes)s minutes.",
+        "minutes",
+    ),
 }
 
 ADVICE = {
@@ -57,30 +63,51 @@ ADVICE = {
     Kind.NODE_SILENT: _(
         "Check that the node is up and its agent running; its jobs are declared lost after the grace period."
     ),
-    Kind.IDLE_SESSION: _(
-        "It is stopped in %(grace_min)s minutes unless you use it (open it, run a cell, type in its terminal); stop it yourself if you are done."
+    Kind.IDLE_SESSION: ngettext_lazy(
+        "It is stopped in %(grace_min)s minute unless you use it (open it, run a cell, type in its terminal); stop it yourself if you are done.",
+        "It is stopped in %(grace_min)s minutes unless you use it (open it, run a cell, type in its terminal); stop it yourself if you are done.",
+        "grace_min",
     ),
 }
 
 IDLE_ACTION_TEXT: dict[str, Any] = {
     QueueAlertPolicy.Action.WARN: _("nothing more, this queue only warns"),
-    QueueAlertPolicy.Action.NOTIFY_STAFF: _("the lab's admins are told in %(grace_min)s minutes"),
-    QueueAlertPolicy.Action.STOP: _("the job is stopped in %(grace_min)s minutes"),
-    QueueAlertPolicy.Action.REQUEUE: _("the job is stopped and requeued in %(grace_min)s minutes"),
+    QueueAlertPolicy.Action.NOTIFY_STAFF: ngettext_lazy(
+        "the lab's admins are told in %(grace_min)s minute",
+        "the lab's admins are told in %(grace_min)s minutes",
+        "grace_min",
+    ),
+    QueueAlertPolicy.Action.STOP: ngettext_lazy(
+        "the job is stopped in %(grace_min)s minute",
+        "the job is stopped in %(grace_min)s minutes",
+        "grace_min",
+    ),
+    QueueAlertPolicy.Action.REQUEUE: ngettext_lazy(
+        "the job is stopped and requeued in %(grace_min)s minute",
+        "the job is stopped and requeued in %(grace_min)s minutes",
+        "grace_min",
+    ),
 }
+
+
+def _format(template: Any, values: Mapping[str, Any]) -> str:
+    try:
+        # A plural text picks its form from the count in the values, so it is formatted
+        # as the lazy object, not first made a string.
+        return str(template % values)
+    except (KeyError, ValueError, TypeError):
+        # A parameter missing from an old alert must not break a page: the text unfilled
+        # (a plural one, that has no text before its count, in its plural form).
+        return str(template) or str(template % 2)
 
 
 def _render(template: Any, params: Mapping[str, Any]) -> str:
     values = {key: ("?" if value is None else value) for key, value in params.items()}
     if "action" in values and values["action"] in IDLE_ACTION_TEXT:
-        values["action"] = gettext(str(IDLE_ACTION_TEXT[values["action"]])) % {
-            "grace_min": values.get("grace_min", "?")
-        }
-    try:
-        return str(template) % values
-    except (KeyError, ValueError, TypeError):
-        # A parameter missing from an old alert must not break a page.
-        return str(template)
+        values["action"] = _format(
+            IDLE_ACTION_TEXT[values["action"]], {"grace_min": values.get("grace_min", "?")}
+        )
+    return _format(template, values)
 
 
 def _message(kind: str, params: Mapping[str, Any]) -> str:

@@ -17,10 +17,12 @@ from django.db.models import Q, QuerySet
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from accounts.models import CreditPolicy, Notification, User
 from accounts.services import in_language_of, notify
 from core.errors import DomainError, NotAllowed, StaffOnly
+from core.moments import when_with_zone
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 log = logging.getLogger(__name__)
@@ -162,8 +164,10 @@ def grant_apply(
         raise InvalidGrantRequest(_("The deadline must be in the future."))
     if deadline > now + timedelta(days=MAX_GRANT_DAYS_AHEAD):
         raise InvalidGrantRequest(
-            _(
-                "The deadline may be at most %(days)d days ahead; apply again later for a longer need."
+            ngettext(
+                "The deadline may be at most %(days)d day ahead; apply again later for a longer need.",
+                "The deadline may be at most %(days)d days ahead; apply again later for a longer need.",
+                MAX_GRANT_DAYS_AHEAD,
             )
             % {"days": MAX_GRANT_DAYS_AHEAD}
         )
@@ -215,11 +219,8 @@ def grant_decide(
     grant.state = PriorityGrant.State.APPROVED if approve else PriorityGrant.State.REJECTED
     grant.decided_by, grant.decided_at, grant.comment = decided_by, now, comment.strip()
     grant.save(update_fields=["state", "decided_by", "decided_at", "comment"])
-    values = {
-        "queue": grant.queue.name,
-        "deadline": timezone.localtime(grant.deadline).strftime("%Y-%m-%d %H:%M"),
-    }
     with in_language_of(grant.user):
+        values = {"queue": grant.queue.name, "deadline": when_with_zone(grant.deadline)}
         _notify_grant_decision(grant, approve, values)
     return grant
 
@@ -324,7 +325,11 @@ def emergency_request_create(
     hours = policy.emergency_default_hours if hours is None else hours
     if not 1 <= hours <= policy.emergency_max_hours:
         raise InvalidEmergencyRequest(
-            _("Ask for between 1 and %(max)d hours of top priority.")
+            ngettext(
+                "Ask for between 1 and %(max)d hour of top priority.",
+                "Ask for between 1 and %(max)d hours of top priority.",
+                policy.emergency_max_hours,
+            )
             % {"max": policy.emergency_max_hours}
         )
     reason = (reason or "").strip()
@@ -343,8 +348,10 @@ def emergency_request_create(
     user.lock_for_limits()
     if emergency_uses_left(user) <= 0:
         raise EmergencyLimitReached(
-            _(
-                "You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly."
+            ngettext(
+                "You have used your %(max)d emergency of the last %(days)d days; ask an admin directly.",
+                "You have used all %(max)d emergencies of the last %(days)d days; ask an admin directly.",
+                policy.emergency_max_uses,
             )
             % {"max": policy.emergency_max_uses, "days": policy.emergency_period_days}
         )
@@ -412,7 +419,7 @@ def _notify_emergency_decision(request: EmergencyRequest, approve: bool) -> None
     ids = ", ".join(f"#{pk}" for pk in request.jobs.order_by("pk").values_list("pk", flat=True))
     if approve:
         assert request.expires_at is not None
-        until = timezone.localtime(request.expires_at).strftime("%Y-%m-%d %H:%M")
+        until = when_with_zone(request.expires_at)
         title = _("Your emergency request is approved")
         body = _("Jobs %(ids)s have top priority until %(until)s.") % {"ids": ids, "until": until}
     else:

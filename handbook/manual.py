@@ -52,31 +52,26 @@ PAGES: tuple[ManualPage, ...] = (
 )
 PAGES_BY_SLUG = {page.slug: page for page in PAGES}
 
+# Chinese text wrapped over source lines must not get a space where the line broke: a
+# browser shows a line break inside a paragraph as a space. The break is dropped from the
+# rendered HTML (so Markdown has already told paragraphs, headings and list items apart)
+# wherever the visible characters on both sides are Chinese, tags such as **bold** or a
+# link between them or not. Code blocks keep their lines.
+_CJK = "[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef\u201c\u201d]"
+_WRAPPED_CJK = re.compile(rf"(?<={_CJK})((?:<[^>]+>)*)[ \t]*\n\s*((?:<[^>]+>)*)(?={_CJK})")
+_PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL)
+
+
+def _join_wrapped_cjk(html: str) -> str:
+    """The HTML with no line break left between two Chinese characters outside <pre>."""
+    parts = _PRE.split(html)
+    return "".join(
+        part if part.startswith("<pre") else _WRAPPED_CJK.sub(r"\1\2", part) for part in parts
+    )
+
+
 # Links between pages are written as relative .md links, so they also work when the
 # files are read on a code host; the portal turns them into its own URLs.
-# Chinese text wrapped over source lines must not get a space where the line broke.
-_CJK = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
-
-
-def _join_cjk_lines(text: str) -> str:
-    """Join a wrapped Chinese line to the one before it, unless that one is a heading
-    (a heading is one line: joined, it would swallow its first paragraph)."""
-    lines: list[str] = []
-    for line in text.split("\n"):
-        before = lines[-1] if lines else ""
-        if (
-            before
-            and line
-            and not before.lstrip().startswith("#")
-            and _CJK.fullmatch(before[-1])
-            and _CJK.fullmatch(line[0])
-        ):
-            lines[-1] = before + line
-        else:
-            lines.append(line)
-    return "\n".join(lines)
-
-
 _MD_LINK = re.compile(r'href="(?:[\w./-]*/)?([a-z0-9-]+)\.md(#[\w-]*)?"')
 
 
@@ -108,11 +103,12 @@ def render_page(slug: str, language: str) -> RenderedPage:
     first, _, rest = text.partition("\n")
     title = first.removeprefix("# ").strip() if first.startswith("# ") else slug
     body = markdown.markdown(
-        _join_cjk_lines(rest),
+        rest,
         extensions=["tables", "fenced_code", "sane_lists", "toc"],
         output_format="html",
     )
-    return RenderedPage(page=page, title=title, html=_MD_LINK.sub(_link, body))
+    html = _join_wrapped_cjk(_MD_LINK.sub(_link, body))
+    return RenderedPage(page=page, title=title, html=html)
 
 
 def internal_links(html: str) -> list[str]:

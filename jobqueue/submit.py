@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
 
 from accounts.models import Category, User
 from cluster.models import Gpu, Node
@@ -194,13 +194,21 @@ def job_submit(
         raise JobRefused(_("A job needs at least one GPU."))
     if gpus > queue_obj.max_gpus_per_job:
         raise TooManyGpus(
-            _("The %(queue)s queue allows at most %(max)d GPUs per job; ask for fewer.")
+            ngettext(
+                "The %(queue)s queue allows at most %(max)d GPU per job; ask for fewer.",
+                "The %(queue)s queue allows at most %(max)d GPUs per job; ask for fewer.",
+                queue_obj.max_gpus_per_job,
+            )
             % {"queue": queue_obj.name, "max": queue_obj.max_gpus_per_job}
         )
     category = owner.category
     if category is not None and gpus > category.max_concurrent_gpus:
         raise TooManyGpus(
-            _("Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.")
+            ngettext(
+                "Your category (%(category)s) may use at most %(max)d GPU at once; ask for fewer.",
+                "Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.",
+                category.max_concurrent_gpus,
+            )
             % {"category": category.name, "max": category.max_concurrent_gpus}
         )
     # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
@@ -249,8 +257,10 @@ def job_submit(
         waiting = Job.objects.filter(owner=owner).pending().count()
         if waiting >= category.max_queued_jobs:
             raise QuotaExceeded(
-                _(
-                    "You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start."
+                ngettext(
+                    "You have %(n)d job waiting, the most your category allows. Cancel it or wait for it to start.",
+                    "You have %(n)d jobs waiting, the most your category allows. Cancel some or wait for them to start.",
+                    waiting,
                 )
                 % {"n": waiting}
             )
@@ -451,7 +461,11 @@ def _reservation_for(owner: User, reservation_id: int, gpus: int) -> Any:
     booked = reservation.gpus.count()
     if gpus > booked:
         raise ReservationNotUsable(
-            _("The reservation holds %(booked)d GPUs; ask for at most that many.")
+            ngettext(
+                "The reservation holds %(booked)d GPU; ask for at most that many.",
+                "The reservation holds %(booked)d GPUs; ask for at most that many.",
+                booked,
+            )
             % {"booked": booked}
         )
     return reservation

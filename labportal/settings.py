@@ -214,6 +214,8 @@ LABPORTAL_SIGNUP_MODE = env_choice("LABPORTAL_SIGNUP_MODE", "closed", ("closed",
 LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))
 LANGUAGES = [("en", _("English")), ("zh-hans", _("Simplified Chinese"))]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Our own formats first (the weekday after a Chinese date), then Django's.
+FORMAT_MODULE_PATH = ["labportal.formats"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC") or "UTC"
 USE_I18N = True
 USE_TZ = True

@@ -17,10 +17,11 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Max, Q
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
 
 from accounts import services as account_services
 from accounts.models import CREDIT_QUANTUM, CreditPolicy
+from core.moments import when_with_zone
 from jobqueue import services as job_services
 from reservations.errors import (
     BookingRuleViolation,
@@ -58,7 +59,7 @@ def credit_policy_no_show_minutes() -> int:
 
 
 def _when(moment: datetime) -> str:
-    return formats.date_format(timezone.localtime(moment), "SHORT_DATETIME_FORMAT")
+    return when_with_zone(moment)
 
 
 def _number(value: Decimal) -> str:
@@ -134,7 +135,11 @@ def _check_rules(
     new_start = new_start or start
     if gpu_count > rules.max_gpus_per_booking:
         raise BookingRuleViolation(
-            _("Your category may book at most %(max)d GPUs at once; you asked for %(asked)d.")
+            ngettext(
+                "Your category may book at most %(max)d GPU at once; you asked for %(asked)d.",
+                "Your category may book at most %(max)d GPUs at once; you asked for %(asked)d.",
+                rules.max_gpus_per_booking,
+            )
             % {"max": rules.max_gpus_per_booking, "asked": gpu_count}
         )
     minutes = int(rules.granularity.total_seconds() // 60)
@@ -146,20 +151,30 @@ def _check_rules(
     length = end - start
     if length < rules.min_length:
         raise BookingRuleViolation(
-            _("A booking must last at least %(minutes)d minutes.")
+            ngettext(
+                "A booking must last at least %(minutes)d minute.",
+                "A booking must last at least %(minutes)d minutes.",
+                int(rules.min_length.total_seconds() // 60),
+            )
             % {"minutes": int(rules.min_length.total_seconds() // 60)}
         )
     if length > rules.max_length:
         raise BookingRuleViolation(
-            _(
-                "A booking may last at most %(hours)d hours; split longer work into several bookings."
+            ngettext(
+                "A booking may last at most %(hours)d hour; split longer work into several bookings.",
+                "A booking may last at most %(hours)d hours; split longer work into several bookings.",
+                int(rules.max_length.total_seconds() // 3600),
             )
             % {"hours": int(rules.max_length.total_seconds() // 3600)}
         )
     latest = now + timedelta(days=rules.max_days_ahead)
     if end > latest:
         raise BookingRuleViolation(
-            _("Your category may book at most %(days)d days ahead, so until %(latest)s.")
+            ngettext(
+                "Your category may book at most %(days)d day ahead, so until %(latest)s.",
+                "Your category may book at most %(days)d days ahead, so until %(latest)s.",
+                rules.max_days_ahead,
+            )
             % {"days": rules.max_days_ahead, "latest": _when(latest)}
         )
     counted = Reservation.objects.counted_against_quota().filter(user=user)
@@ -299,7 +314,11 @@ def reservation_create(
             if not candidates:
                 raise GpuNotBookable(_("This node is not up, or has no bookable GPUs."))
             raise ReservationConflict(
-                _("Only %(free)d of the %(asked)d GPUs are free on this node then.")
+                ngettext(
+                    "Only %(free)d of the %(asked)d GPU is free on this node then.",
+                    "Only %(free)d of the %(asked)d GPUs are free on this node then.",
+                    count,
+                )
                 % {"free": len(free), "asked": count},
                 suggestion=_suggest(
                     gpu_count=count,
@@ -609,7 +628,11 @@ def reservations_warn_ending(*, now: datetime) -> int:
                 account_services.notify(
                     user=reservation.user,
                     kind="reservation_ending",
-                    title=_("Your reservation ends at %(end)s; %(count)d jobs still run in it")
+                    title=ngettext(
+                        "Your reservation ends at %(end)s; %(count)d job still runs in it",
+                        "Your reservation ends at %(end)s; %(count)d jobs still run in it",
+                        len(jobs),
+                    )
                     % {"end": _when(reservation.end), "count": len(jobs)},
                     body=_("Jobs: %(jobs)s.") % {"jobs": ", ".join(f"#{j.pk}" for j in jobs)}
                     + " "
@@ -648,9 +671,17 @@ def reservations_end_due(*, now: datetime) -> int:
             if jobs:
                 with account_services.in_language_of(reservation.user):
                     title = (
-                        _("Your reservation ended; %(count)d jobs in it are being stopped")
+                        ngettext(
+                            "Your reservation ended; %(count)d job in it is being stopped",
+                            "Your reservation ended; %(count)d jobs in it are being stopped",
+                            len(jobs),
+                        )
                         if stopping
-                        else _("Your reservation ended; %(count)d jobs in it keep running")
+                        else ngettext(
+                            "Your reservation ended; %(count)d job in it keeps running",
+                            "Your reservation ended; %(count)d jobs in it keep running",
+                            len(jobs),
+                        )
                     ) % {"count": len(jobs)}
                     account_services.notify(
                         user=reservation.user,

@@ -74,3 +74,34 @@ def test_bad_ledger_filters_get_a_clear_400(alice: Any) -> None:
     assert "YYYY-MM" in client.get("/api/ledger/?month=2025-13").json()["month"]
     year_zero = client.get("/api/ledger/?month=0000-01")
     assert year_zero.status_code == 400 and "YYYY-MM" in year_zero.json()["month"]
+
+
+@pytest.mark.parametrize(
+    ("language", "reward", "runs_out"),
+    [
+        ("en", "earn back 10% of their charge", "(in 168 days at this rate)"),
+        ("zh-hans", "可返还其费用的 10%。", "（按此速度 168 天后）"),
+    ],
+)
+def test_my_credits_gives_the_reward_as_a_percentage_and_the_run_out_in_days(
+    client: Any, alice: Any, language: str, reward: str, runs_out: str
+) -> None:
+    seed(alice)  # 960 credits left, 40 spent in the last week: 168 days at 5.7 a day
+    client.login(username="alice", password=PASSWORD)
+    with time_machine.travel(datetime(2025, 3, 5, tzinfo=UTC)):
+        page = client.get("/account/credits/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    assert reward in page
+    assert runs_out in page
+    assert "0.100" not in page and "weeks" not in page and "周" not in page
+
+
+def test_a_balance_that_runs_out_within_a_day_says_so(client: Any, alice: Any) -> None:
+    with time_machine.travel(datetime(2025, 3, 1, tzinfo=UTC)):
+        ledger_post(user=alice, amount=Decimal("10"), kind="grant", idempotency_key="g")
+        ledger_post(user=alice, amount=Decimal("-7"), kind="charge", idempotency_key="c1")
+        ledger_post(user=alice, amount=Decimal("-1"), kind="charge", idempotency_key="c2")
+    client.login(username="alice", password=PASSWORD)
+    with time_machine.travel(datetime(2025, 3, 2, tzinfo=UTC)):
+        page = client.get("/account/credits/summary/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    # 2 credits left at 8/7 a day: under two days, so "1 天"; one credit less would be a day.
+    assert "（按此速度 1 天后）" in page.content.decode()

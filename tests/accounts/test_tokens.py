@@ -130,7 +130,7 @@ def test_a_category_limit_changed_is_applied_to_the_next_api_submit(
     type(phd_category).objects.filter(pk=phd_category.pk).update(max_concurrent_gpus=1)
     response = api.post("/api/jobs/", job, format="json")
     assert response.status_code == 400, response.content
-    assert "at most 1 GPUs" in response.content.decode()
+    assert "at most 1 GPU at once" in response.content.decode()
 
 
 def test_a_token_expiring_later_the_same_second_still_works_and_one_just_expired_does_not(

@@ -104,11 +104,19 @@ def test_the_english_install_guide_is_docs_deployment_md(client: Client) -> None
 
 
 def test_wrapped_chinese_lines_join_but_a_heading_keeps_its_paragraph() -> None:
-    from handbook.manual import _join_cjk_lines
+    import markdown
 
-    text = "## 谁可以打开\n只有你和实验室的\n管理员。\n\n- 第一项\n- 第二项"
-    joined = _join_cjk_lines(text)
-    # The wrapped sentence is one line with no space; the heading stays a line of its own.
-    assert joined.split("\n")[:2] == ["## 谁可以打开", "只有你和实验室的管理员。"]
-    assert "- 第一项\n- 第二项" in joined
-    assert _join_cjk_lines("English\nwrapped") == "English\nwrapped"
+    from handbook.manual import _join_wrapped_cjk
+
+    text = (
+        "## 谁可以打开\n只有你和实验室的\n管理员。\n\n- 第一项，\n  **缩进的续行**\n- 第二项\n\n"
+        "见\n[使用规则](rules.md)。English\nwrapped\n\n```\n代码\n第二行\n```"
+    )
+    html = _join_wrapped_cjk(markdown.markdown(text, extensions=["fenced_code"]))
+    # The wrapped sentence is one line with no space; the heading stays a heading of its own.
+    assert "<h2>谁可以打开</h2>" in html and "<p>只有你和实验室的管理员。</p>" in html
+    # An indented continuation and a link at the start of a line join as well.
+    assert "<li>第一项，<strong>缩进的续行</strong></li>" in html
+    assert '见<a href="rules.md">使用规则</a>。' in html
+    # English keeps its space, and code its lines.
+    assert "English\nwrapped" in html and "代码\n第二行" in html

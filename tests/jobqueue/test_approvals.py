@@ -291,3 +291,28 @@ def test_members_cannot_reach_the_approval_admin(client: Any, alice: Any, charli
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     grant.refresh_from_db()
     assert grant.state == PriorityGrant.State.PENDING
+
+
+@pytest.mark.parametrize(
+    ("language", "deadline"),
+    [("en", "03/09/2026 6 p.m. CST"), ("zh-hans", "2026年3月9日 18:00 CST")],
+)
+def test_the_approval_notification_gives_the_deadline_with_its_time_zone(
+    alice: Any, admin_user: Any, settings: Any, language: str, deadline: str
+) -> None:
+    from datetime import UTC, datetime
+
+    settings.TIME_ZONE = "Asia/Shanghai"
+    alice.preferred_language = language
+    alice.save()
+    with time_machine.travel(datetime(2026, 3, 2, tzinfo=UTC)):
+        grant = approvals.grant_apply(
+            user=alice,
+            reason=REASON,
+            deadline=datetime(2026, 3, 9, 10, 0, tzinfo=UTC),
+            gpus_expected=1,
+        )
+        approvals.grant_decide(grant_id=grant.pk, decided_by=admin_user, approve=True)
+    note = Notification.objects.get(user=alice, kind="grant_approved")
+    # Read in an email, a bare "18:00" says nothing about where the lab is.
+    assert deadline in note.body

@@ -48,7 +48,8 @@ TERMS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"\bledger\b", "积分明细", ("账目",)),
     (r"\bmonthly grant\b", "每月基础积分", ()),
     (r"\befficiency reward\b", "高效使用奖励", ()),
-    (r"\bpriority grants?\b", "高优先级报备", ("优先级因子", "优先级授权", "优先级许可")),
+    # The approved right is 高优先级资格; 报备 is only the act of asking in advance.
+    (r"\bpriority grants?\b", "高优先级资格", ("优先级因子", "优先级授权", "优先级许可", "报备")),
     (r"\bpriority factor\b", "优先级因子", ()),
     (r"\bfair[- ]share\b", "公平份额", ()),
     (r"\bemergency requests?\b", "紧急申请", ("紧急请求",)),
@@ -100,7 +101,8 @@ def test_every_catalogue_entry_uses_the_glossary_word_for_each_term() -> None:
         ("No output yet.", "还没有输出。"),
         ("Minimum GPU memory (GiB)", "最低显存（GiB）"),
         ("Memory (GiB)", "内存（GiB）"),
-        ("priority grant", "高优先级报备"),
+        ("priority grant", "高优先级资格"),
+        ("Apply for a priority grant", "申请高优先级资格"),
         ("container image", "容器镜像"),
         ("host path", "主机路径"),
         ("Run in my reservation", "在我的预约中运行"),
@@ -118,3 +120,13 @@ def test_the_entries_members_found_wrong_are_right(msgid: str, msgstr: str | Non
 def test_the_catalogue_addresses_the_member_one_way() -> None:
     entries = po_entries(LOCALE / "django.po")
     assert [msgid for msgid, msgstr in entries.items() if "您" in msgstr] == []
+
+
+def test_the_chinese_manual_names_the_approved_grant_as_the_catalogue_does() -> None:
+    from pathlib import Path
+
+    manual = Path(__file__).resolve().parents[2] / "docs" / "manual" / "zh-hans"
+    text = "\n".join(page.read_text(encoding="utf-8") for page in sorted(manual.glob("*.md")))
+    assert "高优先级资格" in text
+    # 报备 is the verb (提前报备), never the name of the thing granted.
+    assert re.findall(r"\S{0,6}报备\S{0,6}", text.replace("提前报备", "")) == []

@@ -277,3 +277,24 @@ def test_the_count_refusal_reads_in_chinese(alice: Any, gpus: list[Any]) -> None
         HTTP_ACCEPT_LANGUAGE="zh-hans",
     )
     assert "gpu01 只有 4 块 GPU：最多预约这么多" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("language", "heading", "book"),
+    [
+        (
+            "en",
+            "Monday, March 1, 2027",
+            'or <a href="/reservations/book/">open the booking form</a>.',
+        ),
+        ("zh-hans", "2027年3月1日 星期一", '或<a href="/reservations/book/">打开预约表单</a>。'),
+    ],
+)
+def test_the_day_heading_and_the_booking_hint_read_natively(
+    alice: Any, gpus: list[Any], language: str, heading: str, book: str
+) -> None:
+    client = client_for(alice)
+    client.cookies["django_language"] = language
+    page = client.get("/reservations/", {"date": "2027-03-01"}).content.decode()
+    assert f"<h2>{heading}</h2>" in page
+    assert book in page
