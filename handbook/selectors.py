@@ -153,10 +153,16 @@ def onboarding_checklist(user: Any) -> list[ChecklistItem] | None:
     progress = OnboardingProgress.objects.filter(user=user).first()
     if progress is not None and progress.dismissed_at is not None:
         return None
+    # Only what the member did since joining: history recorded for them (jobs imported
+    # from Slurm's past, a demo's seeded months) is not a step they took.
+    joined = user.date_joined
     items = [
         ChecklistItem("rules", progress is not None and progress.rules_read_at is not None),
-        ChecklistItem("debug_job", Job.objects.filter(owner=user, queue__name="debug").exists()),
-        ChecklistItem("booking", Reservation.objects.filter(user=user).exists()),
+        ChecklistItem(
+            "debug_job",
+            Job.objects.filter(owner=user, queue__name="debug", submitted_at__gte=joined).exists(),
+        ),
+        ChecklistItem("booking", Reservation.objects.filter(user=user, start__gte=joined).exists()),
         ChecklistItem("api_token", PersonalAccessToken.objects.filter(user=user).exists()),
     ]
     return None if all(item.done for item in items) else items

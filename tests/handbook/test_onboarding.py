@@ -44,6 +44,27 @@ def test_each_step_is_ticked_by_doing_it_and_the_list_goes_when_all_are_done(
     assert ticked(alice) is None
 
 
+def test_history_from_before_the_member_joined_ticks_nothing(
+    alice: Any, queues: Any, image: Any
+) -> None:
+    # A demo's seeded months, or jobs imported from before the account: not her steps.
+    from jobqueue.models import Job
+    from reservations.models import Reservation
+
+    (node,) = make_cluster(nodes=1, gpus_per_node=2)
+    job = job_submit(owner=alice, queue="debug", image=image.reference, command="nvidia-smi")
+    long_ago = alice.date_joined - timedelta(days=60)
+    Job.objects.filter(pk=job.pk).update(submitted_at=long_ago)
+    booking = Reservation.objects.create(
+        user=alice,
+        start=long_ago,
+        end=long_ago + timedelta(hours=2),
+        state=Reservation.State.COMPLETED,
+    )
+    booking.gpus.set(node.gpus.all()[:1])
+    assert ticked(alice) == set()
+
+
 def test_a_put_away_checklist_stays_away(alice: Any) -> None:
     onboarding_mark(user=alice, dismissed=True)
     assert onboarding_checklist(alice) is None
