@@ -34,6 +34,7 @@ from slurm.cli import (
     client_from_settings,
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
+from slurm.policy import member_account
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -110,7 +111,9 @@ def slurm_gpu_type(model: str, slurm_types: Iterable[str]) -> str:
     )
 
 
-def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitRequest:
+def submit_request(
+    job: Job, *, unix_user: str, gpu_type: str = "", account: str = ""
+) -> SubmitRequest:
     mapping = QueueMapping.objects.filter(queue=job.queue).first()
     options = mapping.sbatch_options() if mapping else {"qos": job.queue.name}
     output_dir = Path(settings.LABPORTAL_SLURM_OUTPUT_DIR)
@@ -127,6 +130,7 @@ def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitReq
         memory_mb=job.memory_mb,
         partition=options.get("partition", ""),
         qos=options.get("qos", ""),
+        account=account,
         environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk)},
         dependency=slurm_dependency(job),
     )
@@ -178,7 +182,9 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         ):
             nodes = client.nodes()
         gpu_type = slurm_gpu_type(job.gpu_model, {t for n in nodes for t, _n in n.gpu_types})
-    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type)
+    # In the category's account, whose association carries the category's limits.
+    account = member_account(category_id=job.owner.category_id, unix_user=unix_user)
+    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type, account=account)
     with _slurm_errors(
         lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")

@@ -349,6 +349,8 @@ class FakeSlurm:
         self.accounts: dict[str, tuple[str, int]] = {"root": ("root", 1), "lab": ("lab", 1)}
         self.assocs: dict[tuple[str, str], set[str]] = {("lab", "nobody"): {"normal"}}
         self.qos = {"normal", "high"}
+        self.grp_tres: dict[tuple[str, str], str] = {}  # a member association's GrpTRES
+        self.qos_limits: dict[str, dict[str, str]] = {}  # QOS → sacctmgr keyword → value
         self.pending: list[tuple[int, str, int]] = []
         self.calls: list[list[str]] = []
 
@@ -360,10 +362,19 @@ class FakeSlurm:
                 return "".join(f"{n}|{org}|\n" for n, (org, _s) in self.accounts.items())
             if what == "assoc":
                 rows = [f"{n}||{s}|normal||root" for n, (_o, s) in self.accounts.items()]
-                rows += [f"{a}|{u}|1|{','.join(sorted(q))}||" for (a, u), q in self.assocs.items()]
+                rows += [
+                    f"{a}|{u}|1|{','.join(sorted(q))}|||{self.grp_tres.get((a, u), '')}"
+                    for (a, u), q in self.assocs.items()
+                ]
                 return "\n".join(rows) + "\n"
             if what == "user":
                 return "".join(f"{u}|lab\n" for (_a, u) in self.assocs)
+            if what == "qos" and "MaxJobsPU" in argv[-1]:
+                names = ("MaxJobsPerUser", "MaxTRESPerUser", "MaxTRESPerJob", "MaxWall")
+                return "".join(
+                    "|".join([q, *(self.qos_limits.get(q, {}).get(n, "") for n in names)]) + "\n"
+                    for q in self.qos
+                )
             if what == "qos":
                 return "".join(f"{q}|10\n" for q in self.qos)
         if argv[0] == "squeue":
@@ -378,9 +389,17 @@ class FakeSlurm:
         kv = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("qos"))
         if argv[2:4] == ["add", "account"]:
             self.accounts[argv[4]] = (kv["organization"], int(kv["fairshare"]))
-        elif argv[2:4] == ["modify", "account"]:
+        elif argv[2:4] == ["modify", "account"] and "fairshare" in kv:
             org, _s = self.accounts[kv["name"]]
             self.accounts[kv["name"]] = (org, int(kv["fairshare"]))
+        elif argv[2:4] == ["modify", "qos"]:
+            limits = self.qos_limits.setdefault(kv["name"], {})
+            for arg in argv[argv.index("set") + 1 :]:
+                name, value = arg.split("=", 1)
+                limits[name] = "" if value.endswith("-1") else value
+        elif argv[2:4] == ["modify", "user"] and "GrpTRES" in kv:
+            value = kv["GrpTRES"]
+            self.grp_tres[(kv["account"], kv["name"])] = "" if value.endswith("=-1") else value
         elif argv[2:4] == ["add", "user"]:
             self.assocs[(kv["account"], argv[4])] = {"normal"}
         elif argv[2:4] == ["add", "qos"]:
