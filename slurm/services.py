@@ -32,6 +32,7 @@ from slurm.cli import (
     SlurmUnavailable,
     SubmitRequest,
     client_from_settings,
+    slurm_unreachable_since,
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import member_account
@@ -159,13 +160,17 @@ def slurm_dependency(job: Job) -> str:
 
 @contextmanager
 def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
-    """Slurm's failures as the member's refusals: away (503, try again) or refused (400, why)."""
+    """Slurm's failures as the member's refusals: unreachable (503, since when, try again) or
+    refused (400, why)."""
     try:
         yield
     except SlurmUnavailable as exc:
+        since = slurm_unreachable_since() or timezone.now()
         raise SlurmDown(
-            _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
-            % {"error": exc}
+            _(
+                "Slurm is unreachable (since %(since)s): %(error)s. Nothing was changed; try again in a minute."
+            )
+            % {"since": timezone.localtime(since).strftime("%Y-%m-%d %H:%M"), "error": exc}
         ) from exc
     except SlurmError as exc:
         raise SlurmRefused(refused(exc)) from exc
