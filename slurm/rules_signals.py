@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from jobqueue.models import EmergencyRequest, PriorityGrant
 from reservations.models import Reservation
@@ -34,6 +34,7 @@ def _grants_soon(**_kwargs: Any) -> None:
 
 def connect() -> None:
     post_save.connect(_grants_soon, sender=PriorityGrant, dispatch_uid="slurm-grant-saved")
+    post_delete.connect(_grants_soon, sender=PriorityGrant, dispatch_uid="slurm-grant-deleted")
     post_save.connect(_grants_soon, sender=EmergencyRequest, dispatch_uid="slurm-emergency-saved")
     post_save.connect(_sync_soon, sender=Reservation, dispatch_uid="slurm-booking-saved")
     m2m_changed.connect(

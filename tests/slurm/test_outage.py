@@ -103,11 +103,14 @@ def test_a_submit_while_slurmctld_is_unreachable_is_a_503_saying_since_when(
     health = client.get("/healthz")
     assert health.status_code == 503
     assert health.json()["checks"]["slurm"] == "down: SlurmUnavailable"
+    client.force_login(alice)
+    assert "Slurm has been unreachable since" in client.get("/rules/").content.decode()
 
     settings.LABPORTAL_SLURM_REST_URL = reachable  # slurmctld is back: nothing to reset
     health = client.get("/healthz")
     assert health.status_code == 200, health.json()
     assert health.json()["periodic"]["slurm_answered"]["state"] == "ok"
+    assert "Slurm has been unreachable" not in client.get("/rules/").content.decode()
 
 
 def test_without_slurmrestd_an_unreachable_controller_is_a_503_too(
