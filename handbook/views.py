@@ -8,6 +8,7 @@ from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from core.executors import portal_schedules
 from core.form_pages import form_page_status
 from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
@@ -38,7 +39,8 @@ def help_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def rules(request: HttpRequest) -> HttpResponse:
-    """The lab's rules from the live settings, and a form to suggest a change."""
+    """The lab's rules from the live settings, and a form to suggest a change; in Slurm mode,
+    how Slurm enforces each (docs/slurm.md, "Every rule on the rules page in Slurm")."""
     form = RuleSuggestionForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         rule_suggestion_create(author=request.user, **form.cleaned_data)  # type: ignore[arg-type]
@@ -48,7 +50,8 @@ def rules(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "handbook/rules.html",
-        {"rules": lab_rules(), "form": form},
+        # In Slurm mode each rule also says how Slurm enforces it, or that it does not.
+        {"rules": lab_rules(), "form": form, "slurm_mode": not portal_schedules()},
         status=form_page_status(request, form),
     )
 

@@ -19,7 +19,7 @@ from jobqueue.models import SchedulerLock
 from ops.backups import STALE_AFTER as BACKUP_STALE_AFTER
 from ops.backups import last_backup
 from scheduling.passes import LOCK_NAME
-from slurm.cli import client_from_settings
+from slurm.cli import client_from_settings, slurm_answered_at
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ def health_report() -> tuple[bool, dict[str, str]]:
 # Beat asks for a pass every 10 s (scheduling/beat.py) and every job's end runs one: a
 # last pass older than this means beat or the control worker is not running.
 PASS_STALE_AFTER = timedelta(minutes=2)
+SLURM_STALE_AFTER = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Freshness:
 
 def periodic_work() -> dict[str, Freshness]:
     """The periodic work this deployment runs, by name: the scheduling pass where the portal
-    schedules (under Slurm, Slurm does), the nightly backup where backups are on."""
+    schedules, Slurm's last answer under Slurm, the nightly backup where backups are on."""
     work: dict[str, Freshness] = {}
     if settings.LABPORTAL_EXECUTOR != "slurm":
         last_pass = (
@@ -108,6 +109,10 @@ def periodic_work() -> dict[str, Freshness]:
             .first()
         )
         work["scheduling_pass"] = Freshness(last_pass, PASS_STALE_AFTER)
+    else:
+        # Slurm's jobs are synced every LABPORTAL_SLURM_SYNC_S: a last answer older than
+        # this means Slurm has been unreachable since then (and job states are stale).
+        work["slurm_answered"] = Freshness(slurm_answered_at(), SLURM_STALE_AFTER)
     if settings.LABPORTAL_BACKUP_ENABLED:
         newest = last_backup()
         work["backup"] = Freshness(newest.created if newest else None, BACKUP_STALE_AFTER)

@@ -23,7 +23,9 @@ Runner = Callable[[Sequence[str]], str]
 
 # sacctmgr's columns, in the order the parsers read them.
 ACCOUNT_FORMAT = "Account,Organization,Description"
-ASSOC_FORMAT = "Account,User,Share,QOS,DefaultQOS,ParentName"
+ASSOC_FORMAT = "Account,User,Share,QOS,DefaultQOS,ParentName,GrpTRES"
+# The queue limits the portal sets on a queue's QOS (slurm.policy._sync_queue_limits).
+QOS_LIMITS_FORMAT = "Name,MaxJobsPU,MaxTRESPU,MaxTRES,MaxWall"
 USER_FORMAT = "User,DefaultAccount"
 
 
@@ -44,6 +46,18 @@ class SlurmAssociation:
     qos: frozenset[str] = frozenset()
     default_qos: str = ""
     parent: str = ""
+    grp_tres: str = ""  # e.g. "gres/gpu=2": what all of the association's running jobs may hold
+
+
+@dataclass(frozen=True)
+class QosLimits:
+    """The limits of one QOS that the portal manages, as sacctmgr prints them ("" for none)."""
+
+    name: str
+    max_jobs_per_user: str = ""
+    max_tres_per_user: str = ""
+    max_tres_per_job: str = ""
+    max_wall: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,10 +100,10 @@ def _shares(value: str) -> int | None:
 
 
 def parse_associations(text: str) -> list[SlurmAssociation]:
-    """``sacctmgr -Pn show assoc format=Account,User,Share,QOS,DefaultQOS,ParentName``."""
+    """``sacctmgr -Pn show assoc format=Account,User,Share,QOS,DefaultQOS,ParentName,GrpTRES``."""
     out = []
     for r in _rows(text):
-        r = (r + [""] * 6)[:6]
+        r = (r + [""] * 7)[:7]
         out.append(
             SlurmAssociation(
                 account=r[0],
@@ -98,9 +112,44 @@ def parse_associations(text: str) -> list[SlurmAssociation]:
                 qos=frozenset(q for q in r[3].split(",") if q),
                 default_qos=r[4],
                 parent=r[5],
+                grp_tres=r[6],
             )
         )
     return out
+
+
+def parse_qos_limits(text: str) -> dict[str, QosLimits]:
+    """``sacctmgr -Pn show qos format=Name,MaxJobsPU,MaxTRESPU,MaxTRES,MaxWall``, by name."""
+    found = {}
+    for r in _rows(text):
+        r = (r + [""] * 5)[:5]
+        found[r[0]] = QosLimits(*(value.strip() for value in r))
+    return found
+
+
+def tres_gpus(tres: str) -> str:
+    """The untyped ``gres/gpu`` count of a TRES list ("cpu=4,gres/gpu=2" → "2"), "" if none."""
+    for part in tres.split(","):
+        name, _sep, value = part.partition("=")
+        if name.strip() == "gres/gpu":
+            return value.strip()
+    return ""
+
+
+def wall_minutes(text: str) -> str:
+    """A Slurm duration ([days-]hours:minutes:seconds, or minutes) in whole minutes, "" if none."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE"):
+        return ""
+    days, _sep, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60
+    else:
+        parts = [0] * (3 - len(parts)) + parts
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    seconds += int(days or 0) * 86400
+    return str(-(-seconds // 60))
 
 
 def parse_users(text: str) -> dict[str, str]:
@@ -190,6 +239,12 @@ class SlurmAdmin:
         """Every QOS and its priority."""
         rows = _rows(self.run(["sacctmgr", "-Pn", "show", "qos", "format=Name,Priority"]))
         return {r[0]: int(r[1]) if len(r) > 1 and r[1].isdigit() else 0 for r in rows}
+
+    def qos_limits(self) -> dict[str, QosLimits]:
+        """Every QOS and the limits the portal may set on it."""
+        return parse_qos_limits(
+            self.run(["sacctmgr", "-Pn", "show", "qos", f"format={QOS_LIMITS_FORMAT}"])
+        )
 
     def pending_jobs(self) -> list[PendingJob]:
         return parse_pending_jobs(self.run(["squeue", "-a", "-h", "-t", "PD", "-o", "%i|%u|%y|%q"]))

@@ -28,6 +28,7 @@ from urllib.parse import quote
 import jwt
 import requests
 from django.conf import settings
+from django.core.cache import cache
 
 REST_VERSION = "v0.0.38"
 SLURMDB_VERSION = "v0.0.38"
@@ -39,6 +40,62 @@ class SlurmError(Exception):
 
 class SlurmUnavailable(SlurmError):
     """Slurm (slurmctld, slurmrestd or the commands) could not be reached."""
+
+
+# Slurm's error numbers for "the controller could not be reached" (slurm_errno.h): the
+# connection, send, receive and shutdown errors, a socket timeout, zero bytes sent.
+UNREACHABLE_ERRNOS = frozenset({1800, 1801, 1802, 1803, 5004, 5005})
+UNREACHABLE_MESSAGES = (
+    "Unable to contact slurm controller",
+    "Connection refused",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+)
+
+
+def means_unreachable(message: str, errno: object = None) -> bool:
+    """Whether Slurm's error says it could not reach its controller (try again), rather than
+    that it refused the request (change it)."""
+    return errno in UNREACHABLE_ERRNOS or any(text in message for text in UNREACHABLE_MESSAGES)
+
+
+# -- whether Slurm answers: every call of either client says so --------------------------
+
+_UNREACHABLE_SINCE = "labportal:slurm:unreachable-since"
+_ANSWERED_AT = "labportal:slurm:answered-at"
+
+
+def _note(*, answered: bool) -> None:
+    """Record that Slurm answered (or could not be reached) now, for pages and /healthz.
+
+    A cache that is down must not fail the Slurm call it only reports on."""
+    now = datetime.now(tz=UTC).isoformat()
+    try:
+        if answered:
+            cache.set(_ANSWERED_AT, now, timeout=None)
+            cache.delete(_UNREACHABLE_SINCE)
+        else:
+            cache.add(_UNREACHABLE_SINCE, now, timeout=None)
+    except Exception:  # any cache failure: the Slurm call itself stands
+        pass
+
+
+def _read_time(key: str) -> datetime | None:
+    try:
+        value = cache.get(key)
+    except Exception:  # the cache is down: not known
+        return None
+    return datetime.fromisoformat(value) if value else None
+
+
+def slurm_unreachable_since() -> datetime | None:
+    """Since when Slurm has not been reachable (the first failed call), None while it answers."""
+    return _read_time(_UNREACHABLE_SINCE)
+
+
+def slurm_answered_at() -> datetime | None:
+    """When Slurm last answered a call of this portal (None: not since the cache was empty)."""
+    return _read_time(_ANSWERED_AT)
 
 
 # -- what Slurm reports, as plain data -------------------------------------------------
@@ -455,14 +512,19 @@ class CommandsClient:
                 check=False,
             )
         except FileNotFoundError as exc:
+            _note(answered=False)
             raise SlurmUnavailable(f"{argv[0]} is not installed on the portal host") from exc
         except subprocess.TimeoutExpired as exc:
+            _note(answered=False)
             raise SlurmUnavailable(f"{' '.join(argv[:2])} did not answer in {timeout} s") from exc
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
-            if "Unable to contact slurm controller" in message or "Connection refused" in message:
+            if means_unreachable(message):
+                _note(answered=False)
                 raise SlurmUnavailable(message)
+            _note(answered=True)
             raise SlurmError(message.removeprefix("sbatch: error: "))
+        _note(answered=True)
         return done.stdout
 
     def _as(self, unix_user: str) -> list[str]:
@@ -534,20 +596,33 @@ class RestClient:
                 method, self.url + path, json=body, headers=headers, timeout=60
             )
         except requests.RequestException as exc:
+            _note(answered=False)
             raise SlurmUnavailable(f"slurmrestd at {self.url} did not answer: {exc}") from exc
         try:
             data: dict[str, Any] = response.json()
         except ValueError:
             data = {}
+        errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
         messages = [
             str(e.get("description") or e.get("error"))
-            for e in data.get("errors") or []
+            for e in errors
             if e.get("description") or e.get("error")
         ]
-        if response.status_code >= 500 and not messages:
-            raise SlurmUnavailable(f"slurmrestd answered {response.status_code}")
+        text = "; ".join(messages)
+        unreachable = response.status_code >= 500 and (
+            not messages
+            # A read is never refused for what the member asked: slurmrestd failing one
+            # ("Unspecified error", "slurmctld config is unable to load") could not reach
+            # slurmctld. A submit or cancel says so by its error number.
+            or method == "GET"
+            or any(means_unreachable(text, e.get("error_code")) for e in errors)
+        )
+        if unreachable:
+            _note(answered=False)
+            raise SlurmUnavailable(text or f"slurmrestd answered {response.status_code}")
+        _note(answered=True)
         if response.status_code >= 400 or messages:
-            raise SlurmError("; ".join(messages) or f"slurmrestd answered {response.status_code}")
+            raise SlurmError(text or f"slurmrestd answered {response.status_code}")
         return data
 
     def submit(self, request: SubmitRequest) -> int:

@@ -14,6 +14,12 @@ What the portal manages, and the conflict rule (docs/slurm.md, "What LabPortal c
 - Categories become accounts ``lp-<name>`` (Organization "labportal") under
   ``LABPORTAL_SLURM_ACCOUNT_PARENT``, with the category's fair-share weight as shares;
   each member with a unix login gets an association in their category's account.
+- Limits (docs/slurm.md, "Every rule on the rules page in Slurm"): a queue's limits are
+  its QOS's (MaxJobsPerUser, MaxTRESPerUser and MaxTRESPerJob in gres/gpu, MaxWall); a
+  category's "GPUs at once" is GrpTRES=gres/gpu=N on each member's association in the
+  category's account, which the member's portal jobs run in (``member_account``). Each
+  is a managed value: a hand edit of a queue's QOS limit is taken into the queue, a hand
+  edit on one member's association is that member's exception and is left alone.
 - An approved priority grant, while in force, adds the grant queue's QOS to each of the
   member's associations; when it lapses, the portal removes what it added (a QOS the
   admin had given by hand stays).
@@ -39,11 +45,12 @@ from enum import StrEnum
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from accounts.models import Category, CreditAccount
-from jobqueue.models import EmergencyRequest, PriorityGrant
-from slurm.admin_commands import SlurmAdmin, SlurmAssociation
+from jobqueue.models import EmergencyRequest, PriorityGrant, Queue
+from slurm.admin_commands import QosLimits, SlurmAdmin, SlurmAssociation, tres_gpus, wall_minutes
 from slurm.cli import SlurmError
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import ManagedValue, PolicyConflict
@@ -167,6 +174,8 @@ class PolicyResult:
     qos_removed: int = 0
     jobs_moved: int = 0
     nice_changed: int = 0
+    limits_pushed: int = 0
+    limits_pulled: int = 0
     conflicts: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -362,8 +371,6 @@ def _sync_memberships(
 
 def grant_qos_names() -> dict[int, str]:
     """Queue id → QOS of every queue that needs a grant (its mapping's QOS, else its name)."""
-    from jobqueue.models import Queue
-
     mapped = dict(QueueMapping.objects.values_list("queue_id", "qos"))
     return {
         queue.pk: mapped.get(queue.pk) or queue.name
@@ -517,6 +524,240 @@ def _sync_nice(admin: SlurmAdmin, result: PolicyResult) -> None:
         result.nice_changed += 1
 
 
+# -- limits ------------------------------------------------------------------------------
+
+# A queue's limits as its QOS's: (sacctmgr's keyword, the Queue field). Values are kept in
+# the portal's form: a number as text, "" for no limit; MaxWall in minutes.
+QUEUE_QOS_LIMITS = (
+    ("MaxJobsPerUser", "max_running_jobs_per_user"),
+    ("MaxTRESPerUser", "max_running_gpus_per_user"),
+    ("MaxTRESPerJob", "max_gpus_per_job"),
+    ("MaxWall", "max_time_limit_s"),
+)
+
+
+def queue_limit_values(queue: Queue) -> dict[str, str]:
+    """The queue's limits in the form they are compared with its QOS's."""
+    running_jobs = queue.max_running_jobs_per_user
+    running_gpus = queue.max_running_gpus_per_user
+    return {
+        "MaxJobsPerUser": "" if running_jobs is None else str(running_jobs),
+        "MaxTRESPerUser": "" if running_gpus is None else str(running_gpus),
+        "MaxTRESPerJob": str(queue.max_gpus_per_job),
+        # sbatch gets --time in whole minutes, rounded up: so is the QOS's ceiling.
+        "MaxWall": str(-(-queue.max_time_limit_s // 60)),
+    }
+
+
+def qos_limit_values(limits: QosLimits) -> dict[str, str]:
+    """The same limits as Slurm holds them on the QOS (only the gres/gpu part of a TRES)."""
+    return {
+        "MaxJobsPerUser": limits.max_jobs_per_user,
+        "MaxTRESPerUser": tres_gpus(limits.max_tres_per_user),
+        "MaxTRESPerJob": tres_gpus(limits.max_tres_per_job),
+        "MaxWall": wall_minutes(limits.max_wall),
+    }
+
+
+def limit_argument(name: str, value: str) -> str:
+    """``sacctmgr … set`` for one limit; -1 clears it (only the gres/gpu part of a TRES)."""
+    value = value or "-1"
+    return (
+        f"{name}=gres/gpu={value}" if name.startswith(("MaxTRES", "GrpTRES")) else f"{name}={value}"
+    )
+
+
+def _slurm_side(base: str | None, slurm: str) -> str | None:
+    # A limit Slurm does not have, seen for the first time, is simply absent: the
+    # portal's is pushed. Once agreed, "no limit" in Slurm is a value (an admin cleared it).
+    return None if base is None and slurm == "" else slurm
+
+
+def queue_qos_names() -> dict[str, list[Queue]]:
+    """QOS → the open queues whose jobs run under it (the mapping's QOS, else the queue's name)."""
+    mapped = dict(QueueMapping.objects.values_list("queue_id", "qos"))
+    has_mapping = set(mapped)
+    by_qos: dict[str, list[Queue]] = {}
+    for queue in Queue.objects.filter(is_active=True).order_by("pk"):
+        qos = mapped.get(queue.pk) or ("" if queue.pk in has_mapping else queue.name)
+        if qos:
+            by_qos.setdefault(qos, []).append(queue)
+    return by_qos
+
+
+def _pull_queue_limit(queue: Queue, name: str, field_name: str, value: str) -> bool:
+    """Take a hand edit of the queue's QOS into the queue; False where the queue cannot hold it."""
+    if value == "":
+        if field_name in ("max_gpus_per_job", "max_time_limit_s"):
+            return False  # the portal always has these limits
+        Queue.objects.filter(pk=queue.pk).update(**{field_name: None})
+        return True
+    number = int(value)
+    if name == "MaxWall":
+        seconds = number * 60
+        Queue.objects.filter(pk=queue.pk).update(
+            max_time_limit_s=seconds,
+            default_time_limit_s=Least("default_time_limit_s", seconds),
+        )
+        return True
+    Queue.objects.filter(pk=queue.pk).update(**{field_name: number})
+    return True
+
+
+def _sync_queue_limits(admin: SlurmAdmin, result: PolicyResult, managed: dict[str, str]) -> None:
+    """Each open queue's limits on its QOS, merged three ways like the shares."""
+    slurm_limits = admin.qos_limits()
+    for qos, queues in sorted(queue_qos_names().items()):
+        if len(queues) > 1:
+            names = ", ".join(q.name for q in queues)
+            result.errors.append(
+                f"QOS {qos} serves the queues {names}: their limits are not set in Slurm"
+            )
+            continue
+        if qos not in slurm_limits:
+            result.errors.append(f"QOS {qos} of queue {queues[0].name} does not exist in Slurm")
+            continue
+        queue = queues[0]
+        portal = queue_limit_values(queue)
+        slurm = qos_limit_values(slurm_limits[qos])
+        pushes: dict[str, str] = {}
+        for name, field_name in QUEUE_QOS_LIMITS:
+            key = f"qos-limit:{qos}:{name}"
+            base = managed.get(key)
+            merge = three_way(base=base, portal=portal[name], slurm=_slurm_side(base, slurm[name]))
+            if merge == Merge.PUSH:
+                pushes[name] = portal[name]
+            elif merge == Merge.AGREE:
+                _remember(key, portal[name])
+            elif merge == Merge.PULL and _pull_queue_limit(queue, name, field_name, slurm[name]):
+                _remember(key, slurm[name])
+                result.limits_pulled += 1
+            elif merge in (Merge.PULL, Merge.CONFLICT) and _conflict(
+                key, base=base, portal=portal[name], slurm=slurm[name]
+            ):
+                result.conflicts += 1
+        changed = {name: value for name, value in pushes.items() if value != slurm[name]}
+        if changed and not _run(
+            admin,
+            result,
+            "modify",
+            "qos",
+            "where",
+            f"name={qos}",
+            "set",
+            *(limit_argument(name, value) for name, value in changed.items()),
+        ):
+            continue
+        for name, value in pushes.items():
+            _remember(f"qos-limit:{qos}:{name}", value)
+        result.limits_pushed += len(changed)
+
+
+def _sync_member_limits(
+    admin: SlurmAdmin, result: PolicyResult, managed: dict[str, str], by_category: dict[int, str]
+) -> None:
+    """A category's GPUs at once as GrpTRES=gres/gpu=N on each member's association in its account."""
+    held = {(a.user, a.account): tres_gpus(a.grp_tres) for a in admin.associations() if a.user}
+    for login in UnixLogin.objects.select_related("user__category").order_by("pk"):
+        category = login.user.category
+        account = by_category.get(category.pk) if category else None
+        if category is None or account is None or (login.username, account) not in held:
+            continue
+        key = f"assoc-limit:{login.username}|{account}|GrpTRES"
+        base = managed.get(key)
+        portal = str(category.max_concurrent_gpus)
+        slurm = held[(login.username, account)]
+        merge = three_way(base=base, portal=portal, slurm=_slurm_side(base, slurm))
+        if merge == Merge.PUSH:
+            if slurm == portal or _run(
+                admin,
+                result,
+                "modify",
+                "user",
+                "where",
+                f"name={login.username}",
+                f"account={account}",
+                *admin.where_cluster(),
+                "set",
+                limit_argument("GrpTRES", portal),
+            ):
+                _remember(key, portal)
+                result.limits_pushed += int(slurm != portal)
+        elif merge == Merge.AGREE:
+            _remember(key, portal)
+        elif merge == Merge.CONFLICT and _conflict(key, base=base, portal=portal, slurm=slurm):
+            result.conflicts += 1
+        # Merge.PULL: the Slurm admin gave this one member another limit by hand: their
+        # exception stays (the base stays, so a later change of the category's limit is a
+        # conflict for an admin, not a silent overwrite).
+
+
+def _sync_account_qos(admin: SlurmAdmin, result: PolicyResult, by_category: dict[int, str]) -> None:
+    """The category accounts may use every open queue's QOS that needs no grant.
+
+    The member's portal jobs run in their category's account (``member_account``), so its
+    QOS list must name the queues' QOS. A QOS the portal added and an admin then removed
+    by hand is not added again."""
+    grant_queues = set(grant_qos_names())
+    existing = set(admin.qos_priorities())
+    wanted = {
+        qos
+        for qos, queues in queue_qos_names().items()
+        if qos in existing and any(q.pk not in grant_queues for q in queues)
+    }
+    has = {a.account: a.qos for a in admin.associations() if not a.user}
+    added = {
+        key.split(":", 1)[1]
+        for key in ManagedValue.objects.filter(key__startswith="account-qos:").values_list(
+            "key", flat=True
+        )
+    }
+    for account in sorted(set(by_category.values())):
+        missing = sorted(
+            qos for qos in wanted - has.get(account, frozenset()) if f"{account}|{qos}" not in added
+        )
+        if missing and _run(
+            admin,
+            result,
+            "modify",
+            "account",
+            "where",
+            f"name={account}",
+            *admin.where_cluster(),
+            "set",
+            f"qos+={','.join(missing)}",
+        ):
+            for qos in missing:
+                _remember(f"account-qos:{account}|{qos}", "1")
+            result.qos_added += len(missing)
+
+
+def member_account(*, category_id: int | None, unix_user: str) -> str:
+    """The account a member's portal jobs run in: their category's, once the portal has made
+    their association there (so its limits apply); "" for the member's default account."""
+    if category_id is None:
+        return ""
+    account = (
+        ManagedValue.objects.filter(key=f"account:category:{category_id}")
+        .values_list("value", flat=True)
+        .first()
+    )
+    if account and ManagedValue.objects.filter(key=f"assoc:{unix_user}:{account}").exists():
+        return account
+    return ""
+
+
+def slurm_grants_sync(
+    *, admin: SlurmAdmin | None = None, now: datetime | None = None
+) -> PolicyResult:
+    """Only the grant and emergency QOS (and the emergency's jobs): what a decision changes,
+    pushed right after it; the full pass does the same every minute."""
+    admin = admin or SlurmAdmin(cluster=getattr(settings, "LABPORTAL_SLURM_CLUSTER", ""))
+    result = PolicyResult()
+    _sync_qos(admin, result, now or timezone.now())
+    return result
+
+
 def slurm_policy_sync(
     *, admin: SlurmAdmin | None = None, now: datetime | None = None
 ) -> PolicyResult:
@@ -526,7 +767,10 @@ def slurm_policy_sync(
     result = PolicyResult()
     managed = _managed()
     by_category = _sync_accounts(admin, result, managed)
+    _sync_account_qos(admin, result, by_category)
     _sync_memberships(admin, result, _managed(), by_category)
+    _sync_member_limits(admin, result, _managed(), by_category)
+    _sync_queue_limits(admin, result, _managed())
     _sync_qos(admin, result, now)
     _sync_nice(admin, result)
     return result

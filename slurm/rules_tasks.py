@@ -27,6 +27,15 @@ def slurm_policy_sync_task() -> dict[str, Any]:
 
 
 @shared_task(
+    name="control.slurm_grants_sync", time_limit=120, soft_time_limit=100, ignore_result=True
+)
+def slurm_grants_sync_task() -> dict[str, Any]:
+    from slurm.policy import slurm_grants_sync
+
+    return asdict(slurm_grants_sync())
+
+
+@shared_task(
     name="control.slurm_reservations_sync",
     time_limit=120,
     soft_time_limit=100,

@@ -34,8 +34,10 @@ from slurm.cli import (
     SlurmUnavailable,
     SubmitRequest,
     client_from_settings,
+    slurm_unreachable_since,
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
+from slurm.policy import member_account
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -154,7 +156,9 @@ def slurm_gpu_type(model: str, slurm_types: Iterable[str]) -> str:
     )
 
 
-def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitRequest:
+def submit_request(
+    job: Job, *, unix_user: str, gpu_type: str = "", account: str = ""
+) -> SubmitRequest:
     mapping = QueueMapping.objects.filter(queue=job.queue).first()
     options = mapping.sbatch_options() if mapping else {"qos": job.queue.name}
     output_dir = Path(settings.LABPORTAL_SLURM_OUTPUT_DIR)
@@ -171,6 +175,7 @@ def submit_request(job: Job, *, unix_user: str, gpu_type: str = "") -> SubmitReq
         memory_mb=job.memory_mb,
         partition=options.get("partition", ""),
         qos=options.get("qos", ""),
+        account=account,
         environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk), **_session_env(job)},
         dependency=slurm_dependency(job),
     )
@@ -199,13 +204,17 @@ def slurm_dependency(job: Job) -> str:
 
 @contextmanager
 def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
-    """Slurm's failures as the member's refusals: away (503, try again) or refused (400, why)."""
+    """Slurm's failures as the member's refusals: unreachable (503, since when, try again) or
+    refused (400, why)."""
     try:
         yield
     except SlurmUnavailable as exc:
+        since = slurm_unreachable_since() or timezone.now()
         raise SlurmDown(
-            _("The Slurm cluster did not answer (%(error)s). Try again in a minute.")
-            % {"error": exc}
+            _(
+                "Slurm is unreachable (since %(since)s): %(error)s. Nothing was changed; try again in a minute."
+            )
+            % {"since": timezone.localtime(since).strftime("%Y-%m-%d %H:%M"), "error": exc}
         ) from exc
     except SlurmError as exc:
         raise SlurmRefused(refused(exc)) from exc
@@ -228,7 +237,9 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         ):
             nodes = client.nodes()
         gpu_type = slurm_gpu_type(job.gpu_model, {t for n in nodes for t, _n in n.gpu_types})
-    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type)
+    # In the category's account, whose association carries the category's limits.
+    account = member_account(category_id=job.owner.category_id, unix_user=unix_user)
+    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type, account=account)
     with _slurm_errors(
         lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")

@@ -1,5 +1,6 @@
-"""Builtins for staff: {% backup_status %} (the newest backup and whether it is overdue) and
-{% grafana_url %} (a deep link into the lab's Grafana dashboards)."""
+"""Builtins: {% backup_status %} for staff (the newest backup and whether it is overdue),
+{% slurm_status %} for everyone signed in (in Slurm mode, since when Slurm has been
+unreachable) and {% grafana_url %} (a deep link into the lab's Grafana dashboards)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ def backup_status(context: template.Context, banner: bool = False) -> dict[str, 
         return {"show": False}
     stale = settings.LABPORTAL_BACKUP_ENABLED and backup_is_stale()
     return {"show": stale or not banner, "banner": banner, "stale": stale, "last": last_backup()}
+
+
+@register.inclusion_tag("ops/_slurm_status.html", takes_context=True)
+def slurm_status(context: template.Context) -> dict[str, object]:
+    """In Slurm mode, while Slurm cannot be reached: since when (job states shown are as
+    Slurm last reported them). Nothing otherwise; it recovers when Slurm answers again."""
+    from slurm.cli import slurm_unreachable_since
+
+    user = context.get("user")
+    if settings.LABPORTAL_EXECUTOR != "slurm" or user is None or not user.is_authenticated:
+        return {"since": None}
+    return {"since": slurm_unreachable_since()}
 
 
 # The dashboards provisioned from deploy/monitoring/grafana/dashboards/ (their uids).

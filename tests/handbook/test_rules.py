@@ -173,3 +173,34 @@ def test_an_empty_suggestion_is_refused_with_the_reason(client: Client, alice: A
     assert response.status_code == 400
     assert "This field is required." in response.content.decode()
     assert not RuleSuggestion.objects.exists()
+
+
+def test_in_slurm_mode_each_rule_says_how_slurm_enforces_it_or_that_it_does_not(
+    client: Client, alice: Any, queues: Any, settings: Any
+) -> None:
+    from jobqueue.models import CategoryQueueAllowance
+
+    CategoryQueueAllowance.objects.create(
+        category=alice.category, queue=Queue.objects.get(name="debug"), max_gpu_hours_per_week=10
+    )
+    client.force_login(alice)
+    agents = client.get("/rules/").content.decode()
+    assert "In Slurm" not in agents  # the portal's own engine: no Slurm notes
+
+    settings.LABPORTAL_EXECUTOR = "slurm"
+    html = client.get("/rules/").content.decode()
+    debug = html.split("<code>debug</code>")[1].split("<h3>")[0]
+    assert "MaxJobsPerUser" in debug and "MaxWall" in debug
+    assert "Slurm gives each job whole GPUs" in debug  # debug's shared slots do not carry over
+    assert "Slurm does not enforce the running-jobs and running-GPUs limits" in debug
+    high = html.split("<code>high</code>")[1].split("<h3>")[0]
+    assert "only while your grant is in force" in high
+    categories = html.split('id="categories"')[1].split("</section>")[0]
+    assert "GrpTRES=gres/gpu" in categories
+    assert (
+        "Slurm does not enforce the queued-jobs limit: the portal refuses at submit" in categories
+    )
+    time_limits = html.split('id="time-limits"')[1].split("</section>")[0]
+    assert "KillWait" in time_limits and "seconds later it is stopped" not in time_limits
+    zh = client.get("/rules/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "Slurm 不强制执行排队作业数上限" in zh

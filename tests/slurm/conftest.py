@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from benchmarks.local_slurm import LocalSlurm, Ports
+from slurm.admin_commands import SlurmAdmin
+from slurm.models import UnixLogin
 from tests.conftest import require_in_ci
 
 # Members' unix users in the tests: system users every Debian machine has, so the tests
@@ -58,3 +60,40 @@ def slurm_settings(settings: Any, local_slurm: LocalSlurm) -> Any:
     settings.LABPORTAL_SLURM_OUTPUT_DIR = str(local_slurm.output_dir)
     settings.LABPORTAL_SLURM_CONTAINER = "none"
     return settings
+
+
+@pytest.fixture
+def members(slurm_settings: Any, alice: Any, bob: Any) -> tuple[Any, Any]:
+    """alice runs as unix user nobody, bob as daemon (the fixture's Slurm users)."""
+    UnixLogin.objects.create(user=alice, username="nobody")
+    UnixLogin.objects.create(user=bob, username="daemon")
+    return alice, bob
+
+
+# The queues' QOS in ``local_slurm`` and the limits the policy pass may set on them.
+QUEUE_QOS = ("normal", "high", "debug")
+QOS_LIMITS_CLEARED = (
+    "MaxJobsPerUser=-1",
+    "MaxTRESPerUser=gres/gpu=-1",
+    "MaxTRESPerJob=gres/gpu=-1",
+    "MaxWall=-1",
+)
+
+
+@pytest.fixture
+def admin(local_slurm: LocalSlurm) -> Iterator[SlurmAdmin]:
+    """The portal's admin commands; afterwards, what the portal made in the shared Slurm goes
+    (its accounts, reservations, the top QOS, and the limits it set on the queues' QOS)."""
+    admin = SlurmAdmin(cluster="labportal")
+    yield admin
+    for reservation in admin.reservations():
+        if reservation.name.startswith("lp-booking-"):
+            admin.scontrol("delete", f"ReservationName={reservation.name}")
+    for account in admin.accounts():
+        if account.organization == "labportal":
+            local_slurm.sacctmgr("delete", "user", "where", f"account={account.name}", check=False)
+            local_slurm.sacctmgr("delete", "account", "where", f"name={account.name}", check=False)
+    local_slurm.sacctmgr("delete", "qos", "where", "name=lp-emergency", check=False)
+    local_slurm.sacctmgr(
+        "modify", "qos", "where", f"name={','.join(QUEUE_QOS)}", "set", *QOS_LIMITS_CLEARED
+    )

@@ -4,7 +4,7 @@ priority grant, a booking as a reservation, and a member at zero credit starting
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin
 from slurm.cli import CommandsClient, JobInfo
-from slurm.models import QueueMapping, SlurmJob, UnixLogin
+from slurm.models import QueueMapping, SlurmJob
 from slurm.policy import slurm_policy_sync
 from slurm.reservations import slurm_reservations_sync
 from slurm.services import slurm_inventory_sync, slurm_jobs_sync
@@ -54,29 +54,6 @@ def _accounted(job_id: int) -> JobInfo | None:
         if info.job_id == job_id and info.ended_at is not None:
             return info
     return None
-
-
-@pytest.fixture
-def members(slurm_settings: Any, alice: Any, bob: Any) -> tuple[Any, Any]:
-    """alice runs as unix user nobody, bob as daemon (the fixture's Slurm users)."""
-    UnixLogin.objects.create(user=alice, username="nobody")
-    UnixLogin.objects.create(user=bob, username="daemon")
-    return alice, bob
-
-
-@pytest.fixture
-def admin(local_slurm: LocalSlurm) -> Iterator[SlurmAdmin]:
-    """The portal's admin commands; afterwards, what the portal made in the shared Slurm goes."""
-    admin = SlurmAdmin(cluster="labportal")
-    yield admin
-    for reservation in admin.reservations():
-        if reservation.name.startswith("lp-booking-"):
-            admin.scontrol("delete", f"ReservationName={reservation.name}")
-    for account in admin.accounts():
-        if account.organization == "labportal":
-            local_slurm.sacctmgr("delete", "user", "where", f"account={account.name}", check=False)
-            local_slurm.sacctmgr("delete", "account", "where", f"name={account.name}", check=False)
-    local_slurm.sacctmgr("delete", "qos", "where", "name=lp-emergency", check=False)
 
 
 def _charged(user: Any, **filters: Any) -> Decimal:

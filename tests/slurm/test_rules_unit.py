@@ -27,12 +27,15 @@ from slurm.admin_commands import (
     parse_associations,
     parse_pending_jobs,
     parse_reservations,
+    tres_gpus,
+    wall_minutes,
 )
 from slurm.cli import JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import (
     Merge,
     account_name_for,
+    member_account,
     nice_changes,
     policy_conflict_resolve,
     qos_changes,
@@ -349,6 +352,8 @@ class FakeSlurm:
         self.accounts: dict[str, tuple[str, int]] = {"root": ("root", 1), "lab": ("lab", 1)}
         self.assocs: dict[tuple[str, str], set[str]] = {("lab", "nobody"): {"normal"}}
         self.qos = {"normal", "high"}
+        self.grp_tres: dict[tuple[str, str], str] = {}  # a member association's GrpTRES
+        self.qos_limits: dict[str, dict[str, str]] = {}  # QOS → sacctmgr keyword → value
         self.pending: list[tuple[int, str, int]] = []
         self.calls: list[list[str]] = []
 
@@ -360,10 +365,19 @@ class FakeSlurm:
                 return "".join(f"{n}|{org}|\n" for n, (org, _s) in self.accounts.items())
             if what == "assoc":
                 rows = [f"{n}||{s}|normal||root" for n, (_o, s) in self.accounts.items()]
-                rows += [f"{a}|{u}|1|{','.join(sorted(q))}||" for (a, u), q in self.assocs.items()]
+                rows += [
+                    f"{a}|{u}|1|{','.join(sorted(q))}|||{self.grp_tres.get((a, u), '')}"
+                    for (a, u), q in self.assocs.items()
+                ]
                 return "\n".join(rows) + "\n"
             if what == "user":
                 return "".join(f"{u}|lab\n" for (_a, u) in self.assocs)
+            if what == "qos" and "MaxJobsPU" in argv[-1]:
+                names = ("MaxJobsPerUser", "MaxTRESPerUser", "MaxTRESPerJob", "MaxWall")
+                return "".join(
+                    "|".join([q, *(self.qos_limits.get(q, {}).get(n, "") for n in names)]) + "\n"
+                    for q in self.qos
+                )
             if what == "qos":
                 return "".join(f"{q}|10\n" for q in self.qos)
         if argv[0] == "squeue":
@@ -378,9 +392,17 @@ class FakeSlurm:
         kv = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("qos"))
         if argv[2:4] == ["add", "account"]:
             self.accounts[argv[4]] = (kv["organization"], int(kv["fairshare"]))
-        elif argv[2:4] == ["modify", "account"]:
+        elif argv[2:4] == ["modify", "account"] and "fairshare" in kv:
             org, _s = self.accounts[kv["name"]]
             self.accounts[kv["name"]] = (org, int(kv["fairshare"]))
+        elif argv[2:4] == ["modify", "qos"]:
+            limits = self.qos_limits.setdefault(kv["name"], {})
+            for arg in argv[argv.index("set") + 1 :]:
+                name, value = arg.split("=", 1)
+                limits[name] = "" if value.endswith("-1") else value
+        elif argv[2:4] == ["modify", "user"] and "GrpTRES" in kv:
+            value = kv["GrpTRES"]
+            self.grp_tres[(kv["account"], kv["name"])] = "" if value.endswith("=-1") else value
         elif argv[2:4] == ["add", "user"]:
             self.assocs[(kv["account"], argv[4])] = {"normal"}
         elif argv[2:4] == ["add", "qos"]:
@@ -584,3 +606,99 @@ def test_the_private_slurm_runs_its_commands_in_a_folder_every_member_may_enter(
         assert slurm.dir.stat().st_mode & 0o777 == 0o755
     finally:
         shutil.rmtree(slurm.dir)
+
+
+# -- limits: queues' QOS and members' associations -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tres", "gpus"),
+    [("gres/gpu=2", "2"), ("cpu=4,gres/gpu=8", "8"), ("gres/gpu:a100=1", ""), ("", "")],
+)
+def test_only_the_untyped_gpu_count_of_a_tres_list_is_the_portals(tres: str, gpus: str) -> None:
+    assert tres_gpus(tres) == gpus
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [("01:00:00", "60"), ("3-00:00:00", "4320"), ("00:30", "1"), ("90", "90"), ("", "")],
+)
+def test_a_slurm_duration_reads_as_whole_minutes(text: str, minutes: str) -> None:
+    assert wall_minutes(text) == minutes
+
+
+@pytest.mark.django_db
+def test_queue_limits_go_to_their_qos_and_a_hand_edit_comes_back_to_the_queue(
+    queues: Any,
+) -> None:
+    slurm = FakeSlurm()
+    slurm.qos |= {"debug"}
+    slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert slurm.qos_limits["debug"] == {
+        "MaxJobsPerUser": "2",
+        "MaxTRESPerJob": "gres/gpu=1",
+        "MaxWall": "60",
+    }  # no per-user GPU limit in debug: nothing set
+    assert slurm.qos_limits["high"]["MaxWall"] == str(3 * 24 * 60)
+    calls = len(slurm.calls)
+    assert slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0).limits_pushed == 0
+    assert len(slurm.calls) == calls  # nothing to do twice
+
+    slurm.qos_limits["debug"]["MaxWall"] = "20"  # the Slurm admin shortens it
+    Queue.objects.filter(name="normal").update(max_running_gpus_per_user=6)  # the portal's admin
+    result = slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert (result.limits_pulled, result.limits_pushed) == (1, 1)
+    debug = Queue.objects.get(name="debug")
+    assert (debug.max_time_limit_s, debug.default_time_limit_s) == (1200, 1200)
+    assert slurm.qos_limits["normal"]["MaxTRESPerUser"] == "gres/gpu=6"
+
+    slurm.qos_limits["normal"]["MaxTRESPerUser"] = "gres/gpu=5"  # both sides change it
+    Queue.objects.filter(name="normal").update(max_running_gpus_per_user=7)
+    assert slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0).conflicts == 1
+    assert slurm.qos_limits["normal"]["MaxTRESPerUser"] == "gres/gpu=5"
+    assert PolicyConflict.objects.open().get().key == "qos-limit:normal:MaxTRESPerUser"
+
+
+@pytest.mark.django_db
+def test_queues_sharing_one_qos_leave_it_alone_and_say_why(queues: Any) -> None:
+    for queue in queues:
+        QueueMapping.objects.update_or_create(queue=queue, defaults={"qos": "normal"})
+    slurm = FakeSlurm()
+    result = slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert "normal" not in slurm.qos_limits
+    assert any("QOS normal serves the queues" in error for error in result.errors)
+
+
+@pytest.mark.django_db
+def test_a_categorys_gpus_at_once_is_each_members_grptres_and_a_hand_exception_stays(
+    alice: Any, bob: Any, phd_category: Any
+) -> None:
+    UnixLogin.objects.create(user=alice, username="nobody")
+    UnixLogin.objects.create(user=bob, username="daemon")
+    phd_category.max_concurrent_gpus = 3
+    phd_category.save()
+    slurm = FakeSlurm()
+    slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    account = "lp-phd-thesis-phase"
+    assert slurm.grp_tres[(account, "nobody")] == "gres/gpu=3"
+    assert slurm.grp_tres[(account, "daemon")] == "gres/gpu=3"
+    assert ("lab", "nobody") not in slurm.grp_tres  # the admin's association: never touched
+    assert member_account(category_id=phd_category.pk, unix_user="nobody") == account
+
+    slurm.grp_tres[(account, "daemon")] = "gres/gpu=6"  # the Slurm admin's exception for bob
+    slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert slurm.grp_tres[(account, "daemon")] == "gres/gpu=6"
+    phd_category.max_concurrent_gpus = 4
+    phd_category.save()
+    result = slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert slurm.grp_tres[(account, "nobody")] == "gres/gpu=4"
+    assert slurm.grp_tres[(account, "daemon")] == "gres/gpu=6"  # a conflict, not an overwrite
+    assert result.conflicts == 1
+
+
+@pytest.mark.django_db
+def test_a_member_without_a_portal_association_submits_under_their_default_account(
+    alice: Any, phd_category: Any
+) -> None:
+    assert member_account(category_id=phd_category.pk, unix_user="nobody") == ""
+    assert member_account(category_id=None, unix_user="nobody") == ""
