@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/uv.txt
-	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(UV) pip sync --quiet --python $(PY) --require-hashes --compile-bytecode requirements/dev.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps -e . -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
 
