@@ -6,6 +6,13 @@ STAMP  := $(VENV)/.installed
 UV     := $(VENV)/bin/uv
 PYTEST_ARGS ?=
 
+# Python caches bytecode (in .venv and the checkout's __pycache__/ folders, which git ignores)
+# for these commands even where the environment sets PYTHONDONTWRITEBYTECODE: uv installs
+# without compiling (pip compiled at install time, a minute here), and without the caches
+# each of the demo's processes and each test worker would compile Django and the libraries
+# again at every start.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test install assets lock lock-upgrade lock-check lint typecheck bench bench-json messages clean
 
 # The portal with the test and report extras, the agent and labctl (distributions of their
@@ -18,7 +25,7 @@ $(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/uv.txt
-	$(UV) pip sync --quiet --python $(PY) --require-hashes --compile-bytecode requirements/dev.txt
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps -e . -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
 
