@@ -52,11 +52,12 @@ $(ASSETS): package.json
 	npm install --no-audit --no-fund --silent
 	touch $@
 
+# migrate runs Django's system checks; the commands after it skip them (a second each).
 demo: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	$(PY) manage.py seed_demo_history
-	$(PY) manage.py rundemo
+	$(PY) manage.py seed_demo --skip-checks
+	$(PY) manage.py seed_demo_history --skip-checks
+	$(PY) manage.py rundemo --skip-checks
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
