@@ -130,7 +130,11 @@ def check(root: Path) -> list[str]:
             continue
         text = path.read_text()
         recorded = next(
-            (line[len(DIGEST_PREFIX) :] for line in text.splitlines() if line.startswith(DIGEST_PREFIX)),
+            (
+                line[len(DIGEST_PREFIX) :]
+                for line in text.splitlines()
+                if line.startswith(DIGEST_PREFIX)
+            ),
             None,
         )
         if recorded != inputs_digest(root, lock):

@@ -78,7 +78,11 @@ def test_make_lock_check_passes_on_the_committed_locks(checkout: Path) -> None:
 def test_make_lock_check_fails_when_a_dependency_is_added_without_the_lock(
     checkout: Path,
 ) -> None:
-    _edit(checkout / "pyproject.toml", '  "Django>=5.2,<5.3",\n', '  "Django>=5.2,<5.3",\n  "tablib>=3",\n')
+    _edit(
+        checkout / "pyproject.toml",
+        '  "Django>=5.2,<5.3",\n',
+        '  "Django>=5.2,<5.3",\n  "tablib>=3",\n',
+    )
     result = _make_lock_check(checkout)
     assert result.returncode != 0
     assert "requirements/dev.txt is stale" in result.stderr
@@ -116,7 +120,9 @@ def test_a_pin_outside_its_range_fails(checkout: Path) -> None:
     problems = lockfile.check(checkout)
     assert any("agent.txt pins docker 6.1.3, outside docker<8,>=7.1" in p for p in problems)
     # The image would run a version the tests did not.
-    assert any("agent.txt pins docker 6.1.3, which requirements/dev.txt does not" in p for p in problems)
+    assert any(
+        "agent.txt pins docker 6.1.3, which requirements/dev.txt does not" in p for p in problems
+    )
 
 
 def test_a_pin_without_a_hash_fails(checkout: Path) -> None:
