@@ -28,9 +28,9 @@ try:
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 except ImportError:  # a bare python3 in CI, before the venv exists: pip vendors packaging
-    from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef]
-    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[no-redef]
-    from pip._vendor.packaging.version import Version  # type: ignore[no-redef]
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef,assignment]
+    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[no-redef,assignment]
+    from pip._vendor.packaging.version import Version  # type: ignore[no-redef,assignment]
 
 PYTHON_VERSION = "3.11"
 DIGEST_PREFIX = "# labportal lock inputs sha256: "
@@ -149,11 +149,11 @@ def check(root: Path) -> list[str]:
                 problems.append(f"{lock.path}: {name} is pinned without a hash")
         for requirement in requirements(root, lock):
             name = canonicalize_name(requirement.name)
-            versions = [Version(v) for v, _ in pinned.get(name, [])]
-            if not versions:
+            releases = [Version(v) for v, _ in pinned.get(name, [])]
+            if not releases:
                 problems.append(f"{lock.path} does not pin {name} ({requirement})")
-            elif not any(requirement.specifier.contains(v, prereleases=True) for v in versions):
-                shown = ", ".join(map(str, versions))
+            elif not any(requirement.specifier.contains(v, prereleases=True) for v in releases):
+                shown = ", ".join(map(str, releases))
                 problems.append(f"{lock.path} pins {name} {shown}, outside {requirement}")
         if lock.constraint and (root / lock.constraint).exists():
             within = pins((root / lock.constraint).read_text())
