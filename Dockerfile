@@ -36,24 +36,27 @@ ENV PATH=/opt/labportal/venv/bin:$PATH \
 
 WORKDIR /opt/labportal/app
 
-# Dependencies first, in their own layer: a code change does not re-download them.
-COPY pyproject.toml package-lock.json deploy/docker/install_requirements.py deploy/docker/fetch_npm_assets.py ./
+# Dependencies first, in their own layer: a code change does not re-download them. They come
+# from the lock (requirements/portal.txt: the portal and its reports extra, made by
+# `make lock`), every file checked against its hash; the project itself follows, without
+# dependencies.
+COPY requirements/portal.txt package-lock.json deploy/docker/fetch_npm_assets.py ./
 RUN set -eux; \
-    python3 install_requirements.py pyproject.toml reports > /tmp/requirements.txt; \
-    pip install -r /tmp/requirements.txt; \
+    pip install --require-hashes -r portal.txt; \
     python3 fetch_npm_assets.py .; \
-    rm /tmp/requirements.txt
+    rm portal.txt
 
 COPY . .
 # The project itself, editable so templates, static and locale stay at BASE_DIR. The agent
 # and labctl are distributions of their own (Dockerfile.agent; distributions/labctl): not installed.
-# Static files are collected now, into the image: the data volume holds data only.
+# Static files are collected now, into the image: the data volume holds data only. Every
+# package the portal ships is byte-compiled (the list comes from pyproject.toml).
 RUN set -eux; \
     pip install --no-deps -e .; \
     SECRET_KEY=build-only ALLOWED_HOSTS=localhost LABPORTAL_VAR_DIR=/tmp/build-var \
       python3 manage.py collectstatic --noinput --verbosity 0; \
     rm -rf /tmp/build-var; \
-    python3 -m compileall -q labportal accounts cluster jobqueue reservations telemetry scheduler
+    python3 deploy/docker/compile_packages.py .
 
 USER labportal
 VOLUME ["/var/lib/labportal"]

@@ -3,22 +3,44 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+UV     := $(VENV)/bin/uv
 PYTEST_ARGS ?=
 
-.PHONY: demo test install assets lint typecheck bench bench-json messages clean
+# Python caches bytecode (in .venv and the checkout's __pycache__/ folders, which git ignores)
+# for these commands even where the environment sets PYTHONDONTWRITEBYTECODE: uv installs
+# without compiling (pip compiled at install time, a minute here), and without the caches
+# each of the demo's processes and each test worker would compile Django and the libraries
+# again at every start.
+unexport PYTHONDONTWRITEBYTECODE
+
+.PHONY: demo test install assets lock lock-upgrade lock-check lint typecheck bench bench-json messages clean
 
 # The portal with the test and report extras, the agent and labctl (distributions of their
-# own: distributions/agent, distributions/labctl), all editable. A new top-level package needs a fresh
-# editable install to be importable by the console scripts.
-$(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl/pyproject.toml $(wildcard */__init__.py)
+# own: distributions/agent, distributions/labctl), all editable. The libraries come from the
+# lock, hash-checked (requirements/dev.txt, made by `make lock`): uv first, with pip, from
+# requirements/uv.txt, then the rest with uv, which removes whatever the lock does not
+# name; then the three local distributions without dependencies. A new top-level package
+# needs a fresh editable install to be importable by the console scripts.
+$(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl/pyproject.toml requirements/dev.txt requirements/uv.txt $(wildcard */__init__.py)
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,reports]' -e ./distributions/agent -e ./distributions/labctl
-	@# Again without dependencies: a venv made before the agent and labctl had their own
-	@# distributions loses their commands when the old portal install is replaced.
-	$(PY) -m pip install --quiet --no-deps --force-reinstall -e ./distributions/agent -e ./distributions/labctl
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/uv.txt
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e . -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
+
+# The locks under requirements/ (deploy/lockfile.py): `make lock` after a change to a
+# pyproject.toml's dependencies keeps every other pin; `make lock-upgrade` takes the newest
+# releases within the ranges. `make lock-check` (run early by .ci/run) fails on a stale lock.
+lock: $(STAMP)
+	$(PY) deploy/lockfile.py compile --uv $(UV)
+
+lock-upgrade: $(STAMP)
+	$(PY) deploy/lockfile.py compile --upgrade --uv $(UV)
+
+lock-check:
+	@command -v $(PYTHON) >/dev/null || { echo "lock-check needs $(PYTHON), or run: make PYTHON=python3 lock-check"; exit 1; }
+	$(PYTHON) deploy/lockfile.py check
 
 install: $(STAMP) assets
 
@@ -30,11 +52,12 @@ $(ASSETS): package.json
 	npm install --no-audit --no-fund --silent
 	touch $@
 
+# migrate runs Django's system checks; the commands after it skip them (a second each).
 demo: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	$(PY) manage.py seed_demo_history
-	$(PY) manage.py rundemo
+	$(PY) manage.py seed_demo --skip-checks
+	$(PY) manage.py seed_demo_history --skip-checks
+	$(PY) manage.py rundemo --skip-checks
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

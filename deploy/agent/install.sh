@@ -88,14 +88,21 @@ getent group docker >/dev/null || groupadd --system docker
 mkdir -p "$PREFIX"
 [ -x "$PREFIX/venv/bin/python" ] || "$PY" -m venv "$PREFIX/venv"
 "$PREFIX/venv/bin/pip" install -q --upgrade pip
-# A checkout installs its agent distribution (distributions/agent: agent/ and protocol/, with
-# the dependencies its pyproject.toml names); any other SPEC (a wheel, a URL) as it is.
+# A checkout installs its agent distribution (distributions/agent: agent/ and protocol/), with
+# the dependencies from its lock (requirements/agent.txt); any other SPEC (a wheel, a URL) as
+# it is, with the dependencies it names.
 SPEC="$SOURCE"
 [ -f "$SOURCE/distributions/agent/pyproject.toml" ] && SPEC="$SOURCE/distributions/agent"
 # Installs before the agent had a distribution of its own put the whole labportal one here;
 # it goes first, as it holds the same agent/ and protocol/ files.
 "$PREFIX/venv/bin/pip" uninstall -q -y labportal >/dev/null 2>&1 || true
-"$PREFIX/venv/bin/pip" install -q --upgrade "$SPEC"
+if [ -f "$SOURCE/requirements/agent.txt" ]; then
+  # A checkout's libraries come from its lock, hash-checked (the versions the tests ran).
+  "$PREFIX/venv/bin/pip" install -q --require-hashes -r "$SOURCE/requirements/agent.txt"
+  "$PREFIX/venv/bin/pip" install -q --upgrade --no-deps "$SPEC"
+else
+  "$PREFIX/venv/bin/pip" install -q --upgrade "$SPEC"
+fi
 if [ -f "$SOURCE/docs/agent.md" ]; then
   mkdir -p "$PREFIX/docs"
   cp "$SOURCE/docs/agent.md" "$PREFIX/docs/"

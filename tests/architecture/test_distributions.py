@@ -7,13 +7,17 @@ pyproject.toml instead of repeating them."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from django.conf import settings
 from packaging.requirements import Requirement
+from setuptools import find_packages
 
 from tests.architecture import importgraph
 
@@ -100,3 +104,24 @@ def test_the_agent_installers_name_no_dependency_of_their_own(installer: str) ->
     assert "distributions/agent" in text
     for name in _requirements(AGENT):
         assert not re.search(rf"[\"' ]{re.escape(name)}[<>=]", text, re.IGNORECASE), name
+
+
+def _compile_packages() -> ModuleType:
+    path = ROOT / "deploy" / "docker" / "compile_packages.py"
+    spec = importlib.util.spec_from_file_location("compile_packages", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_portal_image_byte_compiles_every_package_the_portal_ships() -> None:
+    include = _toml(PORTAL)["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = {name.partition(".")[0] for name in find_packages(str(ROOT), include=include)}
+    compiled = set(_compile_packages().packages(ROOT))
+    assert compiled == shipped
+    # Every local app of the settings, and protocol/, which the portal imports.
+    assert {app for app in settings.LOCAL_APPS if app != "demo"} | {"core", "protocol"} <= compiled
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "deploy/docker/compile_packages.py" in dockerfile
+    assert "compileall" not in dockerfile  # no list of its own to fall behind
