@@ -13,7 +13,10 @@ with its gateway on a simulated GPU). Each run measures, with the same client co
 - by hand: `sessions.launch`'s Jupyter command started directly on a free port, to
   the same point, talking to it directly with its token.
 
-Both print the median of `--runs` runs, and the ratio.
+Both print the median of `--runs` runs, and the ratio. In the first run the same client
+then times `--round-trips` GETs of the server's `/api/status` and kernel_info round trips
+on a kernel's WebSocket, through the portal (web tier and gateway) and directly to the
+by-hand server: p50/p95 of each and what the portal's path adds at p95.
 """
 
 from __future__ import annotations
@@ -81,11 +84,72 @@ async def first_output(base: str, headers: dict[str, str], deadline: float) -> N
     raise RuntimeError("the kernel's channel closed")
 
 
+async def round_trips(base: str, headers: dict[str, str], n: int) -> dict[str, list[float]]:
+    """``n`` GETs of the server's /api/status and ``n`` kernel_info round trips on a new
+    kernel's WebSocket, each timed in seconds: the same client for the portal's path
+    (web tier, gateway) and for a direct connection to a server."""
+    import aiohttp
+
+    http_s: list[float] = []
+    ws_s: list[float] = []
+    async with aiohttp.ClientSession(headers=headers) as http:
+        for _ in range(n):
+            started = time.perf_counter()
+            async with http.get(f"{base}api/status") as answer:
+                await answer.read()
+                assert answer.status == 200, answer.status
+            http_s.append(time.perf_counter() - started)
+        async with http.post(f"{base}api/kernels", json={"name": "python3"}) as answer:
+            kernel = (await answer.json())["id"]
+        ws_url = base.replace("http://", "ws://", 1) + f"api/kernels/{kernel}/channels"
+        async with http.ws_connect(ws_url) as ws:
+            session = uuid.uuid4().hex
+            for _ in range(n):
+                msg_id = uuid.uuid4().hex
+                started = time.perf_counter()
+                await ws.send_json(
+                    {
+                        "header": {
+                            "msg_id": msg_id,
+                            "msg_type": "kernel_info_request",
+                            "username": "bench",
+                            "session": session,
+                            "version": "5.3",
+                        },
+                        "parent_header": {},
+                        "metadata": {},
+                        "content": {},
+                        "channel": "shell",
+                    }
+                )
+                async for frame in ws:
+                    message = json.loads(frame.data)
+                    if (
+                        message.get("msg_type") == "kernel_info_reply"
+                        and message.get("parent_header", {}).get("msg_id") == msg_id
+                    ):
+                        break
+                ws_s.append(time.perf_counter() - started)
+        await http.delete(f"{base}api/kernels/{kernel}")
+    return {"http": http_s, "ws": ws_s}
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return (
+        round(1000 * statistics.median(ordered), 2),
+        round(1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--round-trips", type=int, default=300, help="requests and WebSocket round trips timed"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -132,6 +196,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  Jupyter started by hand          {results['by_hand_s']:>6.2f} s")
         print(f"  through the portal (API, proxy)  {results['portal_s']:>6.2f} s")
         print(f"  ratio                            {results['ratio']:>6.2f}x  (goal: under 10 s)")
+        print(
+            f"the portal's path (web tier + gateway) against a direct connection to the same "
+            f"server, {args.round_trips} each (ms)"
+        )
+        print("                         direct p50/p95   portal p50/p95   added p95")
+        for kind, label in (("http", "GET api/status"), ("ws", "WebSocket round trip")):
+            row = results["proxy"][kind]
+            print(
+                f"  {label:<22} {row['direct_p50_ms']:>7.2f} / {row['direct_p95_ms']:<7.2f}"
+                f"{row['portal_p50_ms']:>7.2f} / {row['portal_p95_ms']:<7.2f}"
+                f"{row['added_p95_ms']:>9.2f}  (goal: under 5)"
+            )
     return 0
 
 
@@ -196,6 +272,10 @@ def _measure(args: argparse.Namespace, stack: Any, var_dir: Path) -> dict[str, A
                 f"session {job_id}: {job.state} {job.pending_reason_text} {job.end_reason}"
             ) from None
         portal.append(time.monotonic() - started)
+        if run == 0:
+            through = asyncio.run(
+                round_trips(f"{base}/sessions/{job_id}/", headers, args.round_trips)
+            )
         api.post(f"{base}/api/jobs/{job_id}/cancel/", timeout=30)
         deadline = time.monotonic() + 60
         while not Job.objects.get(pk=job_id).is_final and time.monotonic() < deadline:
@@ -240,6 +320,14 @@ def _measure(args: argparse.Namespace, stack: Any, var_dir: Path) -> dict[str, A
                 )
             )
             by_hand.append(time.monotonic() - started)
+            if run == 0:
+                direct = asyncio.run(
+                    round_trips(
+                        f"http://127.0.0.1:{hand_port}/sessions/{fake_id}/",
+                        {"Authorization": f"token {token}"},
+                        args.round_trips,
+                    )
+                )
         except TimeoutError:
             print((home / "server.log").read_text(errors="replace")[-2000:], file=sys.stderr)
             raise
@@ -248,7 +336,18 @@ def _measure(args: argparse.Namespace, stack: Any, var_dir: Path) -> dict[str, A
             server.wait(timeout=30)
     portal_s = statistics.median(portal)
     hand_s = statistics.median(by_hand)
+    overhead = {}
+    for kind in ("http", "ws"):
+        (p50, p95), (d50, d95) = _percentiles(through[kind]), _percentiles(direct[kind])
+        overhead[kind] = {
+            "portal_p50_ms": p50,
+            "portal_p95_ms": p95,
+            "direct_p50_ms": d50,
+            "direct_p95_ms": d95,
+            "added_p95_ms": round(p95 - d95, 2),
+        }
     return {
+        "proxy": overhead,
         "runs": args.runs,
         "portal_s": round(portal_s, 2),
         "by_hand_s": round(hand_s, 2),

@@ -17,7 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from http.cookies import SimpleCookie
 from importlib import import_module
 from types import SimpleNamespace
@@ -160,13 +164,41 @@ def _origin_ok(scope: Scope) -> bool:
     )
 
 
+# A page of JupyterLab makes dozens of requests at once: who asks and where the job is
+# are looked up once per sign-in, job and purpose, and trusted for AUTH_TTL_S (a signed-out
+# or moved member keeps the path that long at most; the gateway refuses an ended job at
+# once, and the ticket, valid for a minute, is older than AUTH_TTL_S at worst).
+AUTH_TTL_S = 5.0
+_AUTH_CACHE_SIZE = 1024
+_recent: OrderedDict[tuple[str, int, str], tuple[float, Any, GatewayTarget]] = OrderedDict()
+_recent_lock = threading.Lock()
+
+
 def _target_sync(
     scope: Scope, job_id: int, purpose: tickets.Purpose, rest: str
 ) -> tuple[Any, GatewayTarget]:
-    user = _user_for(_cookies(scope))
+    cookies = _cookies(scope)
     translation.activate(_language(scope))
-    job = job_reachable_by(user, job_id)
-    return user, gateway_target(job, purpose=purpose, username=user.username, rest=rest)
+    key = (cookies.get(settings.SESSION_COOKIE_NAME, ""), job_id, purpose)
+    now = time.monotonic()
+    with _recent_lock:
+        hit = _recent.get(key) if key[0] else None
+    if hit is not None and now - hit[0] < AUTH_TTL_S:
+        user, base = hit[1], hit[2]
+    else:
+        user = _user_for(cookies)
+        job = job_reachable_by(user, job_id)
+        base = gateway_target(job, purpose=purpose, username=user.username, rest="")
+        if key[0]:
+            with _recent_lock:
+                _recent[key] = (now, user, base)
+                _recent.move_to_end(key)
+                while len(_recent) > _AUTH_CACHE_SIZE:
+                    _recent.popitem(last=False)
+    if purpose != "http":
+        return user, base
+    # The job's prefix (".../proxy/" or the server's "/") and the request's own path.
+    return user, replace(base, url=base.url + rest.lstrip("/"))
 
 
 _target = sync_to_async(_target_sync, thread_sensitive=False)

@@ -240,6 +240,45 @@ def test_a_post_body_is_streamed_upstream_when_it_comes_from_the_portal(
     run(with_gateway(job, check))
 
 
+def test_a_pages_burst_is_authorised_once_and_a_sign_out_holds_for_the_ttl_at_most(
+    cluster: Any, alice: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.sessions.models import Session
+
+    job = running_session(alice, image)
+    cookie = cookie_for(alice)
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(proxy.time, "monotonic", lambda: clock["now"])
+    lookups: list[int] = []
+    reachable = proxy.job_reachable_by
+
+    def counted(user: Any, job_id: int) -> Any:
+        lookups.append(job_id)
+        return reachable(user, job_id)
+
+    monkeypatch.setattr(proxy, "job_reachable_by", counted)
+
+    async def check(app: web.Application) -> None:
+        assert (await http(f"/sessions/{job.pk}/lab", cookie=cookie))[0] == 200
+        for path in ("api/kernels", "api/sessions", "static/x.js"):
+            assert (await http(f"/sessions/{job.pk}/{path}", cookie=cookie))[0] == 200
+        # JupyterLab's burst: each request reached the server at its own path, and only
+        # the first looked up who the member is and where the job runs.
+        assert [seen["path"] for seen in app[SEEN]][1:] == [
+            f"sessions/{job.pk}/api/kernels",
+            f"sessions/{job.pk}/api/sessions",
+            f"sessions/{job.pk}/static/x.js",
+        ]
+        assert lookups == [job.pk]
+        # Signed out: the path holds AUTH_TTL_S at most, then it asks again and refuses.
+        await asyncio.to_thread(Session.objects.all().delete)
+        clock["now"] += proxy.AUTH_TTL_S + 0.1
+        status, headers, _b = await http(f"/sessions/{job.pk}/lab", cookie=cookie)
+        assert status == 302 and "/login/" in headers["location"]
+
+    run(with_gateway(job, check))
+
+
 def test_another_member_gets_403_and_anonymous_is_sent_to_sign_in(
     cluster: Any, alice: Any, bob: Any, image: Any
 ) -> None:
