@@ -194,7 +194,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _hard_stop_at(job: Job) -> datetime | None:
-    """When the admin's hard limit stops this running job; None where the policy only warns."""
+    """When the admin's hard limit stops this running job; None where the policy only warns.
+    Where the executor schedules (Slurm), it ends the job at its time limit: no grace."""
+    if not executor.portal_schedules():
+        return job.expected_end
     grace = SchedulingPolicy.current().hard_limit_grace_s
     if job.expected_end is None or grace is None:
         return None

@@ -587,7 +587,10 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
             job.started_at = info.started_at
         if info.nodes and job.node_id is None:
             job.node = Node.objects.filter(name=info.nodes.split(",")[0]).first()
-        _apply_state(job, target, at=info.ended_at or now, exit_code=info.exit_code, reason=reason)
+        # Slurm records a job it ended at its time limit with the code "0:15" (its
+        # signal): its exit code is not known, and "0" would read as a success.
+        exit_code = None if target == Job.State.TIMED_OUT and not info.exit_code else info.exit_code
+        _apply_state(job, target, at=info.ended_at or now, exit_code=exit_code, reason=reason)
         slurm_job_output(job=job)
         return True
     return bool(changed)

@@ -171,12 +171,20 @@ def test_a_job_slurm_forgot_is_settled_from_accounting(
 ) -> None:
     job = submit(alice)
     scripted.accounting = [
-        _info(1001, "TIMEOUT", nodes="gpu01", started_at=T0, ended_at=T0 + timedelta(hours=1)),
+        _info(
+            1001,
+            "TIMEOUT",
+            nodes="gpu01",
+            started_at=T0,
+            ended_at=T0 + timedelta(hours=1),
+            exit_code=0,  # sacct's "0:15": ended by Slurm's signal
+        ),
         _info(555, "COMPLETED"),  # not ours, not wanted
     ]
     result = slurm_jobs_sync()
     job.refresh_from_db()
     assert job.state == "timed_out" and result.from_accounting == 1
+    assert job.exit_code is None  # not a success: "exit code 0" was shown
     assert not SlurmJob.objects.filter(slurm_job_id=555).exists()
 
 
@@ -293,3 +301,17 @@ def test_the_job_page_shows_slurms_state_reason_and_unix_user(
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert 'data-testid="slurm-state"' in page
     assert "1001" in page and "PENDING" in page and "Priority" in page and "alice_u" in page
+
+
+def test_the_job_page_stops_a_slurm_job_when_slurm_does_at_its_time_limit(
+    scripted: ScriptedSlurm, alice: Any, image: Any, settings: Any
+) -> None:
+    # Agents mode adds the lab's grace after the time limit; Slurm ends the job at it.
+    from jobqueue.views import _hard_stop_at
+
+    job = submit(alice)
+    job.state, job.started_at, job.time_limit_s = Job.State.RUNNING, T0, 3600
+    assert job.expected_end == T0 + timedelta(hours=1)
+    assert _hard_stop_at(job) == job.expected_end
+    settings.LABPORTAL_EXECUTOR = "agents"
+    assert _hard_stop_at(job) == job.expected_end + timedelta(minutes=30)
