@@ -138,6 +138,10 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """Record messages instead of sending them; end-to-end tests use real processes instead."""
     from labportal.celery import app
 
+    # The portal's app is the current one, as in a portal process: collecting the agent's
+    # tests imports the agent's own Celery app, which would otherwise become current and
+    # take the portal's shared tasks (``task.delay``) past this recorder.
+    app.set_current()
     sent = SentTasks()
     if request.node.get_closest_marker("e2e"):
         return sent

@@ -97,6 +97,7 @@ class DockerRuntime(ContainerRuntime):
     """Job containers on the local Docker engine, labelled for ``node_name``."""
 
     kind = "docker"
+    _ncpu: int | None = None  # the engine's CPU count, read once (``_engine_cpus``)
 
     def __init__(
         self,
@@ -129,7 +130,6 @@ class DockerRuntime(ContainerRuntime):
         # Serialises start() within this agent; the container name (unique per
         # engine) guards against a second agent process racing this one.
         self._start_lock = threading.Lock()
-        self._ncpu: int | None = None
         # Inspect results of exited containers never change: cache them so the
         # watcher's poll does not inspect every old container every cycle.
         self._exited: dict[str, JobStatus] = {}

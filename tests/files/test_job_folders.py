@@ -77,6 +77,7 @@ def test_a_container_mounts_its_folder_read_write_at_job_and_works_there(tmp_pat
     assert mount is not None and (mount.target, mount.read_only) == ("/job", False)
     runtime = DockerRuntime.__new__(DockerRuntime)
     runtime._node, runtime._use_init, runtime._gpu_device_requests = "gpu01", True, False
+    runtime._ncpu = 64  # no engine here to ask
     kwargs = runtime.create_kwargs(spec, [])
     assert kwargs["working_dir"] == "/job"
     assert kwargs["environment"]["LABPORTAL_JOB_DIR"] == "/job"
