@@ -156,11 +156,13 @@ class _DropsUnreadable:
         text = exc.doc if isinstance(exc, json.JSONDecodeError) else exc
         rejections.record(Rejection(UNDECODABLE, queue, f"not JSON: {shown(text)}"))
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
         # The next message that decodes, if any: `Empty` ends the search.
         while True:
             try:
-                return super()._get(queue)  # type: ignore[misc]
+                if timeout is None:
+                    return super()._get(queue)  # type: ignore[misc]
+                return super()._get(queue, timeout)  # type: ignore[misc]
             except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
                 self._drop_undecodable(queue, exc)
 
@@ -204,7 +206,9 @@ class RedisTransport(redis.Transport):
 
 
 class FilesystemChannel(_DropsUnreadable, filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu names the message `payload` here and `message` in AbstractChannel, which
+    # filesystem.Channel overrides with that name; this keeps the direct parent's.
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         # The temporary name never ends in ".<queue>.msg", so no consumer picks it up.

@@ -188,11 +188,12 @@ def test_a_ticket_for_an_earlier_attempt_opens_nothing_of_the_requeued_job(
             return response.status, await response.text()
 
     wait_until(lambda: '"ready": true' in run(get("status", "probe", 2))[1], timeout_s=20)
-    for route, purpose in (
+    routes: list[tuple[str, tickets.Purpose]] = [
         ("status", "probe"),
         ("proxy/sessions/31/echo/x", "http"),
         ("exec", "exec"),
-    ):
+    ]
+    for route, purpose in routes:
         status, body = run(get(route, purpose, 1))
         assert status == 403, (route, body)
         assert json.loads(body)["error"] == "wrong_attempt"

@@ -49,6 +49,8 @@ APART: dict[str, frozenset[str]] = {
     "labctl": frozenset({"labctl"}),
     "benchmarks": frozenset(LAYERS) | {"benchmarks", "demo", "agent", "labctl"},
     "demo": frozenset(LAYERS) | {"demo", "agent"},
+    # Deployment scripts (locks, image build steps, health checks): the standard library only.
+    "deploy": frozenset({"deploy"}),
 }
 
 PACKAGES = frozenset(LAYERS) | frozenset(APART)
