@@ -82,13 +82,23 @@ def _direct_status(
     if answer.status_code != 200:
         return SessionStatus(ready=False)
     status = SessionStatus(ready=True)
-    return _with_server_activity(job, status, username=username) if activity else status
+    if not activity:
+        return status
+    try:
+        server: Any = answer.json()  # the probe was the server's own /api/status
+    except ValueError:
+        server = None
+    return _with_server_activity(job, status, username=username, server=server)
 
 
-def _with_server_activity(job: Job, status: SessionStatus, *, username: str) -> SessionStatus:
-    """``status`` with Jupyter's own last activity and busy kernels added. A server that
-    does not answer them (an image with another server) keeps the gateway's account."""
-    server = _server_json(job, "api/status", username=username)
+def _with_server_activity(
+    job: Job, status: SessionStatus, *, username: str, server: Any = None
+) -> SessionStatus:
+    """``status`` with Jupyter's own last activity and busy kernels added (``server``: its
+    /api/status if already read). A server that does not answer them (an image with
+    another server) keeps the gateway's account."""
+    if server is None:
+        server = _server_json(job, "api/status", username=username)
     kernels = _server_json(job, "api/kernels", username=username)
     moments = [status.last_activity]
     if isinstance(server, dict):
