@@ -549,6 +549,10 @@ class Job(models.Model):
         "held": _("Held by a lab admin; it waits until an admin releases it."),
         "constraints": _("No GPU in the lab can satisfy the request (model, memory or size)."),
         "node_unavailable": _("Only nodes that are draining or down could run it."),
+        # Slurm's ReqNodeNotAvail: its nodes are up but not usable by this job now.
+        "nodes_reserved": _(
+            "The nodes it needs are not available to it now: reserved (a booking or maintenance), drained or down. It starts when one is free for it."
+        ),
         "preempting": _("Preemptible jobs are being requeued to make room for it."),
         "dependency": _("Waiting for job %(ids)s."),
     }

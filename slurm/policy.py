@@ -54,6 +54,7 @@ from slurm.admin_commands import QosLimits, SlurmAdmin, SlurmAssociation, tres_g
 from slurm.cli import SlurmError
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import ManagedValue, PolicyConflict
+from slurm.setup_check import close_unseen, record_failure
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class PolicyResult:
     limits_pulled: int = 0
     conflicts: int = 0
     errors: list[str] = field(default_factory=list)
+    failed_keys: list[str] = field(default_factory=list)
 
 
 def _managed() -> dict[str, str]:
@@ -241,7 +243,7 @@ def _run(admin: SlurmAdmin, result: PolicyResult, *argv: str) -> bool:
         if "Nothing" in message and ("modified" in message or "new" in message):
             return True  # already as wanted
         result.errors.append(f"sacctmgr {' '.join(argv)}: {message}")
-        log.warning("sacctmgr %s failed: %s", " ".join(argv), message)
+        result.failed_keys.append(record_failure(argv, message).key)
         return False
     return True
 
@@ -773,4 +775,5 @@ def slurm_policy_sync(
     _sync_queue_limits(admin, result, _managed())
     _sync_qos(admin, result, now)
     _sync_nice(admin, result)
+    close_unseen(result.failed_keys)
     return result

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from slurm.policy import policy_conflict_resolve
-from slurm.rules_models import ManagedValue, PolicyConflict, SlurmCharge, SlurmReservation
+from slurm.rules_models import (
+    ManagedValue,
+    PolicyConflict,
+    SetupProblem,
+    SlurmCharge,
+    SlurmReservation,
+)
 
 
 @admin.register(SlurmCharge)
@@ -73,3 +82,48 @@ class SlurmReservationAdmin(admin.ModelAdmin[SlurmReservation]):
     list_display = ("name", "reservation", "granularity", "error", "synced_at")
     list_filter = ("granularity",)
     readonly_fields = ("reservation", "name", "spec", "granularity", "error", "synced_at")
+
+
+class OpenFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("open", _("open")), ("resolved", _("resolved"))]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[SetupProblem]
+    ) -> QuerySet[SetupProblem]:
+        if self.value() == "open":
+            return queryset.filter(resolved_at__isnull=True)
+        if self.value() == "resolved":
+            return queryset.filter(resolved_at__isnull=False)
+        return queryset
+
+
+@admin.register(SetupProblem)
+class SetupProblemAdmin(admin.ModelAdmin[SetupProblem]):
+    """The setup check: each change Slurm refused the portal, Slurm's words, and the fix."""
+
+    list_display = (
+        "key",
+        "message",
+        "fix_command",
+        "first_seen",
+        "last_seen",
+        "times",
+        "resolved_at",
+    )
+    list_filter = (OpenFilter,)
+    search_fields = ("key", "message")
+    readonly_fields = ("key", "message", "fix", "first_seen", "last_seen", "times", "resolved_at")
+
+    @admin.display(description=_("how to fix it"))
+    def fix_command(self, problem: SetupProblem) -> str:
+        return format_html('<pre class="setup-fix">{}</pre>', problem.fix)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: SetupProblem | None = None) -> bool:
+        return False

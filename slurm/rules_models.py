@@ -134,3 +134,39 @@ class SlurmReservation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SetupProblemQuerySet(models.QuerySet["SetupProblem"]):
+    def open(self) -> SetupProblemQuerySet:
+        return self.filter(resolved_at__isnull=True)
+
+
+class SetupProblem(models.Model):
+    """Something the portal could not do in Slurm (a refused ``sacctmgr`` change), what Slurm
+    said, and the command that fixes it: the admin's setup check. Closed when a later pass
+    does it, or no longer needs to."""
+
+    key = models.CharField(_("what the portal tried"), max_length=300)
+    message = models.CharField(_("what Slurm answered"), max_length=500, blank=True)
+    fix = models.TextField(_("how to fix it"), blank=True)
+    first_seen = models.DateTimeField(_("first seen"), default=timezone.now)
+    last_seen = models.DateTimeField(_("last seen"), default=timezone.now)
+    times = models.PositiveIntegerField(_("times"), default=1)
+    resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
+
+    objects = SetupProblemQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("Slurm setup problem")
+        verbose_name_plural = _("Slurm setup check")
+        ordering = ["resolved_at", "-last_seen"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=models.Q(resolved_at__isnull=True),
+                name="slurm_setup_problem_one_open_per_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.key

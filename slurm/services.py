@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from accounts.models import CreditAccount
 from cluster.models import Gpu, Node
 from joblogs.models import JobLog
 from joblogs.services import job_log_append
@@ -37,7 +38,7 @@ from slurm.cli import (
     slurm_unreachable_since,
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
-from slurm.policy import member_account
+from slurm.policy import grant_qos_names, member_account, top_qos_name
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -359,7 +360,8 @@ _REASONS = {
     "Reservation": "reservation",
     "JobHeldUser": "held",
     "JobHeldAdmin": "held",
-    "ReqNodeNotAvail": "node_unavailable",
+    # Slurm says this also while the nodes are up but held by a reservation.
+    "ReqNodeNotAvail": "nodes_reserved",
     "PartitionDown": "node_unavailable",
     "PartitionNodeLimit": "constraints",
     "BadConstraints": "constraints",
@@ -543,6 +545,14 @@ def _copy_info(record: SlurmJob, info: JobInfo, logins: dict[str, int]) -> bool:
     return bool(changed)
 
 
+def _niced_for_credit(job: Job, info: JobInfo) -> bool:
+    """Whether the job waits behind others because its owner has no credit: the policy
+    pass nices such jobs, except under the emergency or a grant queue's QOS."""
+    if info.qos and (info.qos == top_qos_name() or info.qos in grant_qos_names().values()):
+        return False
+    return not CreditAccount.objects.filter(user_id=job.owner_id, balance__gt=0).exists()
+
+
 def _apply_to_job(job_id: int, info: JobInfo) -> bool:
     """Bring the portal job to Slurm's state; False when it already is there."""
     job = Job.objects.select_for_update().select_related("owner").get(pk=job_id)
@@ -553,6 +563,8 @@ def _apply_to_job(job_id: int, info: JobInfo) -> bool:
     update: dict[str, object] = {}
     if target in Job.WAITING_STATES:
         reason = portal_reason(info.reason) or "priority"
+        if reason in ("priority", "resources") and _niced_for_credit(job, info):
+            reason = "no_credit"
         update = {"pending_reason": reason, "estimated_start": info.estimated_start}
     elif target == Job.State.RUNNING:
         node = Node.objects.filter(name=info.nodes.split(",")[0]).first() if info.nodes else None

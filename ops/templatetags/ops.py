@@ -1,6 +1,6 @@
 """Builtins: {% backup_status %} for staff (the newest backup and whether it is overdue),
 {% slurm_status %} for everyone signed in (in Slurm mode, since when Slurm has been
-unreachable) and {% grafana_url %} (a deep link into the lab's Grafana dashboards)."""
+unreachable; for staff, how many changes Slurm refused the portal) and {% grafana_url %} (a deep link into the lab's Grafana dashboards)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,13 @@ def slurm_status(context: template.Context) -> dict[str, object]:
 
     user = context.get("user")
     if settings.LABPORTAL_EXECUTOR != "slurm" or user is None or not user.is_authenticated:
-        return {"since": None}
-    return {"since": slurm_unreachable_since()}
+        return {"since": None, "problems": 0}
+    problems = 0
+    if user.is_staff:
+        from slurm.setup_check import open_problem_count
+
+        problems = open_problem_count()
+    return {"since": slurm_unreachable_since(), "problems": problems}
 
 
 # The dashboards provisioned from deploy/monitoring/grafana/dashboards/ (their uids).

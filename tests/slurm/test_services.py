@@ -141,6 +141,9 @@ def _info(job_id: int, state: str, **extra: Any) -> JobInfo:
 def test_the_sync_walks_a_job_through_pending_running_completed_once(
     scripted: ScriptedSlurm, alice: Any, image: Any
 ) -> None:
+    from accounts.models import CreditAccount
+
+    CreditAccount.objects.update_or_create(user=alice, defaults={"balance": 100})
     job = submit(alice)
     scripted.live = [
         _info(1001, "PENDING", reason="Priority", estimated_start=T0 + timedelta(hours=1))
@@ -315,3 +318,27 @@ def test_the_job_page_stops_a_slurm_job_when_slurm_does_at_its_time_limit(
     assert _hard_stop_at(job) == job.expected_end
     settings.LABPORTAL_EXECUTOR = "agents"
     assert _hard_stop_at(job) == job.expected_end + timedelta(minutes=30)
+
+
+def test_a_waiting_job_of_a_member_at_zero_credit_is_told_so_unless_its_qos_wins(
+    scripted: ScriptedSlurm, alice: Any, image: Any
+) -> None:
+    from accounts.models import CreditAccount
+
+    CreditAccount.objects.update_or_create(user=alice, defaults={"balance": 0})
+    job = submit(alice)
+    scripted.live = [_info(1001, "PENDING", reason="Priority")]
+    slurm_jobs_sync()
+    job.refresh_from_db()
+    assert job.pending_reason == "no_credit"
+    assert "credit is used up" in job.pending_reason_text
+    # Under the emergency QOS the credit penalty is lifted (the policy pass un-nices it).
+    scripted.live = [replace(scripted.live[0], qos="lp-emergency")]
+    slurm_jobs_sync()
+    job.refresh_from_db()
+    assert job.pending_reason == "priority"
+
+
+def test_slurms_reqnodenotavail_is_not_called_draining_or_down_only() -> None:
+    assert portal_reason("ReqNodeNotAvail") == "nodes_reserved"
+    assert "reserved" in str(Job.PENDING_REASONS["nodes_reserved"])
