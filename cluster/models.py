@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -142,6 +143,17 @@ class Gpu(models.Model):
     temp_c = models.FloatField(_("temperature °C"), null=True, blank=True)
     power_w = models.FloatField(_("power W"), null=True, blank=True)
     sampled_at = models.DateTimeField(_("sampled at"), null=True, blank=True)
+    # In use outside the portal's own allocations: in Slurm mode, the Slurm job that holds
+    # the GPU (plain sbatch jobs too) and its member where the unix login is known.
+    held_by = models.CharField(_("held by"), max_length=120, blank=True)
+    held_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("held by member"),
+    )
 
     class Meta:
         verbose_name = _("GPU")

@@ -77,7 +77,7 @@ def nodes_for_live_page() -> list[LiveNode]:
     """Every node with its devices (whole GPUs and MIG instances), their users and jobs."""
     nodes = list(Node.objects.all())
     gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
-    for gpu in Gpu.objects.order_by("index", "kind", "uuid"):
+    for gpu in Gpu.objects.select_related("held_by_user").order_by("index", "kind", "uuid"):
         gpus_by_node[gpu.node_id].append(gpu)
     allocations = active_allocations_by_gpu(
         gpu.pk for gpus in gpus_by_node.values() for gpu in gpus

@@ -56,7 +56,8 @@ def home_for(user: Any, *, now: datetime | None = None) -> Home:
     fresh = now - timedelta(minutes=2)
     figures = whole.aggregate(
         gpus=Count("pk", distinct=True),
-        allocated=Count("pk", filter=Q(allocations__active=True), distinct=True),
+        # The portal's allocations, and in Slurm mode the GPUs Slurm has given its jobs.
+        allocated=Count("pk", filter=Q(allocations__active=True) | ~Q(held_by=""), distinct=True),
         util=Avg("util_pct", filter=Q(sampled_at__gte=fresh)),
     )
     today = lab_daily(

@@ -19,6 +19,7 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,6 +127,8 @@ class JobInfo:
     elapsed_s: int | None = None
     output_path: str = ""
     tres: dict[str, int] = field(default_factory=dict)
+    # For a running job: the node's GPU indices Slurm gave it (``gres_detail``'s IDX).
+    gpu_indices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,23 @@ def expand_output_path(path: str, *, job_id: int, user: str) -> str:
     return path.replace("%j", str(job_id)).replace("%u", user).replace("%%", "%")
 
 
+_GRES_IDX = re.compile(r"^gpu[:(].*\(IDX:([0-9,\-]+)\)")
+
+
+def gres_indices(details: Iterable[str] | None) -> tuple[int, ...]:
+    """The GPU indices of ``gres_detail`` (``["gpu:l40s:1(IDX:2)"]``, ``["gpu:2(IDX:0-1,3)"]``)."""
+    indices: list[int] = []
+    for detail in details or ():
+        match = _GRES_IDX.match(str(detail))
+        if not match:
+            continue
+        for part in match.group(1).split(","):
+            low, _dash, high = part.partition("-")
+            if low.isdigit() and (not high or high.isdigit()):
+                indices.extend(range(int(low), int(high or low) + 1))
+    return tuple(sorted(set(indices)))
+
+
 def parse_live_job(raw: dict[str, Any]) -> JobInfo:
     """One job of ``squeue --json`` / slurmrestd ``/jobs`` (22.05, v0.0.38)."""
     job_id = int(raw["job_id"])
@@ -292,6 +312,7 @@ def parse_live_job(raw: dict[str, Any]) -> JobInfo:
         output_path=expand_output_path(
             str(raw.get("standard_output") or ""), job_id=job_id, user=user
         ),
+        gpu_indices=gres_indices(raw.get("gres_detail")) if state == "RUNNING" else (),
     )
 
 

@@ -452,7 +452,43 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
     for job_id, ended in started.values_list("pk", "ended_at"):
         record = known[linked[job_id]]
         slurm_job_log_sync(job_id=job_id, record=record, final=ended is not None)
+    _sync_gpu_holders(live, logins, {r.slurm_job_id: r.job_id for r in known.values()})
     return result
+
+
+def _sync_gpu_holders(
+    live: list[JobInfo], logins: dict[str, int], portal_jobs: dict[int, int | None]
+) -> int:
+    """Each GPU a running Slurm job holds (by Slurm's GPU index on its node) is marked in
+    use by it, plain sbatch jobs too, so the GPUs page and the dashboard count what Slurm
+    has allocated; GPUs no longer held are freed. Returns the GPUs changed."""
+    wanted: dict[tuple[str, int], tuple[str, int | None]] = {}
+    for info in live:
+        if info.state != "RUNNING" or not info.nodes or not info.gpu_indices:
+            continue
+        portal_job = portal_jobs.get(info.job_id)
+        label = (
+            f"#{portal_job} · Slurm {info.job_id} · {info.user}"
+            if portal_job
+            else f"Slurm {info.job_id} · {info.user}"
+        )[:120]
+        node = info.nodes.split(",")[0]  # multi-node jobs: IDX is given for the first node
+        for index in info.gpu_indices:
+            wanted[(node, index)] = (label, logins.get(info.user))
+    changed = 0
+    gpus = Gpu.objects.filter(kind=Gpu.Kind.WHOLE).select_related("node")
+    held = gpus.exclude(held_by="")
+    candidates = {(g.node.name, g.index): g for g in held}
+    if wanted:
+        for gpu in gpus.filter(node__name__in={node for node, _ in wanted}):
+            candidates[(gpu.node.name, gpu.index)] = gpu
+    for key, gpu in candidates.items():
+        label, user_id = wanted.get(key, ("", None))
+        if (gpu.held_by, gpu.held_by_user_id) != (label, user_id):
+            gpu.held_by, gpu.held_by_user_id = label, user_id
+            gpu.save(update_fields=["held_by", "held_by_user"])
+            changed += 1
+    return changed
 
 
 # Per job and pass, at most this much of a Slurm job's output file is copied into its log.
