@@ -180,12 +180,14 @@ def _lab(gpus: int, pending: int) -> list[Any]:
 
 def _start_round(users: list[Any], gpu_ids: list[int], first: int, share: float = 1.0) -> None:
     """One single-GPU job running on each of the first `share` of the GPUs."""
+    from cluster.models import Gpu
     from jobqueue.models import Allocation, ContainerImage, Job, Queue
 
     queue = Queue.objects.get(name="normal")
     image = ContainerImage.objects.get(reference="pytorch/pytorch:2.4.0")
     now = datetime.now(UTC)
     held = gpu_ids[: int(len(gpu_ids) * share)]
+    Gpu.objects.update(sampled_at=now)  # current readings, however long the run takes
     jobs = Job.objects.bulk_create(
         Job(
             owner=users[(first + i) % len(users)],
