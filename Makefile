@@ -79,6 +79,7 @@ bench: install
 	$(PY) -m benchmarks.scheduler_shape
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.portal
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.telemetry
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.metrics
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.alerts
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting
@@ -91,6 +92,7 @@ bench-json: install
 	$(PY) -m benchmarks.scheduler_shape --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.portal --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) CACHE_URL=$(BENCH_BROKER_URL) $(PY) -m benchmarks.telemetry --json
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.metrics --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.alerts --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm --json
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(PY) -m benchmarks.slurm_accounting --json

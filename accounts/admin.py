@@ -176,7 +176,7 @@ class CreditAccountAdmin(admin.ModelAdmin[CreditAccount]):
         return False
 
 
-class AdjustmentForm(forms.ModelForm):  # type: ignore[type-arg]
+class AdjustmentForm(forms.ModelForm):
     user = forms.ModelChoiceField(queryset=User.objects.all(), label=_("Member"))
 
     class Meta:

@@ -48,7 +48,7 @@ def _subject(request: Request) -> User:
     return get_object_or_404(User, username=username)
 
 
-class CreditViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+class CreditViewSet(viewsets.GenericViewSet):
     """Your credit balance, burn rate over the last 7 days and when it runs out at that rate."""
 
     serializer_class = CreditSummarySerializer

@@ -199,8 +199,8 @@ class PersonalAccessToken(HashedToken):
         if row is None:
             return None
         token, user, category = lookup.instances(row, connection)
-        User.category.field.set_cached_value(user, category)  # type: ignore[attr-defined]
-        PersonalAccessToken.user.field.set_cached_value(token, user)  # type: ignore[attr-defined]
+        User.category.field.set_cached_value(user, category)
+        PersonalAccessToken.user.field.set_cached_value(token, user)
         if not user.can_log_in():
             return None
         return token

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from accounts.models import LedgerEntry, Notification
 
 
-class CreditSummarySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class CreditSummarySerializer(serializers.Serializer):
     username = serializers.CharField()
     balance = serializers.DecimalField(max_digits=14, decimal_places=3)
     burn_per_day = serializers.DecimalField(max_digits=14, decimal_places=3)

@@ -128,7 +128,7 @@ def _raw_windows(since: Mapping[datetime, Collection[str]]) -> dict[datetime, di
         wanted = set(BASE_METRICS).union(*(METRIC_GROUPS[g] for g in since[start]))
         for name in wanted:
             function, column = metrics[name]
-            aggregates[f"{name}_{i}"] = function(column, filter=Q(ts__gte=start))  # type: ignore[operator]
+            aggregates[f"{name}_{i}"] = function(column, filter=Q(ts__gte=start))
     rows = (
         GpuSample.objects.filter(ts__gte=starts[0])
         .values("gpu_id")

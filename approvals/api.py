@@ -49,7 +49,7 @@ class PriorityGrantSerializer(serializers.ModelSerializer[PriorityGrant]):
         return grant.is_in_force()
 
 
-class GrantApplySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class GrantApplySerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
     deadline = serializers.DateTimeField()
     gpus_expected = serializers.IntegerField(min_value=1, max_value=512, default=1)
@@ -60,7 +60,7 @@ class GrantApplySerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class DecisionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class DecisionSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
@@ -96,7 +96,7 @@ class EmergencyRequestSerializer(serializers.ModelSerializer[EmergencyRequest]):
         return request.is_in_force()
 
 
-class EmergencyCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EmergencyCreateSerializer(serializers.Serializer):
     jobs = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         min_length=1,

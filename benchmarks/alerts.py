@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connection
 
     try:
-        mail.outbox = []  # type: ignore[attr-defined]
+        mail.outbox = []
         _no_broker()
         if args.reuse:
             from cluster.models import Gpu
@@ -110,7 +110,7 @@ def _no_broker() -> None:
 
     app = portal_app()
 
-    app.send_task = lambda *a, **k: None  # type: ignore[method-assign]
+    app.send_task = lambda *a, **k: None
 
 
 def _seed(args: argparse.Namespace) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def _measure(args: argparse.Namespace, broker: str) -> dict[str, Any]:
         reporter.job_log_chunk(chunk_message(job.pk, "bench", offset, piece, final=final))
         popped = client.brpop([key], timeout=5)
         assert popped is not None
-        node_name, auth, chunk = json.loads(popped[1])  # type: ignore[index]
+        node_name, auth, chunk = json.loads(popped[1])
         outcome = job_log_chunk.run(node_name, auth, chunk)
         assert outcome == "ok", outcome
     stored_s = time.perf_counter() - started

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -81,6 +83,30 @@ def recreate_database(admin_url: str, name: str, drop_only: bool = False) -> Non
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if not drop_only:
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+@contextmanager
+def migrated_bench_database(url: str, suffix: str) -> Iterator[None]:
+    """Django set up on a bench's own database next to `url`'s, migrated, dropped after."""
+    bench_url, admin_url, name = bench_database_url(url, suffix)
+    recreate_database(admin_url, name)
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+    import logging
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    logging.disable(logging.INFO)
+    try:
+        call_command("migrate", verbosity=0)
+        yield
+    finally:
+        connections.close_all()
+        recreate_database(admin_url, name, drop_only=True)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -27,6 +27,8 @@ import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.portal import bench_database_url, recreate_database, seed_member
 
@@ -96,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         # request_started empties connection.queries: record the statements as they run.
         captured: list[str] = []
 
-        def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        def record(
+            execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+        ) -> Any:
             captured.append(sql)
             return execute(sql, params, many, context)
 

@@ -154,7 +154,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     rerun_changed = LedgerEntry.objects.count() != entries
     later = now + timedelta(minutes=5)
     next_ms, _ = timed(lambda: accounting_reconcile(records=parse(), now=later))
-    inconsistent = CreditAccount.objects.inconsistent().count()  # type: ignore[misc]
+    inconsistent = CreditAccount.objects.inconsistent().count()
     return {
         "jobs": args.jobs,
         "running": args.running,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from benchmarks.portal import bench_database_url, recreate_database
+from benchmarks.portal import migrated_bench_database
 
 GPUS_PER_NODE = 8
 
@@ -288,21 +288,15 @@ def bench_metrics(gpus: int, pending: int) -> dict[str, float]:
     auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
     response = client.get("/metrics", **auth)
     assert response.status_code == 200
-    from prometheus_client import generate_latest
+    from core.metrics import metrics_registry
 
-    from core.metrics import metrics_registry, metrics_text
-
-    registry = metrics_registry()  # what /metrics serves
+    registry = metrics_registry()  # what /metrics serves (python -m benchmarks.metrics: its writer)
 
     return {
         "gpus": len(gpu_ids),
         "pending_jobs": pending,
         "metrics_ms": round(_median_ms(lambda: client.get("/metrics", **auth), 10), 1),
         "metrics_bytes": len(response.content),
-        # The registry as /metrics writes it, and as prometheus-client's generate_latest
-        # (what /metrics served before) writes the same registry: both without the view.
-        "metrics_text_ms": round(_median_ms(lambda: metrics_text(registry), 10), 1),
-        "baseline_generate_latest_ms": round(_median_ms(lambda: generate_latest(registry), 10), 1),
         "collect_only_ms": round(_median_ms(lambda: list(registry.collect()), 10), 1),
         "baseline_healthz_ms": round(_median_ms(lambda: client.get("/healthz"), 10), 2),
     }
@@ -379,22 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             "benchmarks.telemetry: ingest without CACHE_URL=redis://… measures the demo's file cache",
             file=sys.stderr,
         )
-    bench_url, admin_url, name = bench_database_url(url, "telemetry_bench")
-    recreate_database(admin_url, name)
-    os.environ["DATABASE_URL"] = bench_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver,127.0.0.1")
-    import django
-
-    django.setup()
-    import logging
-
-    from django.core.management import call_command
-
-    logging.disable(logging.INFO)
-    try:
-        call_command("migrate", verbosity=0)
-        figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {}
+    with migrated_bench_database(url, "telemetry_bench"):
         runs = {
             "ingest": lambda: bench_ingest(args.ingest_samples),
             "rollup": lambda: bench_rollup(args.gpus, args.hours),
@@ -407,11 +388,6 @@ def main(argv: list[str] | None = None) -> int:
             figures[figure] = run()
             if not args.json:
                 print(f"{figure}:", figures[figure], flush=True)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        recreate_database(admin_url, name, drop_only=True)
     if args.json:
         print(json.dumps(figures, indent=2))
     return 0

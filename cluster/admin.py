@@ -135,7 +135,7 @@ class NodeTokenAdmin(admin.ModelAdmin[NodeToken]):
 
     def save_model(self, request: HttpRequest, obj: NodeToken, form: object, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+            super().save_model(request, obj, form, change)
             return
         token, secret = NodeToken.issue(node_name=obj.node_name, name=obj.name)
         obj.pk = token.pk

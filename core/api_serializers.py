@@ -38,7 +38,7 @@ class CheapCopySerializer(serializers.Serializer[Any]):
     # copy_fields rather than copy.deepcopy (a comment, not a docstring: see above).
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-        return copy_fields(self._declared_fields)  # type: ignore[attr-defined]
+        return copy_fields(self._declared_fields)
 
 
 def copy_fields(

@@ -28,9 +28,9 @@ try:
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 except ImportError:  # a bare python3 in CI, before the venv exists: pip vendors packaging
-    from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef,assignment]
-    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[no-redef,assignment]
-    from pip._vendor.packaging.version import Version  # type: ignore[no-redef,assignment]
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[assignment]
+    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[assignment]
+    from pip._vendor.packaging.version import Version  # type: ignore[assignment]
 
 PYTHON_VERSION = "3.11"
 DIGEST_PREFIX = "# labportal lock inputs sha256: "

@@ -11,7 +11,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 
-class RootPackagesHook(BuildHookInterface):  # type: ignore[type-arg]
+class RootPackagesHook(BuildHookInterface):
     PLUGIN_NAME = "root-packages"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:

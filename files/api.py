@@ -27,7 +27,7 @@ PLACE_HELP = "`volume:<name>` (your own copy of an allowlisted volume) or `job:<
 PATH_HELP = "A path inside the place, e.g. `results/out.txt`; no leading `/`, no `..`."
 
 
-class PlaceQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PlaceQuerySerializer(serializers.Serializer):
     place = serializers.CharField(max_length=200, help_text=PLACE_HELP)
     path = serializers.CharField(
         max_length=paths.MAX_PATH_CHARS,
@@ -49,7 +49,7 @@ class UploadSerializer(PlaceQuerySerializer):
     )
 
 
-class PlaceSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PlaceSerializer(serializers.Serializer):
     place = serializers.CharField(source="ref")
     kind = serializers.CharField()
     name = serializers.CharField(source="label")
@@ -61,13 +61,13 @@ class PlaceSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class PlacesSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PlacesSerializer(serializers.Serializer):
     volumes = PlaceSerializer(many=True)
     job_dirs = serializers.BooleanField(help_text="Whether jobs get a working folder (job:<id>).")
     upload_max_bytes = serializers.IntegerField()
 
 
-class EntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EntrySerializer(serializers.Serializer):
     name = serializers.CharField()
     path = serializers.CharField()
     kind = serializers.ChoiceField(choices=["folder", "file", "symlink", "other"])
@@ -75,7 +75,7 @@ class EntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
     modified = serializers.DateTimeField()
 
 
-class ListingSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ListingSerializer(serializers.Serializer):
     place = serializers.CharField()
     path = serializers.CharField(allow_blank=True)
     writable = serializers.BooleanField()
@@ -83,13 +83,13 @@ class ListingSerializer(serializers.Serializer):  # type: ignore[type-arg]
     truncated = serializers.BooleanField()
 
 
-class WrittenSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class WrittenSerializer(serializers.Serializer):
     place = serializers.CharField()
     path = serializers.CharField()
     kind = serializers.CharField()
 
 
-class FileErrorSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class FileErrorSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="What was wrong and how to fix it.")
     code = serializers.CharField()
 

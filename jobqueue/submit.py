@@ -338,7 +338,7 @@ def job_submit(
     }
     # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
     # it on the job); in agents mode there is none.
-    slurm_row = Job.slurm.related  # type: ignore[attr-defined]
+    slurm_row = Job.slurm.related
     if not slurm_row.is_cached(job):
         slurm_row.set_cached_value(job, None)
     return job

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
 # A part starts only where no digit or point comes before it: a long run of digits is
@@ -142,10 +146,10 @@ def parse_count(text: str) -> int:
     return value
 
 
-def argtype(parser_fn):  # type: ignore[no-untyped-def]
+def argtype(parser_fn: Callable[[str], T]) -> Callable[[str], T]:
     """Wrap a parser so argparse reports its message as a usage error (exit 2, no traceback)."""
 
-    def convert(text: str):  # type: ignore[no-untyped-def]
+    def convert(text: str) -> T:
         try:
             return parser_fn(text)
         except ValueError as error:

@@ -6,10 +6,10 @@ from functools import cache
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from core.metrics import metrics_registry, metrics_text
+from core.metrics import metrics_registry
 from ops.health import freshness_report, health_report
 from telemetry.models import ScrapeToken
 
@@ -31,7 +31,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     if ScrapeToken.authenticate(secret.strip()) is None:
         return _refused("This scrape token is unknown or revoked; ask an admin for a new one.")
-    return HttpResponse(metrics_text(registry()), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
 
 
 def _refused(message: str) -> HttpResponse:

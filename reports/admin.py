@@ -1,10 +1,12 @@
 from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
 
 from reports.models import DemandForecast, PolicyChange, ReportTask
 
 
 @admin.register(ReportTask)
-class ReportTaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReportTaskAdmin(admin.ModelAdmin):
     list_display = [
         "id",
         "kind",
@@ -20,29 +22,29 @@ class ReportTaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(PolicyChange)
-class PolicyChangeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class PolicyChangeAdmin(admin.ModelAdmin):
     """The audit log: read-only, nobody edits history."""
 
     list_display = ["changed_at", "changed_by", "after", "replay"]
     readonly_fields = ["changed_at", "changed_by", "replay", "before", "after", "predicted"]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 
 @admin.register(DemandForecast)
-class DemandForecastAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DemandForecastAdmin(admin.ModelAdmin):
     """When the control worker last fitted the demand forecast, and on which data. Read
     only; deleting the row makes the report page queue a new fit."""
 
     list_display = ["fitted_at", "version"]
     readonly_fields = ["fitted_at", "version", "forecast"]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -39,7 +40,7 @@ class UsageReportView(APIView):
     @extend_schema(parameters=PERIOD_PARAMETERS, responses={200: UsageReportSerializer})
     def get(self, request: Request) -> Response:
         period = period_from_params(request.query_params)
-        report = usage_report(period=period, viewer=request_user(request))  # type: ignore[arg-type]
+        report = usage_report(period=period, viewer=request_user(request))
         body: dict[str, Any] = {
             "period": {"start": period.start, "end": period.end, "label": period.label},
             "capacity_gpus": report.capacity_gpus,
@@ -54,15 +55,15 @@ class ReportTaskViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
-    viewsets.GenericViewSet,  # type: ignore[type-arg]
+    viewsets.GenericViewSet,
 ):
     """Replays (staff) and PDF reports, run by the control worker; poll until `state` is done."""
 
     serializer_class = ReportTaskSerializer
     throttle_scopes = {"create": "report"}
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
-        user = request_user(self.request)  # type: ignore[arg-type]
+    def get_queryset(self) -> QuerySet[ReportTask]:
+        user = request_user(self.request)
         tasks = ReportTask.objects.defer("pdf")
         return tasks if user.is_staff else tasks.filter(requested_by=user)
 
@@ -74,7 +75,7 @@ class ReportTaskViewSet(
         params = {k: str(data[k]) for k in ("period", "at", "from", "to") if data.get(k)}
         task = report_task_create(
             kind=data["kind"],
-            requester=request_user(request),  # type: ignore[arg-type]
+            requester=request_user(request),
             period=period_from_params(params),
             language=data["language"],
             options=[dict(o) for o in data.get("options", [])] or None,
@@ -91,6 +92,6 @@ class ReportTaskViewSet(
         policy_apply_from_replay(
             task=task,
             option_index=data_in.validated_data["option"],
-            actor=request_user(request),  # type: ignore[arg-type]
+            actor=request_user(request),
         )
         return Response(ReportTaskSerializer(task).data)

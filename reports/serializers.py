@@ -12,14 +12,14 @@ from reports.periods import KINDS
 from reports.services import MAX_GPU_MODEL_CHARS, MAX_LABEL_CHARS, MAX_OPTIONS
 
 
-class PeriodSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PeriodSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField(help_text="The first moment after the period.")
     label = serializers.CharField()  # type: ignore[assignment]  # DRF's Field.label is a str
 
 
-def _usage_line_fields() -> dict[str, serializers.Field]:  # type: ignore[type-arg]
-    fields: dict[str, serializers.Field] = {  # type: ignore[type-arg]
+def _usage_line_fields() -> dict[str, serializers.Field]:
+    fields: dict[str, serializers.Field] = {
         "name": serializers.CharField(),
         "gpu_hours": serializers.FloatField(help_text="GPU-hours allocated."),
         "used_gpu_hours": serializers.FloatField(
@@ -42,7 +42,7 @@ def _usage_line_fields() -> dict[str, serializers.Field]:  # type: ignore[type-a
 UsageLineSerializer = type("UsageLineSerializer", (serializers.Serializer,), _usage_line_fields())
 
 
-class WaitLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class WaitLineSerializer(serializers.Serializer):
     queue = serializers.CharField()
     jobs_started = serializers.IntegerField()
     wait_mean_h = serializers.FloatField()
@@ -50,7 +50,7 @@ class WaitLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
     wait_p95_h = serializers.FloatField()
 
 
-class WeekLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class WeekLineSerializer(serializers.Serializer):
     week = serializers.DateField(help_text="The Monday of the week.")
     capacity_gpu_hours = serializers.FloatField()
     gpu_hours = serializers.FloatField()
@@ -67,7 +67,7 @@ class WeekLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class BookingLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BookingLineSerializer(serializers.Serializer):
     user = serializers.CharField(help_text="“lab” on the last row: the lab's totals.")
     bookings = serializers.IntegerField()
     booked_gpu_hours = serializers.FloatField()
@@ -76,7 +76,7 @@ class BookingLineSerializer(serializers.Serializer):  # type: ignore[type-arg]
     no_show_gpu_hours = serializers.FloatField()
 
 
-class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class UsageReportSerializer(serializers.Serializer):
     period = PeriodSerializer()
     capacity_gpus = serializers.IntegerField()
     scoped_to = serializers.CharField(
@@ -93,7 +93,7 @@ class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
     bookings = BookingLineSerializer(many=True)
 
 
-class ReplayOptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ReplayOptionSerializer(serializers.Serializer):
     label = serializers.CharField(max_length=MAX_LABEL_CHARS, required=False, allow_blank=True)  # type: ignore[assignment]
     gpu_delta = serializers.IntegerField(required=False, default=0)
     gpu_model = serializers.CharField(
@@ -104,7 +104,7 @@ class ReplayOptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class ReportTaskCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ReportTaskCreateSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=ReportTask.Kind.choices)
     period = serializers.ChoiceField(choices=KINDS, required=False, default="month")
     at = serializers.DateField(required=False)
@@ -121,7 +121,7 @@ class ReportTaskCreateSerializer(serializers.Serializer):  # type: ignore[type-a
         return fields
 
 
-class ReportTaskSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class ReportTaskSerializer(serializers.ModelSerializer):
     progress_pct = serializers.IntegerField(read_only=True)
     pdf_url = serializers.SerializerMethodField()
 
@@ -154,5 +154,5 @@ class ReportTaskSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         return None
 
 
-class ApplyPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ApplyPolicySerializer(serializers.Serializer):
     option = serializers.IntegerField(min_value=0, help_text="Index of the replayed option.")

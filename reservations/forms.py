@@ -35,14 +35,14 @@ class BookingForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        gpus = cast(forms.ModelMultipleChoiceField, self.fields["gpus"])  # type: ignore[type-arg]
+        gpus = cast(forms.ModelMultipleChoiceField, self.fields["gpus"])
         gpus.queryset = (
             Gpu.objects.filter(kind=Gpu.Kind.WHOLE)
             .select_related("node")
             .order_by("node__name", "index")
         )
         gpus.label_from_instance = lambda gpu: f"{gpu.label} · {gpu.model}"  # type: ignore[method-assign,assignment]
-        node = cast(forms.ModelChoiceField, self.fields["node"])  # type: ignore[type-arg]
+        node = cast(forms.ModelChoiceField, self.fields["node"])
         node.queryset = Node.objects.order_by("name")
         if not user.is_staff:
             del self.fields["maintenance"]
@@ -94,7 +94,7 @@ class SuggestForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        node = cast(forms.ModelChoiceField, self.fields["node"])  # type: ignore[type-arg]
+        node = cast(forms.ModelChoiceField, self.fields["node"])
         node.queryset = Node.objects.filter(state=Node.State.UP).order_by("name")
 
 

@@ -6,13 +6,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from reservations.models import Reservation
 from reservations.slotfinder import FreeSlot, free_slot_earliest
+
+if TYPE_CHECKING:
+    from cluster.models import Gpu
 
 
 def reservation_rows_for_scheduler(
@@ -50,7 +53,7 @@ def reservations_of_user(*, user: Any) -> dict[str, list[Reservation]]:
     return {"live": live, "past": past}
 
 
-def _gpus_with_nodes():  # type: ignore[no-untyped-def]
+def _gpus_with_nodes() -> QuerySet[Gpu]:
     from cluster.models import Gpu
 
     return Gpu.objects.select_related("node").order_by("node__name", "index")

@@ -44,7 +44,7 @@ class ReservationSerializer(serializers.ModelSerializer[Reservation]):
         return [g.label for g in reservation.gpus.all()]
 
 
-class ReservationCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ReservationCreateSerializer(serializers.Serializer):
     gpus = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         required=False,
@@ -73,11 +73,11 @@ class ReservationCreateSerializer(serializers.Serializer):  # type: ignore[type-
         return attrs
 
 
-class ReservationExtendSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ReservationExtendSerializer(serializers.Serializer):
     end = serializers.DateTimeField(help_text=_("The new end; later than the current one."))
 
 
-class SuggestQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class SuggestQuerySerializer(serializers.Serializer):
     gpu_count = serializers.IntegerField(min_value=1, max_value=64, default=1)
     hours = serializers.DecimalField(
         max_digits=6, decimal_places=2, min_value=Decimal("0.25"), max_value=Decimal("720")
@@ -88,7 +88,7 @@ class SuggestQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
     after = serializers.DateTimeField(required=False)
 
 
-class FreeSlotSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class FreeSlotSerializer(serializers.Serializer):
     node = serializers.CharField()
     gpus = serializers.ListField(child=serializers.IntegerField())
     gpu_labels = serializers.ListField(child=serializers.CharField())

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import Max, Q
+from django.db.models import Max, Q, QuerySet
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
@@ -34,6 +34,9 @@ from reservations.models import BookingRule, BookingRules, Reservation, Reservat
 from reservations.slotfinder import FreeSlot, bookable_gpus, free_slot_earliest
 from reservations.timegrid import ceil_to_grid, floor_to_grid, is_on_grid, overlap, weeks_touching
 from telemetry.models import GpuSample
+
+if TYPE_CHECKING:
+    from jobqueue.models import Job
 
 # Staff book over the category rules, within these bounds: a start up to a day back (to
 # record maintenance already under way) and an end within a year. A booking from 1970
@@ -544,7 +547,7 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
 # --- Boundaries (driven by beat; each claim is a filter(...).update(...)) -------------------
 
 
-def jobs_running_in_reservation(reservation: Reservation):  # type: ignore[no-untyped-def]
+def jobs_running_in_reservation(reservation: Reservation) -> QuerySet[Job]:
     """Active jobs submitted with the booking, or of its owner on its GPUs."""
     from jobqueue.models import Job
 

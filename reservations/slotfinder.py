@@ -6,11 +6,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+from django.db.models import QuerySet
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
 from reservations.timegrid import ceil_to_grid
+
+if TYPE_CHECKING:
+    from cluster.models import Gpu
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class FreeSlot:
         }
 
 
-def bookable_gpus():  # type: ignore[no-untyped-def]
+def bookable_gpus() -> QuerySet[Gpu]:
     """Whole, available GPUs on nodes that are up: the only ones a booking may hold."""
     from cluster.models import Gpu, Node
 
@@ -108,7 +113,7 @@ def free_slot_earliest(
     gpu_list = list(gpus)
     if gpu_ids is not None and len(gpu_list) != len(set(gpu_ids)):
         return None
-    by_node: dict[int, list] = defaultdict(list)  # type: ignore[type-arg]
+    by_node: dict[int, list[Gpu]] = defaultdict(list)
     for gpu in gpu_list:
         by_node[gpu.node_id].append(gpu)
     busy = busy_intervals(

@@ -149,7 +149,7 @@ def _lookups(records: list[JobInfo]) -> _Lookups:
         portal_jobs.update(
             SlurmJob.objects.filter(slurm_job_id__in=chunk, job__isnull=False).values_list(
                 "slurm_job_id", "job_id"
-            )  # type: ignore[arg-type]
+            )
         )
         for charge in SlurmCharge.objects.filter(slurm_job_id__in=chunk):
             charges[(charge.slurm_job_id, charge.submitted_at)] = charge

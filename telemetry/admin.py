@@ -66,7 +66,7 @@ class ScrapeTokenAdmin(admin.ModelAdmin[ScrapeToken]):
         self, request: HttpRequest, obj: ScrapeToken, form: object, change: bool
     ) -> None:
         if change:
-            super().save_model(request, obj, form, change)  # type: ignore[arg-type]
+            super().save_model(request, obj, form, change)
             return
         token, secret = ScrapeToken.issue(name=obj.name)
         obj.pk, obj.token_hash, obj.token_prefix, obj.created_at = (

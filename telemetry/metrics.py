@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import (
+    Case,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -27,12 +28,14 @@ from django.db.models import (
     Q,
     Subquery,
     Sum,
+    When,
 )
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -45,8 +48,10 @@ from reservations.models import Reservation
 from telemetry.models import GpuSample, ObservedHistogram
 
 MIB = 1024 * 1024
-# "job" is Prometheus' own target label, so the holding job goes in "job_id".
-GPU_LABELS = ["node", "gpu", "uuid", "model", "user", "job_id"]
+# A GPU's series are named by where it is (and what it is) only: they live as long as the
+# GPU does. The job holding it, and its owner, are in labportal_gpu_job_info, one series
+# per GPU while the job runs; "job" is Prometheus' own target label, hence "job_id".
+GPU_LABELS = ["node", "gpu", "model"]
 # Seconds; a scheduling pass is tens of milliseconds to seconds.
 SCHEDULING_PASS_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 SCHEDULING_PASS = "scheduling_pass_duration_seconds"
@@ -105,22 +110,34 @@ class PortalCollector(Collector):
         latest = GpuSample.objects.filter(gpu=OuterRef("pk"), ts__gte=stale_before).order_by(
             "-gpu_id", "-ts"
         )
-        gpus = Gpu.objects.values(
-            "pk",
-            "index",
-            "uuid",
-            "model",
-            "kind",
-            "memory_mb",
-            "util_pct",
-            "mem_used_mb",
-            "temp_c",
-            "power_w",
-            "sampled_at",
-            "node__name",
-        ).annotate(
-            ecc=Subquery(latest.values("ecc_errors")[:1]),
-            xid=Subquery(latest.values("xid_errors")[:1]),
+        gpus = (
+            Gpu.objects.values(
+                "pk",
+                "index",
+                "uuid",
+                "model",
+                "kind",
+                "state",
+                "memory_mb",
+                "util_pct",
+                "mem_used_mb",
+                "temp_c",
+                "power_w",
+                "sampled_at",
+                "node__name",
+            )
+            .annotate(
+                ecc=Subquery(latest.values("ecc_errors")[:1]),
+                xid=Subquery(latest.values("xid_errors")[:1]),
+            )
+            # At each position, the GPU the node reports before one it no longer does:
+            # a GPU that replaced a missing one keeps the plain `gpu` label.
+            .order_by(
+                "node__name",
+                "index",
+                Case(When(state=Gpu.State.MISSING, then=1), default=0),
+                "uuid",
+            )
         )
         holders = {
             gpu_id: (username, str(job_id))
@@ -133,10 +150,14 @@ class PortalCollector(Collector):
             "A schedulable GPU unit (whole GPU, MIG instance or shared slot); always 1.",
             labels=["node", "gpu", "uuid", "model", "kind"],
         )
+        holder = InfoMetricFamily(
+            "labportal_gpu_job",
+            "The job that holds the GPU now, and its owner; only while a job holds it. "
+            "Join: * on (node, gpu) group_left (job_id, user) labportal_gpu_job_info.",
+            labels=["node", "gpu"],
+        )
         allocated = GaugeMetricFamily(
-            "labportal_gpu_allocated",
-            "1 while a job holds the GPU, else 0.",
-            labels=GPU_LABELS,
+            "labportal_gpu_allocated", "1 while a job holds the GPU, else 0.", labels=GPU_LABELS
         )
         util = GaugeMetricFamily(
             "labportal_gpu_utilization_ratio",
@@ -168,15 +189,20 @@ class PortalCollector(Collector):
             "Seconds since the GPU's latest reading.",
             labels=GPU_LABELS,
         )
+        taken: set[tuple[str, str]] = set()
         for gpu in gpus:
-            position = str(gpu["index"])
-            if gpu["kind"] != Gpu.Kind.WHOLE:
-                position = f"{gpu['index']}/{gpu['kind']}-{gpu['uuid'][-4:]}"
-            user, job = holders.get(gpu["pk"], ("", ""))
-            base = [gpu["node__name"], position, gpu["uuid"], gpu["model"]]
-            labels = [*base, user, job]
-            info.add_metric([*base, gpu["kind"]], 1)
-            allocated.add_metric(labels, 1 if job else 0)
+            node = gpu["node__name"]
+            position = gpu_position(gpu["index"], gpu["kind"], gpu["uuid"])
+            if (node, position) in taken:
+                # A GPU the node no longer reports, whose place a reported one took.
+                position = f"{position}/{gpu['uuid']}"
+            taken.add((node, position))
+            labels = [node, position, gpu["model"]]
+            info.add_metric([node, position, gpu["uuid"], gpu["model"], gpu["kind"]], 1)
+            held = holders.get(gpu["pk"])
+            if held is not None:
+                holder.add_metric([node, position], {"job_id": held[1], "user": held[0]})
+            allocated.add_metric(labels, 0 if held is None else 1)
             mem_total.add_metric(labels, gpu["memory_mb"] * MIB)
             sampled_at = gpu["sampled_at"]
             if sampled_at is None:
@@ -190,7 +216,7 @@ class PortalCollector(Collector):
             _add(power, labels, gpu["power_w"])
             _add(ecc, labels, gpu["ecc"])
             _add(xid, labels, gpu["xid"])
-        yield from (info, allocated, util, mem_used, mem_total, temp, power, ecc, xid, age)
+        yield from (info, holder, allocated, util, mem_used, mem_total, temp, power, ecc, xid, age)
 
     # --- Nodes --------------------------------------------------------------
 
@@ -352,9 +378,21 @@ class PortalCollector(Collector):
         yield rejected
 
 
-def _add(family: Metric, labels: list[str], value: Any, scale: float = 1.0) -> None:
+def gpu_position(index: int, kind: str, uuid: str) -> str:
+    """The `gpu` label: the index of a whole GPU, `<index>/<kind>-<uuid tail>` for a part."""
+    if kind == Gpu.Kind.WHOLE:
+        return str(index)
+    return f"{index}/{kind}-{uuid[-4:]}"
+
+
+def _add(
+    family: GaugeMetricFamily | CounterMetricFamily,
+    labels: list[str],
+    value: float | None,
+    scale: float = 1.0,
+) -> None:
     if value is not None:
-        family.add_metric(labels, float(value) * scale)  # type: ignore[attr-defined]
+        family.add_metric(labels, float(value) * scale)
 
 
 def _buckets(bounds: Iterable[float], counts: Iterable[int], total: int) -> list[tuple[str, float]]:

@@ -109,7 +109,7 @@ def require_in_ci(what: str) -> None:
     pytest.skip(f"{what} is not available here")
 
 
-class SentTasks(list):  # type: ignore[type-arg]
+class SentTasks(list):
     """Celery messages the code under test sent, as (task name, args, queue).
 
     ``kwargs`` holds each message's keyword arguments, in the same order (a

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def runtime(tmp_path: Path) -> LocalProcessRuntime:
     return LocalProcessRuntime(tmp_path, enabled=True)
 
 
-def exited(runtime: LocalProcessRuntime, job_id: int):
+def exited(runtime: LocalProcessRuntime, job_id: int) -> Any:
     status = next(s for s in runtime.list_jobs() if s.job_id == job_id)
     return status if status.state == "exited" else None
 
@@ -255,7 +256,7 @@ def test_a_job_whose_wrapper_ended_before_it_was_recorded_keeps_its_identity(
     # background is still the job's, and a restarted agent does not see it running.
     spawn = LocalProcessRuntime._spawn
 
-    def spawn_then_lose_the_cpu(self, spec, job_dir):  # type: ignore[no-untyped-def]
+    def spawn_then_lose_the_cpu(self: LocalProcessRuntime, spec: Any, job_dir: Any) -> Any:
         proc = spawn(self, spec, job_dir)
         wait_until(lambda: proc_state(proc.pid) == "Z")
         return proc

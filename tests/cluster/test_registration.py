@@ -77,7 +77,7 @@ def test_registration_with_a_revoked_token_is_refused(issue_token: Any) -> None:
 def test_repeated_refusals_add_to_one_counter(issue_token: Any) -> None:
     for _ in range(3):
         node_register("gpu01", "wrong", register_info())
-    node_register("gpu01", None, register_info())  # type: ignore[arg-type]
+    node_register("gpu01", None, register_info())
 
     assert RejectedMessage.objects.count() == 1
     assert RejectedMessage.objects.get().count == 4
@@ -168,7 +168,7 @@ def test_malformed_gpu_entries_are_refused_and_the_good_ones_register(issue_toke
 def test_an_info_that_is_not_an_object_is_refused(issue_token: Any) -> None:
     secret = issue_token("gpu01")
 
-    assert node_register("gpu01", secret, ["nope"]) == "refused: malformed"  # type: ignore[arg-type]
+    assert node_register("gpu01", secret, ["nope"]) == "refused: malformed"
     assert not Node.objects.exists()
 
 

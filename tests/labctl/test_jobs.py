@@ -18,7 +18,7 @@ def submit(labctl: Run, *extra: str) -> dict[str, Any]:
         "--json", "submit", "--image", "labportal/busybox:test", *extra, "--", "sleep", "60"
     )
     assert result.code == 0, result.err
-    return result.json()  # type: ignore[no-any-return]
+    return result.json()
 
 
 def test_alice_submits_sees_and_cancels_a_job(labctl: Run, as_alice: str) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -106,7 +108,9 @@ def test_spans_read_as_people_say_them() -> None:
     assert [span(s) for s in (5, 90, 3600, 5400, 90000)] == ["5s", "1m", "1h", "1h 30m", "1d 1h"]
 
 
-def test_a_bad_time_limit_on_the_command_line_exits_2_without_a_traceback(labctl) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_time_limit_on_the_command_line_exits_2_without_a_traceback(
+    labctl: Callable[..., Any],
+) -> None:
     result = labctl("submit", "--image", "x", "--time", "3x", "--", "true")
     assert result.code == 2
     assert "not a duration" in result.err

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_the_compose_file_runs_beat_once_beside_a_worker_without_beat() -> None:
 
 
 @pytest.fixture
-def healthcheck(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+def healthcheck(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(
         "portal_healthcheck", REPO / "deploy/docker/healthcheck.py"
     )
@@ -84,7 +85,9 @@ def healthcheck(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignor
     return module
 
 
-def test_the_beat_healthcheck_fails_until_beat_wrote_its_schedule(healthcheck, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_beat_healthcheck_fails_until_beat_wrote_its_schedule(
+    healthcheck: types.ModuleType, tmp_path: Path
+) -> None:
     with pytest.raises(RuntimeError, match="has not written"):
         healthcheck.beat_ok()
     schedule = tmp_path / "celerybeat-schedule.db"  # dbm may add a suffix
@@ -97,7 +100,7 @@ def test_the_beat_healthcheck_fails_until_beat_wrote_its_schedule(healthcheck, t
 
 
 def test_a_real_beat_process_writes_the_schedule_its_healthcheck_reads(
-    healthcheck,  # type: ignore[no-untyped-def]
+    healthcheck: types.ModuleType,
     tmp_path: Path,
 ) -> None:
     celery = Path(sys.executable).with_name("celery")

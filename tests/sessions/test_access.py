@@ -71,7 +71,7 @@ def test_the_ticket_is_the_nodes_for_that_job_and_purpose(session_job: Job, alic
 
 def test_an_exec_or_probe_ticket_carries_no_session_token(session_job: Job, alice: Any) -> None:
     for purpose in ("exec", "probe"):
-        target = gateway_target(session_job, purpose=purpose, username=alice.username)  # type: ignore[arg-type]
+        target = gateway_target(session_job, purpose=purpose, username=alice.username)
         assert "Authorization" not in target.headers
 
 

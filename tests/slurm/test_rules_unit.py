@@ -531,7 +531,7 @@ def test_a_batch_posts_each_key_once_and_moves_the_balance_once(alice: Any) -> N
     assert ledger_post_batch(user=alice, postings=postings) == 0
     account = CreditAccount.objects.get(user=alice)
     assert account.balance == Decimal("-3.500")
-    assert not CreditAccount.objects.inconsistent().exists()  # type: ignore[misc]
+    assert not CreditAccount.objects.inconsistent().exists()
     assert list(
         LedgerEntry.objects.filter(account=account)
         .order_by("id")

@@ -90,12 +90,46 @@ def recording_rules() -> dict[str, str]:
 
 def exported_names() -> set[str]:
     """Every series name the exporter writes, with the suffixes of counters and histograms."""
-    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_sum", "_count"],
+        "info": ["_info"],
+    }
     names = set()
     for family in PortalCollector().collect():
         for suffix in suffixes.get(family.type, [""]):
             names.add(family.name + suffix)
     return names
+
+
+_SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+
+
+def selected_labels(expr: str) -> dict[str, set[str]]:
+    """The labels each selector of a PromQL expression matches on, per metric name."""
+    label_values = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", expr, re.S)
+    if label_values:
+        expr = label_values.group(1)
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    found: dict[str, set[str]] = {}
+    for name, matchers in _SELECTOR.findall(expr):
+        found.setdefault(name, set()).update(_MATCHER.findall(matchers))
+    return found
+
+
+def exported_labels(registered_node: Any, alice: Any) -> dict[str, set[str]]:
+    """The labels of every series the exporter writes, with a GPU held by a job."""
+    node, secret = registered_node
+    Allocation.objects.create(job=job_on(node, alice), gpu=Gpu.objects.get(uuid="GPU-aaa"))
+    samples_ingest(
+        "gpu01", secret, [a_sample("GPU-aaa", ecc_errors=1, xid_errors=1), a_sample("GPU-bbb")]
+    )
+    labels: dict[str, set[str]] = {}
+    for family in PortalCollector().collect():
+        for sample in family.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
 
 
 def test_the_metric_name_check_catches_a_name_nobody_defines() -> None:
@@ -128,6 +162,44 @@ def test_every_dashboard_and_rule_names_only_exported_metrics_or_rules() -> None
         if missing := metric_names(expr) - known:
             unknown[f"rule {record}: {expr}"] = missing
     assert unknown == {}
+
+
+def test_the_label_check_catches_a_label_a_series_does_not_have() -> None:
+    expr = (
+        'labportal_gpu_utilization_ratio{node="$node", job_id!=""} * on (node, gpu) '
+        'group_left (job_id, user) labportal_gpu_job_info{user=~"a.*"}'
+    )
+    assert selected_labels(expr) == {
+        "labportal_gpu_utilization_ratio": {"node", "job_id"},
+        "labportal_gpu_job_info": {"user"},
+    }
+
+
+@pytest.mark.django_db
+def test_every_dashboard_and_rule_selects_only_labels_the_series_have(
+    registered_node: Any, alice: Any
+) -> None:
+    labels = exported_labels(registered_node, alice)
+    assert labels["labportal_gpu_utilization_ratio"] == {"node", "gpu", "model"}
+    assert labels["labportal_gpu_job_info"] == {"node", "gpu", "job_id", "user"}
+    rule_labels = {
+        "user:gpus_allocated:count": {"user"},
+        "user:gpu_utilization:mean": {"user"},
+        "node:gpu_utilization:mean": {"node"},
+        "node:gpu_memory_used:ratio": {"node"},
+    }
+    wrong = {}
+    queries = [q for d in DASHBOARDS for q in dashboard_queries(json.loads(d.read_text()))]
+    for query in [*queries, *recording_rules().values()]:
+        for name, used in selected_labels(query).items():
+            have = labels.get(name, rule_labels.get(name, set()))
+            if missing := used - have:
+                wrong[query] = (name, missing)
+    assert wrong == {}
+    # The holder is read through the info series, joined on where the GPU is.
+    rules = recording_rules()
+    assert "group_left (job_id, user) labportal_gpu_job_info" in rules["user:gpu_utilization:mean"]
+    assert "labportal_gpu_job_info" in rules["lab:gpus_allocated_idle:count"]
 
 
 def _promtool() -> str:
@@ -210,14 +282,21 @@ def test_a_real_prometheus_scrapes_the_portal(
     try:
         series: list[dict[str, Any]] = []
         rule: list[dict[str, Any]] = []
+        joined: list[dict[str, Any]] = []
+        per_user: list[dict[str, Any]] = []
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (series and rule):
+        while time.monotonic() < deadline and not (series and rule and joined and per_user):
             time.sleep(1)
             if server.poll() is not None:
                 break
             try:
-                series = _query('labportal_gpu_utilization_ratio{uuid="GPU-aaa"}')
+                series = _query('labportal_gpu_utilization_ratio{node="gpu01", gpu="0"}')
                 rule = _query("lab:gpus_allocated:count")
+                joined = _query(
+                    "labportal_gpu_utilization_ratio * on (node, gpu) group_left (job_id, user)"
+                    " labportal_gpu_job_info"
+                )
+                per_user = _query("user:gpus_allocated:count")
             except OSError:
                 continue
         log = (tmp_path / "prometheus.log").read_text()
@@ -229,8 +308,13 @@ def test_a_real_prometheus_scrapes_the_portal(
     labels = series[0]["metric"]
     assert labels["node"] == "gpu01"
     assert labels["gpu"] == "0"
-    assert labels["user"] == "alice"
-    assert labels["job_id"] == str(job.pk)
+    assert "user" not in labels and "job_id" not in labels  # per-job detail: the info series
     assert labels["job"] == "labportal"  # the scrape job, untouched
     assert float(series[0]["value"][1]) == pytest.approx(0.42)
     assert rule and float(rule[0]["value"][1]) == 1
+    # The join the dashboards use names the holding job and its owner.
+    assert [(j["metric"]["job_id"], j["metric"]["user"]) for j in joined] == [
+        (str(job.pk), "alice")
+    ]
+    assert float(joined[0]["value"][1]) == pytest.approx(0.42)
+    assert [(u["metric"]["user"], float(u["value"][1])) for u in per_user] == [("alice", 1.0)]

@@ -184,7 +184,7 @@ def test_samples_with_a_wrong_token_store_nothing(registered_node: Any) -> None:
 def test_a_batch_that_is_not_a_list_is_refused(registered_node: Any) -> None:
     assert (
         samples_ingest("gpu01", registered_node[1], {"gpu_uuid": "GPU-aaa"}) == "refused: malformed"
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_a_process_not_traced_to_a_job_is_kept_for_the_alerts(registered_node: Any) -> None:

@@ -15,19 +15,19 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from prometheus_client import generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu, Node
-from cluster.tasks import broker_message_dropped, node_heartbeat
-from core.metrics import metrics_registry, metrics_text
+from cluster.tasks import broker_message_dropped, node_heartbeat, node_register
+from core.metrics import metrics_registry
 from jobqueue.models import Allocation, Job
 from protocol.broker import UNDECODABLE, Rejection
 from scheduling.tasks import scheduling_pass_task
 from telemetry.models import ScrapeToken
 from telemetry.tasks import samples_ingest
-from tests.cluster.conftest import job_on
+from tests.cluster.conftest import gpu_entry, job_on, register_info
 from tests.conftest import require_in_ci
 from tests.factories import GpuFactory, NodeFactory
 from tests.telemetry.test_ingest import a_sample
@@ -73,7 +73,10 @@ def test_it_refuses_a_scrape_without_a_valid_token(scrape_token: str) -> None:
     assert scrape(scrape_token).status_code == 401
 
 
-def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
+GPU_SERIES_LABELS = {"node", "gpu", "model"}
+
+
+def test_a_gpu_carries_its_readings_and_the_job_holding_it_is_an_info_series(
     registered_node: Any, scrape_token: str, alice: Any
 ) -> None:
     node, secret = registered_node
@@ -91,7 +94,7 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
 
     found = families(scrape_token)
 
-    held = {"node": "gpu01", "gpu": "0", "uuid": "GPU-aaa", "user": "alice", "job_id": str(job.pk)}
+    held = {"node": "gpu01", "gpu": "0", "model": aaa.model}
     assert found["labportal_gpu_utilization_ratio"].type == "gauge"
     assert by_labels(found["labportal_gpu_utilization_ratio"], **held) == pytest.approx(0.87)
     assert by_labels(found["labportal_gpu_memory_used_bytes"], **held) == 1024 * 1024 * 1024
@@ -102,20 +105,103 @@ def test_a_gpu_held_by_a_job_carries_its_readings_and_holder(
     assert found["labportal_gpu_ecc_errors"].type == "counter"
     assert by_labels(found["labportal_gpu_ecc_errors"], "_total", **held) == 3
     assert by_labels(found["labportal_gpu_xid_errors"], "_total", **held) == 1
-    idle = {"uuid": "GPU-bbb", "user": "", "job_id": ""}
-    assert by_labels(found["labportal_gpu_allocated"], **idle) == 0
-    assert by_labels(found["labportal_gpu_utilization_ratio"], **idle) == pytest.approx(0.05)
-    assert set(found["labportal_gpu_utilization_ratio"].samples[0].labels) == {
-        "node",
-        "gpu",
-        "uuid",
-        "model",
-        "user",
-        "job_id",
-    }
+    assert by_labels(found["labportal_gpu_allocated"], gpu="1") == 0
+    assert by_labels(found["labportal_gpu_utilization_ratio"], gpu="1") == pytest.approx(0.05)
+    # Per-job detail stays out of the GPU's own series: they live as long as the GPU.
+    gpu_families = [f for name, f in found.items() if name.startswith("labportal_gpu_")]
+    for family in gpu_families:
+        if family.name in ("labportal_gpu_info", "labportal_gpu_job_info"):
+            continue
+        assert family.samples, family.name
+        assert {k for s in family.samples for k in s.labels} == GPU_SERIES_LABELS, family.name
+    # The holder is its own series, for the GPU a job holds now and for no other.
+    holders = found["labportal_gpu_job_info"]
+    assert holders.type == "gauge"
+    assert [(s.labels, s.value) for s in holders.samples] == [
+        ({"node": "gpu01", "gpu": "0", "job_id": str(job.pk), "user": "alice"}, 1.0)
+    ]
+    assert by_labels(found["labportal_gpu_info"], gpu="0", uuid="GPU-aaa", kind="gpu") == 1
 
 
-def test_the_scrape_is_byte_for_byte_what_prometheus_client_would_write(
+def test_the_job_info_names_the_current_job_only_and_goes_when_it_ends(
+    registered_node: Any, scrape_token: str, alice: Any, bob: Any
+) -> None:
+    node, _secret = registered_node
+    aaa = Gpu.objects.get(uuid="GPU-aaa")
+    first = job_on(node, alice)
+    Allocation.objects.create(job=first, gpu=aaa)
+    assert {
+        s.labels["job_id"] for s in families(scrape_token)["labportal_gpu_job_info"].samples
+    } == {str(first.pk)}
+
+    Allocation.objects.filter(job=first).update(active=False)
+    Job.objects.filter(pk=first.pk).update(state=Job.State.COMPLETED, ended_at=timezone.now())
+    ended = families(scrape_token)
+    assert ended["labportal_gpu_job_info"].samples == []
+    assert by_labels(ended["labportal_gpu_allocated"], gpu="0") == 0
+
+    second = job_on(node, bob)
+    Allocation.objects.create(job=second, gpu=aaa)
+    now_held = families(scrape_token)["labportal_gpu_job_info"].samples
+    assert [s.labels for s in now_held] == [
+        {"node": "gpu01", "gpu": "0", "job_id": str(second.pk), "user": "bob"}
+    ]
+
+
+def test_the_series_do_not_grow_with_the_jobs_a_lab_has_run(
+    registered_node: Any, scrape_token: str, alice: Any
+) -> None:
+    node, secret = registered_node
+    gpus = list(Gpu.objects.order_by("index"))
+
+    def series() -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+        samples_ingest("gpu01", secret, [a_sample(g.uuid, time.time()) for g in gpus])
+        found = families(scrape_token)
+        return {
+            (s.name, tuple(sorted(s.labels.items()))) for f in found.values() for s in f.samples
+        }
+
+    idle = series()
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for _round in range(5):
+        jobs = [job_on(node, alice) for _gpu in gpus]
+        for job, gpu in zip(jobs, gpus, strict=True):
+            Allocation.objects.create(job=job, gpu=gpu)
+        seen |= series()
+        Allocation.objects.filter(active=True).update(active=False)
+        Job.objects.filter(pk__in=[j.pk for j in jobs]).update(state=Job.State.COMPLETED)
+        seen |= series()
+
+    def long_lived(found: set[tuple[str, tuple[tuple[str, str], ...]]]) -> set[Any]:
+        return {s for s in found if s[0] != "labportal_gpu_job_info" and "_age_" not in s[0]}
+
+    # Ten jobs later, the same long-lived series as before any, and one short-lived
+    # holder series per job and GPU (each only while its job ran).
+    assert long_lived(seen) == long_lived(idle)
+    assert len([s for s in seen if s[0] == "labportal_gpu_job_info"]) == 10
+    assert {s for s in series() if s[0] == "labportal_gpu_job_info"} == set()
+
+
+def test_a_gpu_that_replaced_a_missing_one_keeps_its_place_and_labels_stay_unique(
+    registered_node: Any, scrape_token: str, issue_token: Any
+) -> None:
+    node, secret = registered_node
+    # GPU-aaa is swapped for GPU-ccc in slot 0: the old row stays, missing.
+    node_register("gpu01", secret, register_info(gpu_entry("GPU-ccc", 0), gpu_entry("GPU-bbb", 1)))
+    assert Gpu.objects.get(uuid="GPU-aaa").state == Gpu.State.MISSING
+
+    found = families(scrape_token)
+
+    info = found["labportal_gpu_info"]
+    assert by_labels(info, node="gpu01", gpu="0") == 1
+    assert by_labels(info, uuid="GPU-ccc", gpu="0") == 1
+    assert by_labels(info, uuid="GPU-aaa", gpu="0/GPU-aaa") == 1
+    for family in found.values():
+        identities = [(s.name, tuple(sorted(s.labels.items()))) for s in family.samples]
+        assert len(identities) == len(set(identities)), family.name
+
+
+def test_the_scrape_is_prometheus_clients_own_exposition(
     registered_node: Any, scrape_token: str, alice: Any
 ) -> None:
     node, secret = registered_node
@@ -123,15 +209,18 @@ def test_the_scrape_is_byte_for_byte_what_prometheus_client_would_write(
     Allocation.objects.create(job=job_on(node, alice), gpu=Gpu.objects.get(uuid="GPU-aaa"))
     samples_ingest("gpu01", secret, [a_sample("GPU-aaa", ecc_errors=2), a_sample("GPU-bbb")])
     scheduling_pass_task()
-    registry = metrics_registry()
 
     with time_machine.travel(timezone.now(), tick=False):
-        ours = metrics_text(registry)
-        theirs = generate_latest(registry)
+        served = scrape(scrape_token)
+        written = generate_latest(metrics_registry())
 
-    assert b'model="Odd \\"model\\" \\\\ with\\na newline"' in ours
-    assert b"labportal_scheduling_pass_duration_seconds_bucket{" in ours
-    assert ours == theirs
+    assert served["Content-Type"] == CONTENT_TYPE_LATEST
+    assert served.content == written
+    assert b"labportal_scheduling_pass_duration_seconds_bucket{" in served.content
+    parsed = {f.name: f for f in text_string_to_metric_families(served.content.decode())}
+    assert by_labels(parsed["labportal_gpu_info"], uuid="GPU-bbb", gpu="1") == 1
+    odd = [s for s in parsed["labportal_gpu_info"].samples if s.labels["uuid"] == "GPU-bbb"]
+    assert odd[0].labels["model"] == 'Odd "model" \\ with\na newline'
 
 
 def test_a_silent_gpu_keeps_its_info_but_no_stale_reading(
@@ -144,7 +233,7 @@ def test_a_silent_gpu_keeps_its_info_but_no_stale_reading(
 
     assert by_labels(found["labportal_gpu_info"], uuid="GPU-aaa", kind="gpu") == 1
     assert not [s for s in found["labportal_gpu_utilization_ratio"].samples]
-    assert by_labels(found["labportal_gpu_sample_age_seconds"], uuid="GPU-aaa") >= 3600
+    assert by_labels(found["labportal_gpu_sample_age_seconds"], gpu="0") >= 3600
 
 
 def test_nodes_queues_waits_reservations_and_credits(
