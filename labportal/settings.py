@@ -84,6 +84,7 @@ THIRD_PARTY_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_filters",
     "django_htmx",
 ]
 LOCAL_APPS = [
@@ -116,6 +117,7 @@ MIDDLEWARE = [
     "core.log_context.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "labportal.middleware.SecurityHeadersMiddleware",
+    "core.api_versioning.UnversionedApiDeprecationMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -288,6 +290,10 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "core.parsers.StrictMultiPartParser",
     ],
+    # Every list's filters are django-filter FilterSets (core/api_filters.py): checked, and
+    # in the schema. The version is in the path, /api/v1/ (docs/api.md: versions, deprecation).
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_VERSIONING_CLASS": "core.api_versioning.PathVersioning",
     "DEFAULT_PAGINATION_CLASS": "core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "core.api_errors.domain_exception_handler",
@@ -327,6 +333,10 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "LabPortal API",
     "DESCRIPTION": "Jobs, queues, reservations, credits and telemetry of a lab's GPU servers.",
     "VERSION": "1",
+    # Versioned paths only (/api/v1/...); operation ids and tags as without the version.
+    "PREPROCESSING_HOOKS": ["core.api_versioning.versioned_paths_only"],
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "ENUM_NAME_OVERRIDES": {"ReportTaskKindEnum": "reports.models.ReportTask.Kind"},
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
