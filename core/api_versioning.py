@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.utils.http import http_date
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext as _
 from rest_framework import versioning
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -37,7 +37,6 @@ class PathVersioning(versioning.URLPathVersioning):
 
     default_version = CURRENT
     allowed_versions = VERSIONS
-    invalid_version_message = _("No such API version; the versions are: 1 (/api/v1/).")
 
     def determine_version(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if self.version_param in kwargs:  # the schema generator names the version it documents
@@ -45,7 +44,7 @@ class PathVersioning(versioning.URLPathVersioning):
         match = _VERSIONED.match(request.path_info)
         version = match["version"] if match else self.default_version
         if not self.is_allowed_version(version):
-            raise NotFound(self.invalid_version_message)
+            raise NotFound(_("No such API version; the versions are: 1 (/api/v1/)."))
         return version
 
     def reverse(self, viewname: str, *args: Any, **kwargs: Any) -> str:

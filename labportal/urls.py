@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -12,7 +12,7 @@ admin.site.site_header = _("LabPortal administration")
 admin.site.site_title = _("LabPortal admin")
 admin.site.index_title = _("Lab settings, people and machines")
 
-api_urls = [
+api_urls: list[URLPattern | URLResolver] = [
     path("", include("joblogs.api_urls")),
     path("", include("jobqueue.api_urls")),
     path("", include("reservations.api_urls")),
