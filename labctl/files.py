@@ -46,7 +46,9 @@ def cmd_files_ls(client: Client, target: str | None, as_json: bool) -> int:
     remote = split_remote(target)
     if remote is None:
         raise UsageError(f"{target!r} is not a place: use volume:NAME[/PATH] or job:ID[/PATH]")
-    body = client.request("GET", "/api/v1/files/list/", params={"place": remote[0], "path": remote[1]})
+    body = client.request(
+        "GET", "/api/v1/files/list/", params={"place": remote[0], "path": remote[1]}
+    )
     if as_json:
         dump_json(body)
         return 0
