@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from datetime import date
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, viewsets
@@ -26,6 +26,7 @@ from accounts.serializers import (
     LedgerEntrySerializer,
     NotificationSerializer,
 )
+from core.api_filters import ChoiceFilter, FlagFilter, PatternFilter
 from core.api_schema import SingleObjectAutoSchema
 
 USER_PARAM = OpenApiParameter("user", str, description="Staff only: another member's username.")
@@ -65,45 +66,50 @@ class CreditViewSet(viewsets.GenericViewSet):
         )
 
 
+class LedgerEntryFilter(filters.FilterSet):
+    kind = ChoiceFilter(choices=LedgerEntry.Kind.choices, help_text="Only entries of this kind.")
+    month = PatternFilter(
+        regex=MONTH_PATTERN,
+        example=gettext_lazy("Give the month as YYYY-MM, e.g. 2025-03."),
+        method="filter_month",
+        help_text="Only entries of this calendar month, YYYY-MM.",
+    )
+
+    class Meta:
+        model = LedgerEntry
+        fields = ["kind", "month"]
+
+    def filter_month(self, queryset: QuerySet[LedgerEntry], name: str, value: str) -> Any:
+        year, month = value.split("-")
+        return queryset.filter(created_at__year=int(year), created_at__month=int(month))
+
+
 class LedgerEntryViewSet(viewsets.ReadOnlyModelViewSet[LedgerEntry]):
     """Ledger entries, newest first. Filter with ?kind=charge&month=2025-03; staff may add ?user=."""
 
     serializer_class = LedgerEntrySerializer
+    queryset = LedgerEntry.objects.none()  # the model, for the schema
+    filterset_class = LedgerEntryFilter
 
     @extend_schema(
-        parameters=[
-            USER_PARAM,
-            OpenApiParameter("kind", str, enum=LedgerEntry.Kind.values),
-            OpenApiParameter("month", str, description="YYYY-MM"),
-        ],
+        parameters=[USER_PARAM],
         responses={200: LedgerEntrySerializer(many=True), 404: NO_SUCH_MEMBER},
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[LedgerEntry]:
-        params = self.request.query_params
-        if self.request.user.is_staff and not params.get("user"):
-            qs = LedgerEntry.objects.select_related("account__user")
-        else:
-            qs = selectors.ledger_for(_subject(self.request)).select_related("account__user")
-        kind = params.get("kind")
-        if kind:
-            if kind not in LedgerEntry.Kind.values:
-                raise ValidationError(
-                    {
-                        "kind": _("Unknown kind “%(kind)s”; use one of: %(kinds)s.")
-                        % {"kind": kind, "kinds": ", ".join(LedgerEntry.Kind.values)}
-                    }
-                )
-            qs = qs.filter(kind=kind)
-        month = params.get("month")
-        if month:
-            if not re.fullmatch(MONTH_PATTERN, month):
-                raise ValidationError({"month": _("Give the month as YYYY-MM, e.g. 2025-03.")})
-            first = date(int(month[:4]), int(month[5:]), 1)
-            qs = qs.filter(created_at__year=first.year, created_at__month=first.month)
-        return qs
+        if self.request.user.is_staff and not self.request.query_params.get("user"):
+            return LedgerEntry.objects.select_related("account__user")
+        return selectors.ledger_for(_subject(self.request)).select_related("account__user")
+
+
+class NotificationFilter(filters.FilterSet):
+    unread = FlagFilter(only=Q(read_at__isnull=True), help_text="`true`: only the unread ones.")
+
+    class Meta:
+        model = Notification
+        fields = ["unread"]
 
 
 class NotificationViewSet(
@@ -112,10 +118,11 @@ class NotificationViewSet(
     """Your notifications, newest first (?unread=true for the unread ones). Staff too see only their own."""
 
     serializer_class = NotificationSerializer
+    queryset = Notification.objects.none()  # the model, for the schema
+    filterset_class = NotificationFilter
 
     def get_queryset(self) -> QuerySet[Notification]:
-        unread = self.request.query_params.get("unread") in ("1", "true")
-        return selectors.notifications_for(request_user(self.request), unread_only=unread)
+        return selectors.notifications_for(request_user(self.request))
 
     @extend_schema(request=None, responses=NotificationSerializer)
     @action(detail=True, methods=["post"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import QuerySet
+from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
@@ -12,7 +13,8 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from alerts import selectors, services
-from alerts.models import Alert
+from alerts.models import Alert, Kind
+from core.api_filters import ChoicesFilter
 
 
 class AlertSerializer(serializers.ModelSerializer[Alert]):
@@ -48,20 +50,26 @@ class AlertSerializer(serializers.ModelSerializer[Alert]):
         read_only_fields = fields
 
 
+class AlertFilter(filters.FilterSet):
+    state = ChoicesFilter(choices=Alert.State.choices, help_text="Only alerts in these states.")
+    kind = ChoicesFilter(choices=Kind.choices, help_text="Only alerts of these kinds.")
+
+    class Meta:
+        model = Alert
+        fields = ["state", "kind"]
+
+
 class AlertViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Alert]
 ):
     """Alerts, newest first. ?state=firing|acknowledged|resolved and ?kind= filter. Texts follow Accept-Language."""
 
     serializer_class = AlertSerializer
+    queryset = Alert.objects.none()  # the model, for the schema
+    filterset_class = AlertFilter
 
     def get_queryset(self) -> QuerySet[Alert]:
-        qs = selectors.alerts_visible_to(request_user(self.request)).order_by("-fired_at", "-id")
-        for key in ("state", "kind"):
-            value = self.request.query_params.get(key)
-            if value:
-                qs = qs.filter(**{key: value})
-        return qs
+        return selectors.alerts_visible_to(request_user(self.request)).order_by("-fired_at", "-id")
 
     @extend_schema(request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])

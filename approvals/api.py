@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from approvals import services as approvals
-from core.api_params import choices_param, choices_schema_param
+from core.api_filters import ChoicesFilter
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 
 
@@ -107,26 +108,27 @@ class EmergencyCreateSerializer(serializers.Serializer):
     hours = serializers.IntegerField(min_value=1, max_value=32767, required=False)
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            choices_schema_param(
-                "state", PriorityGrant.State.values, "Only grants in these states."
-            )
-        ]
+class GrantFilter(filters.FilterSet):
+    state = ChoicesFilter(
+        choices=PriorityGrant.State.choices, help_text="Only grants in these states."
     )
-)
+
+    class Meta:
+        model = PriorityGrant
+        fields = ["state"]
+
+
 class GrantViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[PriorityGrant]
 ):
     """Priority grants for the `high` queue. ?state=pending filters; staff approve or reject."""
 
     serializer_class = PriorityGrantSerializer
+    queryset = PriorityGrant.objects.none()  # the model, for the schema
+    filterset_class = GrantFilter
 
     def get_queryset(self) -> QuerySet[PriorityGrant]:
-        qs = approvals.grants_visible_to(request_user(self.request))
-        states = choices_param(self.request, "state", PriorityGrant.State.values)
-        return qs.filter(state__in=states) if states else qs
+        return approvals.grants_visible_to(request_user(self.request))
 
     @extend_schema(request=GrantApplySerializer, responses={201: PriorityGrantSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -164,26 +166,27 @@ class GrantViewSet(
         return Response(PriorityGrantSerializer(grant).data)
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            choices_schema_param(
-                "state", EmergencyRequest.State.values, "Only requests in these states."
-            )
-        ]
+class EmergencyFilter(filters.FilterSet):
+    state = ChoicesFilter(
+        choices=EmergencyRequest.State.choices, help_text="Only requests in these states."
     )
-)
+
+    class Meta:
+        model = EmergencyRequest
+        fields = ["state"]
+
+
 class EmergencyViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[EmergencyRequest]
 ):
     """Emergency requests: top priority for named waiting jobs, a limited number of times per period."""
 
     serializer_class = EmergencyRequestSerializer
+    queryset = EmergencyRequest.objects.none()  # the model, for the schema
+    filterset_class = EmergencyFilter
 
     def get_queryset(self) -> QuerySet[EmergencyRequest]:
-        qs = approvals.emergencies_visible_to(request_user(self.request))
-        states = choices_param(self.request, "state", EmergencyRequest.State.values)
-        return qs.filter(state__in=states) if states else qs
+        return approvals.emergencies_visible_to(request_user(self.request))
 
     @extend_schema(request=EmergencyCreateSerializer, responses={201: EmergencyRequestSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable, Iterable
+from email.utils import getaddresses
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -126,3 +127,43 @@ def env_networks(
                 f"e.g. {name}=127.0.0.1,10.0.0.0/8 (got {item!r})."
             ) from None
     return tuple(networks)
+
+
+def admins_from(value: str | None) -> list[tuple[str, str]]:
+    """ADMINS="Ann Lee <ann@lab.example.org>, ops@lab.example.org" as Django's (name, email)
+    pairs; an entry without an @ is refused with the form to use."""
+    if not value or not value.strip():
+        return []
+    admins = []
+    for name, email in getaddresses([value]):
+        if "@" not in email:
+            raise ImproperlyConfigured(
+                f"ADMINS has an entry without an email address ({name or email!r}); write it "
+                'as ADMINS="Ann Lee <ann@lab.example.org>, ops@lab.example.org"'
+            )
+        admins.append((name or email, email))
+    return admins
+
+
+def sample_rate_from(value: str | None) -> float:
+    """SENTRY_TRACES_SAMPLE_RATE: the share of requests traced, 0 (the default) to 1."""
+    if not value:
+        return 0.0
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise ImproperlyConfigured(
+            f"SENTRY_TRACES_SAMPLE_RATE must be a number from 0 to 1 (got {value!r}), "
+            "e.g. SENTRY_TRACES_SAMPLE_RATE=0.05 to trace one request in twenty"
+        )
+    return rate
+
+
+def env_admins(name: str) -> list[tuple[str, str]]:
+    return admins_from(env_str(name))
+
+
+def env_sample_rate(name: str) -> float:
+    return sample_rate_from(env_str(name))

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -11,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.auth import request_user
-from core.api_params import choices_param, choices_schema_param
+from core.api_filters import ChoicesFilter, FlagFilter
 from jobqueue import executor, selectors, services, submit
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
@@ -24,36 +26,34 @@ from jobqueue.serializers import (
 )
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            choices_schema_param("state", Job.State.values, "Only jobs in these states."),
-            OpenApiParameter("queue", str, description="Only jobs in this queue (its name)."),
-            OpenApiParameter(
-                "active", str, enum=["true", "1"], description="Only waiting and running jobs."
-            ),
-        ]
+class JobFilter(filters.FilterSet):
+    state = ChoicesFilter(choices=Job.State.choices, help_text="Only jobs in these states.")
+    queue = filters.CharFilter(
+        field_name="queue__name", help_text="Only jobs in this queue (its name)."
     )
-)
+    active = FlagFilter(
+        only=Q(state__in=Job.WAITING_STATES) | Q(state__in=Job.ACTIVE_STATES),
+        help_text="`true`: only waiting and running jobs.",
+    )
+
+    class Meta:
+        model = Job
+        fields = ["state", "queue", "active"]
+
+
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
     """Your jobs (every job for staff). Filter with ?state=pending,running&queue=normal&active=true."""
 
     serializer_class = JobSerializer
+    queryset = Job.objects.none()  # the model, for the schema; get_queryset picks the rows
+    filterset_class = JobFilter
     throttle_scopes = {"create": "submit", "batch": "submit"}
 
     def get_queryset(self) -> Any:
-        jobs = (
+        return (
             selectors.jobs_visible_to(self.request.user)
             .select_related("slurm")
             .prefetch_related("allocations__gpu", "mounts", "depends_on")
-        )
-        params = self.request.query_params
-        states = choices_param(self.request, "state", Job.State.values)
-        return selectors.jobs_filtered(
-            jobs,
-            state=",".join(states) or None,
-            queue=params.get("queue"),
-            active=True if params.get("active") in ("1", "true") else None,
         )
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})

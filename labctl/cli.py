@@ -340,7 +340,7 @@ def cmd_login(args: argparse.Namespace, _client: Client | None) -> int:
         )
     who = None
     if not args.no_verify:
-        who = Client(url, token).get("/api/credits/").get("username")
+        who = Client(url, token).get("/api/v1/credits/").get("username")
     path = config.write_file(url, token)
     if args.json:
         dump_json({"url": url, "username": who, "config": str(path)})
@@ -384,8 +384,8 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
         payload["mounts"] = list(args.mount)
     if args.array:
         return _submit_array(args, client, payload)
-    created = client.post("/api/jobs/", payload)
-    job = client.get(f"/api/jobs/{created['id']}/")
+    created = client.post("/api/v1/jobs/", payload)
+    job = client.get(f"/api/v1/jobs/{created['id']}/")
     if args.json:
         dump_json(job)
         return EXIT_OK
@@ -418,7 +418,7 @@ def _submit_array(args: argparse.Namespace, client: Client, payload: dict[str, A
         if payload.get("name"):
             job["name"] = f"{payload['name']}[{index}]"
         jobs.append(job)
-    created = client.post("/api/jobs/batch/", {"jobs": jobs})
+    created = client.post("/api/v1/jobs/batch/", {"jobs": jobs})
     if args.json:
         dump_json(created)
         return EXIT_OK
@@ -441,7 +441,7 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
         return _job_details(args, client)
     active = None if (args.all or args.state) else "true"
     jobs = client.get_list(
-        "/api/jobs/", limit=args.limit, active=active, state=args.state, queue=args.queue
+        "/api/v1/jobs/", limit=args.limit, active=active, state=args.state, queue=args.queue
     )
     if args.json:
         dump_json(jobs)
@@ -485,8 +485,8 @@ def _command_line(command: list[Any]) -> str:
 
 
 def _job_details(args: argparse.Namespace, client: Client) -> int:
-    job = client.get(f"/api/jobs/{args.job_id}/")
-    events = client.get(f"/api/jobs/{args.job_id}/events/")
+    job = client.get(f"/api/v1/jobs/{args.job_id}/")
+    events = client.get(f"/api/v1/jobs/{args.job_id}/events/")
     if args.json:
         dump_json({**job, "events": events})
         return EXIT_OK
@@ -559,7 +559,7 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_queue(args: argparse.Namespace, client: Client) -> int:
-    overview = client.get("/api/queues/overview/")
+    overview = client.get("/api/v1/queues/overview/")
     if args.json:
         dump_json(overview)
         return EXIT_OK
@@ -610,7 +610,7 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
     done = []
     for job_id in args.job_ids:
         try:
-            job = client.post(f"/api/jobs/{job_id}/cancel/")
+            job = client.post(f"/api/v1/jobs/{job_id}/cancel/")
         except ApiRefusal as error:
             message = error.message
             if error.status == 404:
@@ -654,7 +654,7 @@ def cmd_session(args: argparse.Namespace, client: Client) -> int:
         for key in ("queue", "gpus", "time_limit_s", "reservation"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
-        session = client.post("/api/sessions/", json=body)
+        session = client.post("/api/v1/sessions/", json=body)
         if args.json:
             dump_json(session)
         else:
@@ -663,7 +663,7 @@ def cmd_session(args: argparse.Namespace, client: Client) -> int:
             print(f"Open it with: labctl session open {job['id']}")
         return EXIT_OK
     if args.action == "list":
-        rows = client.get_list("/api/sessions/")
+        rows = client.get_list("/api/v1/sessions/")
         if args.json:
             dump_json(rows)
         else:
@@ -687,13 +687,13 @@ def cmd_session(args: argparse.Namespace, client: Client) -> int:
         print(f"error: session {args.action} needs the session's ID", file=sys.stderr)
         return EXIT_REFUSED
     if args.action == "stop":
-        session = client.post(f"/api/sessions/{args.session_id}/stop/")
+        session = client.post(f"/api/v1/sessions/{args.session_id}/stop/")
         if args.json:
             dump_json(session)
         else:
             print(f"Session {args.session_id}: stop requested ({session['job']['state']}).")
         return EXIT_OK
-    session = client.get(f"/api/sessions/{args.session_id}/")
+    session = client.get(f"/api/v1/sessions/{args.session_id}/")
     url = client.url + session["url"]
     if args.json:
         dump_json({**session, "url": url})
@@ -722,8 +722,8 @@ def new_output(previous: str, current: str) -> str:
 def cmd_logs(args: argparse.Namespace, client: Client) -> int:
     """The job's whole log (or its last ``--tail`` lines), then with ``-f`` its new output."""
     if args.refresh:
-        client.get(f"/api/jobs/{args.job_id}/logs/", refresh="1")
-    path = f"/api/jobs/{args.job_id}/log/"
+        client.get(f"/api/v1/jobs/{args.job_id}/logs/", refresh="1")
+    path = f"/api/v1/jobs/{args.job_id}/log/"
     body = client.get(path, tail=args.tail) if args.tail is not None else client.get(path)
     if args.json and not args.follow:
         dump_json(body)
@@ -773,7 +773,7 @@ def _logs_tail_only(args: argparse.Namespace, client: Client, body: dict[str, An
             print(f"(no output yet; job {args.job_id} is {body.get('state')})", file=sys.stderr)
         return EXIT_OK
     state = body.get("state")
-    path = f"/api/jobs/{args.job_id}/log/"
+    path = f"/api/v1/jobs/{args.job_id}/log/"
     while state not in FINAL_JOB_STATES:
         time.sleep(FOLLOW_INTERVAL_S)
         body = client.get(path)
@@ -859,7 +859,7 @@ def cmd_book(args: argparse.Namespace, client: Client) -> int:
         # The API books by node or GPU ids; find a node with N GPUs free at exactly that time.
         try:
             slot = client.get(
-                "/api/reservations/suggest/",
+                "/api/v1/reservations/suggest/",
                 gpu_count=args.gpus,
                 hours=f"{args.hours:.2f}",
                 after=start.isoformat(),
@@ -877,7 +877,7 @@ def cmd_book(args: argparse.Namespace, client: Client) -> int:
                 body={"suggestion": slot},
             )
         payload.update(gpus=slot["gpus"])
-    reservation = client.post("/api/reservations/", payload)
+    reservation = client.post("/api/v1/reservations/", payload)
     if args.json:
         dump_json(reservation)
     else:
@@ -888,7 +888,7 @@ def cmd_book(args: argparse.Namespace, client: Client) -> int:
 def _book_action(args: argparse.Namespace, client: Client) -> int:
     if args.reservation_id is None:
         raise UsageError(f"Which booking? labctl book {args.action} ID (see labctl bookings)")
-    path = f"/api/reservations/{args.reservation_id}/"
+    path = f"/api/v1/reservations/{args.reservation_id}/"
     if args.action == "extend":
         if (args.hours is None) == (args.until is None):
             raise UsageError("Extend by --hours H or to --until TIME (one of the two).")
@@ -912,7 +912,7 @@ def _book_action(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_bookings(args: argparse.Namespace, client: Client) -> int:
-    bookings = client.get_list("/api/reservations/", state=args.state)
+    bookings = client.get_list("/api/v1/reservations/", state=args.state)
     if not args.all and not args.state:
         bookings = [b for b in bookings if b.get("state") in ("booked", "active")]
     if args.json:
@@ -949,7 +949,7 @@ def cmd_bookings(args: argparse.Namespace, client: Client) -> int:
 
 def cmd_suggest(args: argparse.Namespace, client: Client) -> int:
     slot = client.get(
-        "/api/reservations/suggest/",
+        "/api/v1/reservations/suggest/",
         gpu_count=args.gpus,
         hours=f"{args.hours:.2f}",
         node=args.node,
@@ -967,9 +967,9 @@ def cmd_suggest(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_credits(args: argparse.Namespace, client: Client) -> int:
-    summary = client.get("/api/credits/")
+    summary = client.get("/api/v1/credits/")
     entries = (
-        client.get_list("/api/ledger/", limit=max(args.entries, 1)) if args.entries > 0 else []
+        client.get_list("/api/v1/ledger/", limit=max(args.entries, 1)) if args.entries > 0 else []
     )
     if args.json:
         dump_json({"credits": summary, "ledger": entries})

@@ -29,7 +29,7 @@ def split_remote(text: str) -> tuple[str, str] | None:
 
 def cmd_files_ls(client: Client, target: str | None, as_json: bool) -> int:
     if not target:
-        body = client.get("/api/files/")
+        body = client.get("/api/v1/files/")
         if as_json:
             dump_json(body)
             return 0
@@ -46,7 +46,9 @@ def cmd_files_ls(client: Client, target: str | None, as_json: bool) -> int:
     remote = split_remote(target)
     if remote is None:
         raise UsageError(f"{target!r} is not a place: use volume:NAME[/PATH] or job:ID[/PATH]")
-    body = client.request("GET", "/api/files/list/", params={"place": remote[0], "path": remote[1]})
+    body = client.request(
+        "GET", "/api/v1/files/list/", params={"place": remote[0], "path": remote[1]}
+    )
     if as_json:
         dump_json(body)
         return 0
@@ -82,7 +84,7 @@ def _download(client: Client, remote: tuple[str, str], local: Path) -> int:
         raise UsageError(f"{place}/{path} is a folder; name a file to copy, e.g. {place}/out.txt")
     target = local / path.rsplit("/", 1)[-1] if local.is_dir() else local
     response = client.send(
-        "GET", "/api/files/download/", params={"place": place, "path": path}, stream=True
+        "GET", "/api/v1/files/download/", params={"place": place, "path": path}, stream=True
     )
     partial = target.with_name(f".{target.name}.labctl-part")
     try:
@@ -107,7 +109,7 @@ def _upload(client: Client, local: Path, remote: tuple[str, str], overwrite: boo
     with open(local, "rb") as handle:
         body: Any = client.send(
             "POST",
-            "/api/files/upload/",
+            "/api/v1/files/upload/",
             data={"place": place, "path": folder.rstrip("/"), "overwrite": str(overwrite).lower()},
             files={"file": (name, handle)},
         ).json()

@@ -15,7 +15,9 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from core.beat_schedule import AppsBeatSchedule
 from core.envvars import (
+    env_admins,
     env_bool,
     env_choice,
     env_int,
@@ -23,6 +25,7 @@ from core.envvars import (
     env_list,
     env_networks,
     env_required,
+    env_sample_rate,
     env_str,
     env_str_map,
     env_url,
@@ -32,8 +35,8 @@ from core.envvars import (
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Created when Django starts (labportal/apps.py), not when the settings are read.
 VAR_DIR = Path(env_str("LABPORTAL_VAR_DIR", str(BASE_DIR / "var")) or "")
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", True)
 
@@ -84,6 +87,7 @@ THIRD_PARTY_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_filters",
     "django_htmx",
 ]
 LOCAL_APPS = [
@@ -116,6 +120,7 @@ MIDDLEWARE = [
     "core.log_context.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "labportal.middleware.SecurityHeadersMiddleware",
+    "core.api_versioning.UnversionedApiDeprecationMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -224,7 +229,6 @@ USE_TZ = True
 STATIC_URL = "/static/"
 # The container image collects static files at build time, outside the data volume.
 STATIC_ROOT = Path(env_str("LABPORTAL_STATIC_ROOT", str(VAR_DIR / "static")) or "")
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # htmx, uPlot and xterm.js come from the npm registry into node_modules/; see Makefile.
 STATICFILES_DIRS = [
     BASE_DIR / "static",
@@ -262,18 +266,13 @@ LABPORTAL_GRAFANA_URL = env_url(
 # --- Error reporting --------------------------------------------------------
 # With DEBUG=false, an unhandled error mails ADMINS ("Ann Lee <ann@lab.example.org>, ...");
 # SENTRY_DSN sends errors of requests, tasks and ERROR log records to Sentry as well.
-from labportal.error_reporting import admins_from, sample_rate_from, sentry_init  # noqa: E402
-
-ADMINS = admins_from(env_str("ADMINS"))
+ADMINS = env_admins("ADMINS")
 SERVER_EMAIL = env_str("SERVER_EMAIL", DEFAULT_FROM_EMAIL) or DEFAULT_FROM_EMAIL
+# Sentry is started with the apps (labportal/apps.py), from these.
 SENTRY_DSN = env_str("SENTRY_DSN") or ""
-if SENTRY_DSN:
-    sentry_init(
-        dsn=SENTRY_DSN,
-        environment=env_str("SENTRY_ENVIRONMENT", "production" if not DEBUG else "demo") or "",
-        release=env_str("SENTRY_RELEASE", "labportal") or "labportal",
-        traces_sample_rate=sample_rate_from(env_str("SENTRY_TRACES_SAMPLE_RATE")),
-    )
+SENTRY_ENVIRONMENT = env_str("SENTRY_ENVIRONMENT", "production" if not DEBUG else "demo") or ""
+SENTRY_RELEASE = env_str("SENTRY_RELEASE", "labportal") or "labportal"
+SENTRY_TRACES_SAMPLE_RATE = env_sample_rate("SENTRY_TRACES_SAMPLE_RATE")
 
 # --- REST API ---------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -288,6 +287,10 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "core.parsers.StrictMultiPartParser",
     ],
+    # Every list's filters are django-filter FilterSets (core/api_filters.py): checked, and
+    # in the schema. The version is in the path, /api/v1/ (docs/api.md: versions, deprecation).
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_VERSIONING_CLASS": "core.api_versioning.PathVersioning",
     "DEFAULT_PAGINATION_CLASS": "core.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "core.api_errors.domain_exception_handler",
@@ -326,7 +329,12 @@ LABPORTAL_API_RATES = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "LabPortal API",
     "DESCRIPTION": "Jobs, queues, reservations, credits and telemetry of a lab's GPU servers.",
-    "VERSION": "1",
+    # The API's version (info.version) is the one the schema is asked for: 1, /api/v1/.
+    "VERSION": None,
+    # Versioned paths only (/api/v1/...); operation ids and tags as without the version.
+    "PREPROCESSING_HOOKS": ["core.api_versioning.versioned_paths_only"],
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "ENUM_NAME_OVERRIDES": {"ReportTaskKindEnum": "reports.models.ReportTask.Kind"},
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -343,8 +351,6 @@ if not CELERY_BROKER_URL.startswith(("filesystem://", "redis://", "rediss://", "
     )
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("out", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "out"),
         "data_folder_out": str(BROKER_DIR / "out"),
@@ -590,6 +596,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = LABPORTAL_MAX_REQUEST_BYTES
 # HSTS is sent only on https responses (behind a proxy: X-Forwarded-Proto https).
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# The TLS proxy redirects http to https (deploy/, docs/deployment.md); SECURE_SSL_REDIRECT=true
+# makes the portal do it too. HSTS for subdomains and preloading are the domain's decision, not
+# the portal's: off unless set. So `check --deploy` does not warn about these three.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W008", "security.W021"]
 # The pages load only their own scripts and styles (htmx is served locally, with
 # its inline indicator style turned off in portal.js); style attributes stay
 # allowed for the calendar's bars.
@@ -612,17 +624,6 @@ if not DEBUG:
 
 # --- Periodic work -----------------------------------------------------------------
 # Each app keeps its periodic work next to its tasks, in <app>/beat.py: BEAT_SCHEDULE, or
-# beat_schedule(settings) given the values above (Slurm mode, backups on). These modules
-# import only Celery; an entry name two apps both use is a mistake, refused here.
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
-for _app in LOCAL_APPS:
-    if importlib.util.find_spec(f"{_app}.beat") is None:
-        continue
-    _beat = importlib.import_module(f"{_app}.beat")
-    _entries = (
-        _beat.beat_schedule(globals()) if hasattr(_beat, "beat_schedule") else _beat.BEAT_SCHEDULE
-    )
-    _twice = CELERY_BEAT_SCHEDULE.keys() & _entries.keys()
-    if _twice:
-        raise ImproperlyConfigured(f"beat entries named by two apps: {sorted(_twice)} ({_app})")
-    CELERY_BEAT_SCHEDULE.update(_entries)
+# beat_schedule(settings) given the values above (Slurm mode, backups on). They are read at
+# the schedule's first use (beat's start, `manage.py check`), not when the settings are.
+CELERY_BEAT_SCHEDULE = AppsBeatSchedule(LOCAL_APPS)

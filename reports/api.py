@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -13,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.auth import request_user
+from core.api_filters import ChoicesFilter
 from reports.models import ReportTask
 from reports.periods import period_from_params
 from reports.selectors import usage_report
@@ -51,6 +53,15 @@ class UsageReportView(APIView):
         return Response(body)
 
 
+class ReportTaskFilter(filters.FilterSet):
+    kind = ChoicesFilter(choices=ReportTask.Kind.choices, help_text="Only tasks of these kinds.")
+    state = ChoicesFilter(choices=ReportTask.State.choices, help_text="Only tasks in these states.")
+
+    class Meta:
+        model = ReportTask
+        fields = ["kind", "state"]
+
+
 class ReportTaskViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -60,6 +71,8 @@ class ReportTaskViewSet(
     """Replays (staff) and PDF reports, run by the control worker; poll until `state` is done."""
 
     serializer_class = ReportTaskSerializer
+    queryset = ReportTask.objects.none()  # the model, for the schema
+    filterset_class = ReportTaskFilter
     throttle_scopes = {"create": "report"}
 
     def get_queryset(self) -> QuerySet[ReportTask]:

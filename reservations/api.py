@@ -8,13 +8,14 @@ from typing import Any
 from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api_params import choices_param, choices_schema_param
+from core.api_filters import ChoicesFilter
 from reservations.errors import ReservationError
 from reservations.models import CalendarFeed, Reservation
 from reservations.selectors import reservation_suggest
@@ -41,15 +42,16 @@ def _refusal(error: ReservationError) -> Response:
     return Response(body, status=error.status_code)
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            choices_schema_param(
-                "state", Reservation.State.values, "Only bookings in these states."
-            )
-        ]
+class ReservationFilter(filters.FilterSet):
+    state = ChoicesFilter(
+        choices=Reservation.State.choices, help_text="Only bookings in these states."
     )
-)
+
+    class Meta:
+        model = Reservation
+        fields = ["state"]
+
+
 class ReservationViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -57,17 +59,16 @@ class ReservationViewSet(
     viewsets.GenericViewSet,
 ):
     serializer_class = ReservationSerializer
+    queryset = Reservation.objects.none()  # the model, for the schema
+    filterset_class = ReservationFilter
 
     def get_queryset(self) -> QuerySet[Reservation]:
-        queryset = (
+        return (
             Reservation.objects.for_user(self.request.user)
             .select_related("user")
             .prefetch_related("gpus__node")
+            .order_by("start", "pk")
         )
-        states = choices_param(self.request, "state", Reservation.State.values)
-        if states:
-            queryset = queryset.filter(state__in=states)
-        return queryset.order_by("start", "pk")
 
     @extend_schema(request=ReservationCreateSerializer, responses={201: ReservationSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

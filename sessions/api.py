@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -12,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.auth import request_user
+from core.api_filters import ChoicesFilter
 from jobqueue import selectors
 from jobqueue import services as job_services
 from jobqueue.models import Job
@@ -53,12 +55,25 @@ def _row(job: Job, *, ready: bool) -> dict[str, Any]:
     return {"job": job, "ready": ready, "url": opens, "terminal_url": terminal}
 
 
+class SessionFilter(filters.FilterSet):
+    state = ChoicesFilter(choices=Job.State.choices, help_text="Only sessions in these states.")
+    kind = ChoicesFilter(
+        choices=[(k, k) for k in SESSION_KINDS], help_text="Only sessions of these kinds."
+    )
+
+    class Meta:
+        model = Job
+        fields = ["state", "kind"]
+
+
 class SessionViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]
 ):
     """Your interactive sessions (every one for staff): jobs of kind jupyter or terminal."""
 
     serializer_class = SessionSerializer
+    queryset = Job.objects.none()  # the model, for the schema
+    filterset_class = SessionFilter
 
     def get_queryset(self) -> Any:
         return (

@@ -91,5 +91,5 @@ def test_the_job_page_shows_the_live_log_panel(alice: Any, logged_job: Any) -> N
     client.force_login(alice)
     page = client.get(f"/jobs/{logged_job.pk}/").content.decode()
     assert 'data-testid="job-log"' in page
-    assert f"/api/jobs/{logged_job.pk}/log/download/" in page
+    assert f"/api/v1/jobs/{logged_job.pk}/log/download/" in page
     assert "js/joblog.js" in page

@@ -128,7 +128,7 @@ def test_the_openapi_schema_and_docs_are_served_locally(alice: Any, client: Clie
     client.force_login(alice)
     schema = client.get("/api/schema/?format=json")
     assert schema.status_code == 200
-    assert "/api/jobs/{id}/cancel/" in json.loads(schema.content)["paths"]
+    assert "/api/v1/jobs/{id}/cancel/" in json.loads(schema.content)["paths"]
     docs = client.get("/api/docs/").content.decode()
     assert "drf_spectacular_sidecar" in docs or "/static/" in docs
     assert "cdn" not in docs.lower()

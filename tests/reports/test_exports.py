@@ -146,10 +146,10 @@ def test_a_cached_chart_is_named_by_its_data_and_language(db: Any) -> None:
 
 def test_the_schema_documents_the_usage_report(db: Any, admin_user: Any) -> None:
     schema = api_as(admin_user).get("/api/schema/?format=json").json()
-    operation = schema["paths"]["/api/reports/usage/"]["get"]
+    operation = schema["paths"]["/api/v1/reports/usage/"]["get"]
     assert {p["name"] for p in operation["parameters"]} >= {"period", "from", "to"}
     assert "UsageReport" in schema["components"]["schemas"]
-    assert "/api/reports/tasks/{id}/apply/" in schema["paths"]
+    assert "/api/v1/reports/tasks/{id}/apply/" in schema["paths"]
 
 
 @time_machine.travel(NOW, tick=False)

@@ -170,8 +170,8 @@ def test_the_schema_documents_the_reservation_actions(alice: Any) -> None:
     client.force_login(alice)
     schema = client.get("/api/schema/").content.decode()
     for path in (
-        "/api/reservations/{id}/cancel/",
-        "/api/reservations/{id}/extend/",
-        "/api/reservations/suggest/",
+        "/api/v1/reservations/{id}/cancel/",
+        "/api/v1/reservations/{id}/extend/",
+        "/api/v1/reservations/suggest/",
     ):
         assert path in schema

@@ -151,12 +151,12 @@ def test_lab_daily_gives_allocated_share_and_real_utilisation(gpus: list[Gpu], a
 def test_the_schema_documents_the_chart_endpoints(alice: Any) -> None:
     schema = api_as(alice).get("/api/schema/?format=json").json()
     for path in (
-        "/api/telemetry/gpu-series/",
-        "/api/telemetry/lab-daily/",
-        "/api/telemetry/job-series/{job_id}/",
+        "/api/v1/telemetry/gpu-series/",
+        "/api/v1/telemetry/lab-daily/",
+        "/api/v1/telemetry/job-series/{job_id}/",
     ):
         assert path in schema["paths"], sorted(schema["paths"])
     parameters = {
-        p["name"] for p in schema["paths"]["/api/telemetry/gpu-series/"]["get"]["parameters"]
+        p["name"] for p in schema["paths"]["/api/v1/telemetry/gpu-series/"]["get"]["parameters"]
     }
     assert {"range", "node", "gpu", "points"} <= parameters

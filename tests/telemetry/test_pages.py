@@ -85,7 +85,7 @@ def test_the_gpus_page_offers_24_hours_and_7_days_of_history(
 ) -> None:
     html = page(client, alice, reverse("gpu_live") + "?range=7d")
 
-    assert 'data-chart-url="/api/telemetry/gpu-series/?range=7d"' in html
+    assert 'data-chart-url="/api/v1/telemetry/gpu-series/?range=7d"' in html
     assert html.count('data-chart="') == 4
     assert "/static/vendor/uplot/uPlot.iife.min.js" in html
     assert "cdn" not in html.lower()
@@ -102,7 +102,7 @@ def test_a_started_jobs_page_charts_its_gpus(
 
     html = page(client, alice, reverse("job_detail", args=[job.pk]))
 
-    assert f'data-chart-url="/api/telemetry/job-series/{job.pk}/"' in html
+    assert f'data-chart-url="/api/v1/telemetry/job-series/{job.pk}/"' in html
 
 
 def test_the_lab_overview_lists_days_with_allocation_and_utilisation(
@@ -128,4 +128,4 @@ def test_the_lab_overview_lists_days_with_allocation_and_utilisation(
     assert 'data-testid="lab-days"' in html
     assert "65%" in html  # (60 + 18) / 120 of GPU time held
     assert "45%" in html  # mean of 70 and 20
-    assert 'data-chart-url="/api/telemetry/lab-daily/?days=90"' in html
+    assert 'data-chart-url="/api/v1/telemetry/lab-daily/?days=90"' in html
