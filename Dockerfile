@@ -41,8 +41,17 @@ WORKDIR /opt/labportal/app
 # `make lock`), every file checked against its hash; the project itself follows, without
 # dependencies.
 COPY requirements/portal.txt package-lock.json deploy/docker/fetch_npm_assets.py ./
+# python-ldap (LDAP sign-in) has no wheel: it builds here with a compiler and the OpenLDAP and
+# SASL headers, which are removed again; the image keeps only the run-time libraries.
 RUN set -eux; \
+    apt-get update; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      gcc libc6-dev libldap2-dev libsasl2-dev python3-dev; \
     pip install --require-hashes -r portal.txt; \
+    apt-mark manual libldap-2.5-0 libsasl2-2; \
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y --auto-remove \
+      gcc libc6-dev libldap2-dev libsasl2-dev python3-dev; \
+    rm -rf /var/lib/apt/lists/*; \
     python3 fetch_npm_assets.py .; \
     rm portal.txt
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -14,6 +15,10 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 
 from accounts import lockout
+from accounts.directory import apply_oidc
+
+# The provider_id of the campus OpenID Connect app (labportal/campus_login.py).
+CAMPUS_PROVIDER_ID = "campus"
 
 
 def _login_of(credentials: dict[str, Any]) -> str:
@@ -67,3 +72,23 @@ class LabAccountAdapter(DefaultAccountAdapter):
         )
         if locked is not None:
             raise forms.ValidationError(locked.message, code="too_many_login_attempts")
+
+
+class LabSocialAccountAdapter(DefaultSocialAccountAdapter):
+    """Campus OpenID Connect: a first sign-in creates the member (the campus vouches for
+    them, whatever LABPORTAL_SIGNUP_MODE says); every sign-in maps the groups claim to the
+    category and takes the unix uid where the provider sends one (accounts/directory.py)."""
+
+    def is_open_for_signup(self, request: HttpRequest, sociallogin: Any) -> bool:
+        return sociallogin.account.provider == CAMPUS_PROVIDER_ID
+
+    def save_user(self, request: HttpRequest, sociallogin: Any, form: Any = None) -> Any:
+        user = super().save_user(request, sociallogin, form)
+        if sociallogin.account.provider == CAMPUS_PROVIDER_ID:
+            apply_oidc(request, user, sociallogin.account.extra_data)
+        return user
+
+    def pre_social_login(self, request: HttpRequest, sociallogin: Any) -> None:
+        super().pre_social_login(request, sociallogin)
+        if sociallogin.is_existing and sociallogin.account.provider == CAMPUS_PROVIDER_ID:
+            apply_oidc(request, sociallogin.user, sociallogin.account.extra_data)

@@ -11,6 +11,9 @@ def portal(request: HttpRequest) -> dict[str, Any]:
     return {
         "LABPORTAL_SIMULATION": settings.LABPORTAL_ALLOW_SIMULATION,
         "SIGNUP_OPEN": settings.LABPORTAL_SIGNUP_MODE == "approval",
+        "CAMPUS_NAME": settings.LABPORTAL_CAMPUS_NAME,
+        "CAMPUS_LDAP": settings.LABPORTAL_LDAP_ENABLED,
+        "CAMPUS_OIDC": settings.LABPORTAL_OIDC_ENABLED,
         "credit_balance": _credit_balance(request),
         "unread_notifications": _unread_notifications(request),
     }

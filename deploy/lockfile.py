@@ -53,15 +53,15 @@ LOCKS = (
     Lock(
         "requirements/dev.txt",
         ("pyproject.toml", AGENT, LABCTL),
-        ("dev", "reports"),
-        what="make install, .ci/run: the portal with its dev and reports extras, the agent, labctl",
+        ("dev", "reports", "ldap"),
+        what="make install, .ci/run: the portal with its dev, reports and ldap extras, the agent, labctl",
     ),
     Lock(
         "requirements/portal.txt",
         ("pyproject.toml",),
-        ("reports",),
+        ("reports", "ldap"),
         "requirements/dev.txt",
-        what="Dockerfile: the portal with its reports extra",
+        what="Dockerfile: the portal with its reports and ldap extras",
     ),
     Lock("requirements/agent.txt", (AGENT,), (), "requirements/dev.txt", what="Dockerfile.agent"),
     # `make install` installs uv with pip, hash-checked, then the rest with uv.

@@ -84,6 +84,9 @@ DJANGO_APPS = [
 THIRD_PARTY_APPS = [
     "allauth",
     "allauth.account",
+    # Campus sign-in with OpenID Connect (labportal/campus_login.py); off unless configured.
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -214,6 +217,32 @@ ACCOUNT_SESSION_REMEMBER = None
 # closed: only admins create accounts or send invitations.
 # approval: anyone may sign up, and an admin approves them before their first login.
 LABPORTAL_SIGNUP_MODE = env_choice("LABPORTAL_SIGNUP_MODE", "closed", ("closed", "approval"))
+
+# Campus sign-in (docs/deployment.md, "Campus sign-in"): LDAP / Active Directory through
+# django-auth-ldap, OpenID Connect through allauth's openid_connect provider. Both off unless
+# LABPORTAL_LDAP_URI / LABPORTAL_OIDC_SERVER_URL is set; checked here, at start. Local
+# accounts keep working beside them.
+from labportal.campus_login import ldap_login, oidc_providers  # noqa: E402
+
+_ldap = ldap_login()
+globals().update(_ldap.settings)
+LABPORTAL_LDAP_ENABLED = _ldap.enabled
+LABPORTAL_LDAP_GROUP_CATEGORIES = _ldap.group_categories
+if _ldap.enabled:
+    AUTHENTICATION_BACKENDS.append("accounts.directory.DirectoryBackend")
+SOCIALACCOUNT_PROVIDERS = oidc_providers()
+SOCIALACCOUNT_ADAPTER = "accounts.adapters.LabSocialAccountAdapter"
+SOCIALACCOUNT_ONLY = False
+# Only the campus provider is offered; a member's e-mail at the provider is taken as is.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+LABPORTAL_OIDC_ENABLED = bool(SOCIALACCOUNT_PROVIDERS)
+LABPORTAL_OIDC_GROUPS_CLAIM = env_str("LABPORTAL_OIDC_GROUPS_CLAIM", "groups") or "groups"
+LABPORTAL_OIDC_GROUP_CATEGORIES = env_str_map(
+    "LABPORTAL_OIDC_GROUP_CATEGORIES", example="phd-students=PhD,masters=Master"
+)
+# The name on the sign-in page: "Sign in with <campus>" (OIDC), "<campus> account" (LDAP).
+LABPORTAL_CAMPUS_NAME = env_str("LABPORTAL_CAMPUS_NAME", "Campus") or "Campus"
 
 # --- I18N -------------------------------------------------------------------
 LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))

@@ -7,7 +7,8 @@ class SlurmConfig(AppConfig):
     verbose_name = _("Slurm mode")
 
     def ready(self) -> None:
-        from slurm import extensions, rules_signals
+        from slurm import directory, extensions, rules_signals
 
         rules_signals.connect()
+        directory.connect()
         extensions.register()
