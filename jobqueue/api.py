@@ -12,9 +12,11 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from core.api_params import choices_param, choices_schema_param
-from jobqueue import executor, selectors, services, submit
+from jobqueue import arrays, executor, selectors, services, submit
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
+    JobArrayCreatedSerializer,
+    JobArraySerializer,
     JobBatchSerializer,
     JobEventSerializer,
     JobSerializer,
@@ -32,6 +34,7 @@ from jobqueue.serializers import (
             OpenApiParameter(
                 "active", str, enum=["true", "1"], description="Only waiting and running jobs."
             ),
+            OpenApiParameter("array", int, description="Only the jobs of this job array."),
         ]
     )
 )
@@ -39,7 +42,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     """Your jobs (every job for staff). Filter with ?state=pending,running&queue=normal&active=true."""
 
     serializer_class = JobSerializer
-    throttle_scopes = {"create": "submit", "batch": "submit"}
+    throttle_scopes = {"create": "submit", "batch": "submit", "array": "submit"}
 
     def get_queryset(self) -> Any:
         jobs = (
@@ -49,12 +52,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         )
         params = self.request.query_params
         states = choices_param(self.request, "state", Job.State.values)
-        return selectors.jobs_filtered(
+        jobs = selectors.jobs_filtered(
             jobs,
             state=",".join(states) or None,
             queue=params.get("queue"),
             active=True if params.get("active") in ("1", "true") else None,
         )
+        if params.get("array"):
+            array_id = _bounded_int(params["array"], "array", 0, 1, 2**63 - 1)
+            jobs = jobs.filter(array_id=array_id)
+        return jobs
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -81,6 +88,33 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             .order_by("pk")
         )
         return Response(JobSerializer(created, many=True).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobArraySerializer, responses={201: JobArrayCreatedSerializer})
+    @action(detail=False, methods=["post"])
+    def array(self, request: Request) -> Response:
+        """A job array: one job per index of ``array``, checked once and queued together (all
+        or none). The answer is lean (ids, not jobs): read the jobs with ?array=ID."""
+        payload = JobArraySerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = _submit_arguments(payload.validated_data)
+        indices = data.pop("array")
+        jobs = arrays.jobs_submit_array(owner=request_user(request), spec=data, indices=indices)
+        answer = {
+            "array_id": jobs[0].array_id,
+            "queue": jobs[0].queue.name,
+            "count": len(jobs),
+            "ids": [job.pk for job in jobs],
+            "indices": indices,
+        }
+        return Response(answer, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobSerializer(many=True))
+    @action(detail=True, methods=["post"], url_path="cancel-array")
+    def cancel_array(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel every job of the array this job belongs to that has not ended."""
+        job = self.get_object()
+        jobs = arrays.array_cancel(job=job, actor=request_user(request))
+        return Response(JobSerializer(jobs, many=True).data)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
