@@ -176,3 +176,17 @@ def test_array_indices_keep_the_documented_maximum() -> None:
     assert len(array_indices(f"0-{MAX_ARRAY - 1}")) == MAX_ARRAY
     with pytest.raises(ValueError, match="at most 1000"):
         array_indices(f"0-{MAX_ARRAY}")
+
+
+def test_every_task_of_an_array_waits_for_the_arrays_dependency(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    from tests.jobqueue.test_submit import submit
+
+    first = submit(alice)
+    ids = body(post_array(alice, "0-2", dependency=f"afterok:{first.pk}"))["ids"]
+    for task in Job.objects.filter(pk__in=ids):
+        assert task.dependency_kind == "afterok"
+        assert [j.pk for j in task.depends_on.all()] == [first.pk]
+    listed = body(api_as(alice).get(f"/api/jobs/{ids[1]}/"))
+    assert listed["dependency"] == f"afterok:{first.pk}"
