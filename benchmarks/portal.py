@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         port = free_port()
         web = stack.web(port, workers=args.web_workers)
-        wait_for_port(port)
+        wait_for_port(port, timeout_s=120)  # a loaded machine starts gunicorn slowly
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {token}"}
 
