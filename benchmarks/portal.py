@@ -40,6 +40,15 @@ import requests
 
 GPUS = 4  # the issue's setup: one simulated node with 4 GPUs
 BATCH = 50  # jobs per POST /api/jobs/batch/, like a job array
+# Job arrays (POST /api/jobs/array/) against held `sbatch --array` of the same size.
+ARRAY_SIZES = (50, 1000)
+
+
+def arrays_of(size: int, serial: int) -> int:
+    """How many arrays of ``size`` a run submits: ``serial`` jobs' worth, at least 3."""
+    return max(3, serial // size)
+
+
 PARTS = ("submit", "start", "makespan", "load")
 
 
@@ -223,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
             "LABPORTAL_ALLOW_SIMULATION": "true",
             "LOG_LEVEL": "WARNING",
+            # The benchmark measures the portal's capacity, not its rate limits.
+            "LABPORTAL_API_RATE": "off",
+            "LABPORTAL_API_RATE_SUBMIT": "off",
         }
     )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
@@ -244,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         port = free_port()
         web = stack.web(port, workers=args.web_workers)
-        wait_for_port(port)
+        wait_for_port(port, timeout_s=120)  # a loaded machine starts gunicorn slowly
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {token}"}
 
@@ -293,6 +305,17 @@ def main(argv: list[str] | None = None) -> int:
             portal["submit_batch_jobs_per_s"] = round(
                 timed_requests(session, batches, 1, submit_batch) * BATCH, 1
             )
+            for size in ARRAY_SIZES:
+                array = {**payload, "array": f"0-{size - 1}"}
+                submit_array = lambda s, a=array: s.post(f"{base}/api/jobs/array/", json=a)  # noqa: E731
+                count = arrays_of(size, args.serial)
+                rate, cpu = timed_cpu(
+                    web.pid,
+                    count,
+                    lambda f=submit_array, n=count: timed_requests(session, n, 1, f),
+                )
+                portal[f"submit_array{size}_jobs_per_s"] = round(rate * size, 1)
+                portal[f"submit_array{size}_server_cpu_ms"] = round(cpu, 2)
         if args.parts & {"start", "makespan"}:
             _start_agent(stack, node_tokens, settings, var_dir)
         if "start" in args.parts:
@@ -353,9 +376,10 @@ def _slurm_anchor(args: argparse.Namespace) -> dict[str, Any]:
         if "submit" in args.parts:
             out["sbatch_serial_per_s"] = round(slurm.submit_rate(min(args.serial, 300), 1), 1)
             out["sbatch_parallel8_per_s"] = round(slurm.submit_rate(min(args.parallel, 800), 8), 1)
-            out["sbatch_array_jobs_per_s"] = round(
-                slurm.array_submit_rate(max(1, args.serial // BATCH), BATCH), 1
-            )
+            for size in ARRAY_SIZES:
+                out[f"sbatch_array{size}_jobs_per_s"] = round(
+                    slurm.array_submit_rate(arrays_of(size, args.serial), size), 1
+                )
         if "start" in args.parts:
             out["time_to_start"] = summary(slurm.submit_to_running(args.starts))
         if "makespan" in args.parts:
@@ -449,7 +473,7 @@ def _submit_rows(lp: dict[str, Any], slurm: Any) -> list[Any]:
                 f">=1.5x sbatch ({'%.2f' % (lp[key] / anchor) if anchor else '?'}x)",
             )
         )
-    array = slurm("sbatch_array_jobs_per_s")
+    array = slurm(f"sbatch_array{BATCH}_jobs_per_s")
     batch = lp["submit_batch_jobs_per_s"]
     rows.append(
         (
@@ -459,6 +483,17 @@ def _submit_rows(lp: dict[str, Any], slurm: Any) -> list[Any]:
             f"({'%.2f' % (batch / array) if array else '?'}x)",
         )
     )
+    for size in ARRAY_SIZES:
+        array = slurm(f"sbatch_array{size}_jobs_per_s")
+        ours = lp[f"submit_array{size}_jobs_per_s"]
+        rows.append(
+            (
+                f"job arrays of {size}, jobs/s, 1 client",
+                f"{ours}/s ({lp[f'submit_array{size}_server_cpu_ms']} ms web CPU per array)",
+                _fmt(array and f"{array}/s (sbatch --array of {size})"),
+                f">=1x sbatch --array ({'%.2f' % (ours / array) if array else '?'}x)",
+            )
+        )
     rows.append(("authenticated read/s, 1 client", f"{lp['read_serial_per_s']}/s", "", ""))
     # Rates on a busy machine vary with its other work; the web server's own CPU per
     # request does not (the database's CPU is not included).

@@ -14,9 +14,11 @@ from rest_framework.response import Response
 
 from accounts.auth import request_user
 from core.api_filters import ChoicesFilter, FlagFilter
-from jobqueue import executor, selectors, services, submit
+from jobqueue import arrays, executor, selectors, services, submit
 from jobqueue.models import Job, Queue
 from jobqueue.serializers import (
+    JobArrayCreatedSerializer,
+    JobArraySerializer,
     JobBatchSerializer,
     JobEventSerializer,
     JobSerializer,
@@ -35,10 +37,11 @@ class JobFilter(filters.FilterSet):
         only=Q(state__in=Job.WAITING_STATES) | Q(state__in=Job.ACTIVE_STATES),
         help_text="`true`: only waiting and running jobs.",
     )
+    array = filters.NumberFilter(field_name="array_id", help_text="Only the jobs of this job array.")
 
     class Meta:
         model = Job
-        fields = ["state", "queue", "active"]
+        fields = ["state", "queue", "active", "array"]
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Job]):
@@ -47,7 +50,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     serializer_class = JobSerializer
     queryset = Job.objects.none()  # the model, for the schema; get_queryset picks the rows
     filterset_class = JobFilter
-    throttle_scopes = {"create": "submit", "batch": "submit"}
+    throttle_scopes = {"create": "submit", "batch": "submit", "array": "submit"}
 
     def get_queryset(self) -> Any:
         return (
@@ -81,6 +84,33 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             .order_by("pk")
         )
         return Response(JobSerializer(created, many=True).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobArraySerializer, responses={201: JobArrayCreatedSerializer})
+    @action(detail=False, methods=["post"])
+    def array(self, request: Request) -> Response:
+        """A job array: one job per index of ``array``, checked once and queued together (all
+        or none). The answer is lean (ids, not jobs): read the jobs with ?array=ID."""
+        payload = JobArraySerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = _submit_arguments(payload.validated_data)
+        indices = data.pop("array")
+        jobs = arrays.jobs_submit_array(owner=request_user(request), spec=data, indices=indices)
+        answer = {
+            "array_id": jobs[0].array_id,
+            "queue": jobs[0].queue.name,
+            "count": len(jobs),
+            "ids": [job.pk for job in jobs],
+            "indices": indices,
+        }
+        return Response(answer, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobSerializer(many=True))
+    @action(detail=True, methods=["post"], url_path="cancel-array")
+    def cancel_array(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel every job of the array this job belongs to that has not ended."""
+        job = self.get_object()
+        jobs = arrays.array_cancel(job=job, actor=request_user(request))
+        return Response(JobSerializer(jobs, many=True).data)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])

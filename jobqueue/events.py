@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import connection
 from django.db.models import Max
@@ -20,7 +20,34 @@ from jobqueue.models import (
 FIRST_STEP = min(JobEvent.STEPS.values())
 
 
-def record_event(
+class EventFields(TypedDict, total=False):
+    """An event's optional fields (``record_event``, ``event_for``)."""
+
+    params: Mapping[str, Any] | None
+    data: Mapping[str, Any] | None
+    actor: User | None
+    event_id: str | None
+    at: datetime | None
+
+
+def record_event(job: Job, kind: str, message: str = "", **fields: Unpack[EventFields]) -> JobEvent:
+    """Record a job event. `message` is an untranslated msgid (gettext_noop) formatted with
+    `params`: stored in English, shown in each reader's language. An event is never dated
+    before an event of an earlier step (an agent's clock may lag the portal's)."""
+    event = event_for(job, kind, message, **fields)
+    step, when = event.step, event.created_at
+    if step > FIRST_STEP and connection.vendor == "postgresql":
+        _insert_after_earlier_steps(event)
+        return event
+    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
+        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
+        if floor is not None and floor > when:
+            event.created_at = floor
+    event.save(force_insert=True)
+    return event
+
+
+def event_for(
     job: Job,
     kind: str,
     message: str = "",
@@ -31,35 +58,22 @@ def record_event(
     event_id: str | None = None,
     at: datetime | None = None,
 ) -> JobEvent:
-    """Record a job event. `message` is an untranslated msgid (gettext_noop) formatted with
-    `params`: stored in English, shown in each reader's language. An event is never dated
-    before an event of an earlier step (an agent's clock may lag the portal's)."""
-    step = JobEvent.STEPS.get(kind, 30)
-    when = at or timezone.now()
+    """The event ``record_event`` records, not saved (a submit's first events, saved in bulk)."""
     stored = dict(data or {})
     if message:
         stored["msgid"] = message
         if params:
             stored["params"] = {k: _plain(v) for k, v in params.items()}
-    event = JobEvent(
+    return JobEvent(
         job=job,
         kind=kind,
         message=(message % params) if params else message,
         data=stored,
         actor=actor,
         event_id=event_id,
-        step=step,
-        created_at=when,
+        step=JobEvent.STEPS.get(kind, 30),
+        created_at=at or timezone.now(),
     )
-    if step > FIRST_STEP and connection.vendor == "postgresql":
-        _insert_after_earlier_steps(event)
-        return event
-    if step > FIRST_STEP:  # nothing comes before a submit: no need to ask
-        floor = job.events.filter(step__lt=step).aggregate(latest=Max("created_at"))["latest"]
-        if floor is not None and floor > when:
-            event.created_at = floor
-    event.save(force_insert=True)
-    return event
 
 
 def _insert_after_earlier_steps(event: JobEvent) -> None:

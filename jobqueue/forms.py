@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
 from cluster.models import Gpu
-from jobqueue.arrays import array_indices, array_specs
+from jobqueue.arrays import array_indices
 from jobqueue.dependencies import parse_dependency
 from jobqueue.errors import JobRefused
 from jobqueue.job_templates import TEMPLATE_FIELDS
@@ -176,8 +176,9 @@ class JobSubmitForm(forms.Form):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def submit_specs(self) -> list[dict[str, Any]]:
-        """The submit service's arguments (less the owner): one job, or one per array index."""
+    def submit_spec(self) -> dict[str, Any]:
+        """The submit service's arguments (less the owner); an array's indices are
+        ``cleaned_data["array"]``."""
         data = self.cleaned_data
         hours = data["time_limit_hours"]
         spec = {
@@ -199,7 +200,7 @@ class JobSubmitForm(forms.Form):
         }
         if data.get("run_after") is not None:  # "Run after": afterok:12:13
             spec["dependency"], spec["depends_on"] = data["run_after"]
-        return array_specs(spec, data["array"]) if data["array"] else [spec]
+        return spec
 
     def template_fields(self) -> dict[str, Any]:
         """The form's fields as typed, for a saved template (checked again when submitted)."""

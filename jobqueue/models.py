@@ -500,6 +500,10 @@ class Job(models.Model):
         blank=True,
         choices=[(AFTEROK, AFTEROK), (AFTERANY, AFTERANY)],
     )
+    # A job array's task (jobqueue/arrays.py): the array's id is its first task's id, as
+    # Slurm's ArrayJobId; the index is the task's LABPORTAL_ARRAY_INDEX. None: not an array.
+    array_id = models.PositiveBigIntegerField(null=True, blank=True, db_index=True, editable=False)
+    array_index = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     objects = JobQuerySet.as_manager()
 

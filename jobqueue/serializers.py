@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from core.api_serializers import CachedFieldsModelSerializer, CheapCopySerializer
+from jobqueue.arrays import MAX_ARRAY, array_indices
 from jobqueue.dependencies import MAX_DEPENDENCIES, parse_dependency
 from jobqueue.errors import JobRefused
 from jobqueue.extensions import job_api_fields
@@ -104,6 +105,8 @@ class JobSerializer(CachedFieldsModelSerializer):
             "pending_reason_text",
             "predicted_runtime_s",
             "dependency",
+            "array_id",
+            "array_index",
             "slurm",
         ]
         read_only_fields = fields
@@ -200,6 +203,32 @@ class JobSubmitSerializer(CheapCopySerializer):
         raise serializers.ValidationError(
             _("Give the command as a list of strings or as one string.")
         )
+
+
+class JobArraySerializer(JobSubmitSerializer):
+    """One job's fields and the indices of its array: one job per index, queued together."""
+
+    array = serializers.CharField(
+        max_length=10000,
+        help_text=f"The indices: 0-9, 1,4,7 or 0-3,10; at most {MAX_ARRAY} jobs. Each job is told its "
+        "index in LABPORTAL_ARRAY_INDEX, and a named array's jobs are called name[index].",
+    )
+
+    def validate_array(self, value: str) -> list[int]:
+        try:
+            return array_indices(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class JobArrayCreatedSerializer(serializers.Serializer[Any]):
+    """What an array's submit answers: the array's id (its first job's) and every job's id."""
+
+    array_id = serializers.IntegerField()
+    queue = serializers.CharField()
+    count = serializers.IntegerField()
+    ids = serializers.ListField(child=serializers.IntegerField())
+    indices = serializers.ListField(child=serializers.IntegerField())
 
 
 def _batch_too_large_text() -> str:

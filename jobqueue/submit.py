@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -34,13 +35,14 @@ from jobqueue.errors import (
     TimeLimitTooLong,
     TooManyGpus,
 )
-from jobqueue.events import record_event
+from jobqueue.events import event_for
 from jobqueue.models import (
     SHELL_PREFIX,
     Allocation,
     CategoryQueueAllowance,
     ContainerImage,
     Job,
+    JobEvent,
     PriorityGrant,
     Queue,
     VolumeMount,
@@ -133,8 +135,77 @@ def largest_node_capacity(
     return int(best or 0)
 
 
+@dataclass
+class CheckedJob:
+    """A job that passed the lab's rules, not saved yet, and what goes with it."""
+
+    job: Job
+    mounts: list[VolumeMount]
+    dependencies: list[Job]
+    memory_unchecked: bool
+
+
 @transaction.atomic
-def job_submit(
+def job_submit(*, owner: User, **spec: Any) -> Job:
+    """Validate a job against the lab's rules and queue it; every refusal says what to change.
+
+    ``spec``: ``job_checked``'s arguments."""
+    checked = job_checked(owner=owner, **spec)
+    job = checked.job
+    job.save()
+    if checked.mounts:
+        job.mounts.set(checked.mounts)
+    if checked.dependencies:
+        job.depends_on.set(checked.dependencies)
+    for event in submit_events(checked):
+        event.save(force_insert=True)
+    executor.current().job_queued(job)
+    _answer_without_asking(job, checked)
+    return job
+
+
+def submit_events(checked: CheckedJob) -> list[JobEvent]:
+    """The events of a submit, not saved: "submitted", and what was not checked."""
+    job = checked.job
+    events = [
+        event_for(
+            job,
+            "submitted",
+            gettext_noop("Submitted to the %(queue)s queue."),
+            params={"queue": job.queue.name},
+            actor=job.owner,
+        )
+    ]
+    if checked.memory_unchecked:
+        events.append(
+            event_for(
+                job,
+                "gpu_memory_unchecked",
+                gettext_noop(
+                    "LabPortal does not know the memory of the Slurm nodes' GPUs, so the minimum of %(mem)d MiB per GPU was not checked: Slurm places the job."
+                ),
+                params={"mem": job.min_gpu_memory_mb},
+            )
+        )
+    return events
+
+
+def _answer_without_asking(job: Job, checked: CheckedJob) -> None:
+    # A new job has no GPUs yet and only the mounts just set: whoever shows it
+    # (the API's answer) need not ask the database again.
+    job._prefetched_objects_cache = {  # type: ignore[attr-defined]
+        "allocations": Allocation.objects.none(),
+        **({} if checked.mounts else {"mounts": VolumeMount.objects.none()}),
+        **({} if checked.dependencies else {"depends_on": Job.objects.none()}),
+    }
+    # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
+    # it on the job); in agents mode there is none.
+    slurm_row = Job.slurm.related
+    if not slurm_row.is_cached(job):
+        slurm_row.set_cached_value(job, None)
+
+
+def job_checked(
     *,
     owner: User,
     queue: str | Queue,
@@ -155,8 +226,11 @@ def job_submit(
     depends_on: Iterable[int] = (),
     dependency: str = AFTEROK,
     kind: str = Job.Kind.BATCH,
-) -> Job:
-    """Validate a job against the lab's rules and queue it; every refusal says what to change.
+    count: int = 1,
+) -> CheckedJob:
+    """Check a job against the lab's rules (the caller holds a transaction); every refusal
+    says what to change. ``count``: the job stands for so many alike (an array's tasks),
+    counted together against the owner's waiting jobs and weekly GPU-hours.
 
     ``depends_on``: earlier jobs of the owner's (staff: anyone's) that it waits for, as
     Slurm's ``dependency`` kind says: ``afterok`` (each completed) or ``afterany``.
@@ -255,6 +329,14 @@ def job_submit(
         )
     if category is not None:
         waiting = Job.objects.filter(owner=owner).pending().count()
+        if count > 1 and waiting + count > category.max_queued_jobs:
+            # count > 1: an array's refusal (always "jobs"), the waiting ones as a figure.
+            raise QuotaExceeded(
+                _(
+                    "This array of %(count)d jobs would take you past the %(max)d waiting jobs your category allows (waiting now: %(n)d). Submit a smaller array, or cancel waiting jobs."
+                )
+                % {"count": count, "max": category.max_queued_jobs, "n": waiting}
+            )
         if waiting >= category.max_queued_jobs:
             raise QuotaExceeded(
                 ngettext(
@@ -272,7 +354,7 @@ def job_submit(
             % {"queue": queue_obj.name}
         )
     if category is not None:
-        _check_weekly_allowance(owner, category, queue_obj, gpus * limit)
+        _check_weekly_allowance(owner, category, queue_obj, gpus * limit * count)
     mount_objs = _mounts_for(owner, mounts)
     reservation = _reservation_for(owner, reservation_id, gpus) if reservation_id else None
     try:
@@ -307,41 +389,7 @@ def job_submit(
     )
     job.shape_command()
     job.predicted_runtime_s = job_predict_runtime(job)
-    job.save()
-    if mount_objs:
-        job.mounts.set(mount_objs)
-    if dependencies:
-        job.depends_on.set(dependencies)
-    record_event(
-        job,
-        "submitted",
-        gettext_noop("Submitted to the %(queue)s queue."),
-        params={"queue": queue_obj.name},
-        actor=owner,
-    )
-    if memory_unchecked:
-        record_event(
-            job,
-            "gpu_memory_unchecked",
-            gettext_noop(
-                "LabPortal does not know the memory of the Slurm nodes' GPUs, so the minimum of %(mem)d MiB per GPU was not checked: Slurm places the job."
-            ),
-            params={"mem": min_gpu_memory_mb},
-        )
-    executor.current().job_queued(job)
-    # A new job has no GPUs yet and only the mounts just set: whoever shows it
-    # (the API's answer) need not ask the database again.
-    job._prefetched_objects_cache = {  # type: ignore[attr-defined]
-        "allocations": Allocation.objects.none(),
-        **({} if mount_objs else {"mounts": VolumeMount.objects.none()}),
-        **({} if dependencies else {"depends_on": Job.objects.none()}),
-    }
-    # Nor for its Slurm row: the Slurm executor has just made it (and Django cached
-    # it on the job); in agents mode there is none.
-    slurm_row = Job.slurm.related
-    if not slurm_row.is_cached(job):
-        slurm_row.set_cached_value(job, None)
-    return job
+    return CheckedJob(job, mount_objs, list(dependencies), memory_unchecked)
 
 
 MAX_BATCH = 500

@@ -18,7 +18,7 @@ from accounts.selectors import credits_charged_for_job
 from core.errors import DomainError
 from core.form_pages import form_page_status
 from core.request_body import form_checks_nul_in
-from jobqueue import executor, job_templates, resubmit, selectors, services, submit
+from jobqueue import arrays, executor, job_templates, resubmit, selectors, services, submit
 from jobqueue.errors import GrantRequired
 from jobqueue.extensions import job_page_context
 from jobqueue.forms import JobSubmitForm
@@ -51,12 +51,12 @@ def job_submit(request: HttpRequest) -> HttpResponse:
         if template is not None:
             return redirect(f"{reverse('job_submit')}?template={template.pk}")
     elif request.method == "POST" and form.is_valid():
-        specs = form.submit_specs()
+        spec, indices = form.submit_spec(), form.cleaned_data["array"]
         try:
-            if len(specs) == 1:
-                jobs = [submit.job_submit(owner=user, **specs[0])]
+            if indices:
+                jobs = arrays.jobs_submit_array(owner=user, spec=spec, indices=indices)
             else:
-                jobs = submit.jobs_submit_batch(owner=user, specs=specs)
+                jobs = [submit.job_submit(owner=user, **spec)]
         except DomainError as exc:
             form.add_error(None, str(exc.message))
             grant_required = isinstance(exc, GrantRequired)

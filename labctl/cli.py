@@ -32,6 +32,7 @@ from labctl.limits import command_limit_refusal
 from labctl.output import dump_json, parse_iso, span, table, when
 from labctl.parsing import (
     argtype,
+    array_text,
     parse_array,
     parse_count,
     parse_dependency,
@@ -166,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "cancel jobs")
     p.add_argument("job_ids", nargs="+", type=int, metavar="JOB_ID")
+    p.add_argument(
+        "--array",
+        action="store_true",
+        help="cancel every job of the array each JOB_ID belongs to that has not ended",
+    )
 
     p = add(
         "session",
@@ -411,20 +417,19 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
 
 
 def _submit_array(args: argparse.Namespace, client: Client, payload: dict[str, Any]) -> int:
-    """One job per index in one request: the portal queues all of them or none."""
-    jobs = []
-    for index in args.array:
-        job = dict(payload, env={**payload.get("env", {}), "LABPORTAL_ARRAY_INDEX": str(index)})
-        if payload.get("name"):
-            job["name"] = f"{payload['name']}[{index}]"
-        jobs.append(job)
-    created = client.post("/api/v1/jobs/batch/", {"jobs": jobs})
+    """One job per index, in one request: the portal queues all of them or none."""
+    created = client.post("/api/v1/jobs/array/", dict(payload, array=array_text(args.array)))
     if args.json:
         dump_json(created)
         return EXIT_OK
-    ids = [job["id"] for job in created]
-    print(f"Submitted {len(ids)} jobs to the {created[0]['queue']} queue: {ids[0]}–{ids[-1]}.")
-    print("Follow them with: labctl status")
+    ids = created["ids"]
+    print(
+        f"Submitted {len(ids)} jobs to the {created['queue']} queue: {ids[0]}–{ids[-1]} "
+        f"(array {created['array_id']})."
+    )
+    print(
+        f"Follow them with: labctl status   ·   cancel them all with: labctl cancel {created['array_id']} --array"
+    )
     return EXIT_OK
 
 
@@ -610,7 +615,10 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
     done = []
     for job_id in args.job_ids:
         try:
-            job = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+            if args.array:
+                jobs = client.post(f"/api/v1/jobs/{job_id}/cancel-array/")
+            else:
+                jobs = [client.post(f"/api/v1/jobs/{job_id}/cancel/")]
         except ApiRefusal as error:
             message = error.message
             if error.status == 404:
@@ -623,8 +631,10 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
             )
             worst = EXIT_REFUSED
             continue
-        done.append(job)
-        if not args.json:
+        done.extend(jobs)
+        if args.array and not jobs and not args.json:
+            print(f"Array of job {job_id}: every job has already ended.")
+        for job in jobs if not args.json else ():
             print(f"Job {job['id']}: {job['state']}.")
     if args.json:
         dump_json(done)

@@ -57,7 +57,7 @@ def parse_env(text: str) -> tuple[str, str]:
     return key, value
 
 
-MAX_ARRAY = 500  # the portal's batch limit
+MAX_ARRAY = 1000  # the portal's (jobqueue.arrays.MAX_ARRAY); a test holds the two together
 
 
 def parse_array(text: str) -> list[int]:
@@ -75,6 +75,20 @@ def parse_array(text: str) -> list[int]:
         if len(indices) > MAX_ARRAY:
             raise ValueError(f"An array holds at most {MAX_ARRAY} jobs; “{text}” has more.")
     return list(dict.fromkeys(indices))
+
+
+def array_text(indices: list[int]) -> str:
+    """Indices as an array spec again, runs of consecutive ones as ranges: 0-2,7."""
+    parts: list[str] = []
+    start = previous = None
+    for index in [*indices, None]:
+        if previous is not None and index == previous + 1:
+            previous = index
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = index
+    return ",".join(parts)
 
 
 MAX_DEPENDENCIES = 64  # the portal's (jobqueue.dependencies); a test holds the two together

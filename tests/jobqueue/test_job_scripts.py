@@ -251,8 +251,8 @@ def test_an_array_of_listed_indices_keeps_the_environment(
         ("0-", "is not an array range"),
         ("a,b", "is not an array range"),
         ("9-3", "counts down; write it as 3-9"),
-        ("0-500", "An array holds at most 500 jobs"),
-        ("0-99999999999", "An array holds at most 500 jobs"),
+        ("0-1000", "An array holds at most 1000 jobs"),
+        ("0-99999999999", "An array holds at most 1000 jobs"),
     ],
 )
 def test_a_bad_array_is_refused_with_what_to_fix(
@@ -271,5 +271,7 @@ def test_an_array_is_queued_whole_or_not_at_all(
     phd_category.save()
     response = logged_in(alice).post(SUBMIT, form_data(array="0-3"))
     assert response.status_code == 400
-    assert "Job 3 of 4" in response.content.decode()
+    assert "This array of 4 jobs would take you past the 2 waiting jobs" in (
+        response.content.decode()
+    )
     assert not Job.objects.exists()

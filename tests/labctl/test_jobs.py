@@ -172,6 +172,25 @@ def test_an_array_queues_one_job_per_index_with_its_index(labctl: Run, as_alice:
     jobs = Job.objects.order_by("pk")
     assert [j.env["LABPORTAL_ARRAY_INDEX"] for j in jobs] == ["0", "1", "2", "7"]
     assert [j.name for j in jobs] == ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[7]"]
+    assert {j.array_id for j in jobs} == {jobs[0].pk}
+    assert f"(array {jobs[0].pk})" in result.out
+
+
+def test_cancel_array_cancels_every_job_of_the_array_still_waiting(
+    labctl: Run, as_alice: str
+) -> None:
+    from jobqueue.models import Job
+
+    assert labctl("submit", "--image", IMAGE, "--array", "0-2", "--", "true").code == 0
+    first, second, third = Job.objects.order_by("pk")
+    assert labctl("cancel", str(second.pk)).code == 0
+    result = labctl("cancel", str(third.pk), "--array")
+    assert result.code == 0, result.err
+    assert f"Job {first.pk}: cancelled." in result.out
+    assert f"Job {third.pk}: cancelled." in result.out
+    assert set(Job.objects.values_list("state", flat=True)) == {"cancelled"}
+    again = labctl("cancel", str(first.pk), "--array")
+    assert again.code == 0 and "every job has already ended" in again.out
 
 
 def test_an_array_with_a_refused_job_queues_none(labctl: Run, as_alice: str) -> None:
@@ -180,7 +199,7 @@ def test_an_array_with_a_refused_job_queues_none(labctl: Run, as_alice: str) -> 
     result = labctl("submit", "--image", IMAGE, "--gpus", "6", "--array", "0-1", "--", "true")
 
     assert result.code == 1
-    assert "Job 1 of 2: No node has 6 matching GPUs" in result.err
+    assert "No node has 6 matching GPUs" in result.err
     assert not Job.objects.exists()
 
 

@@ -123,9 +123,19 @@ def test_array_ranges_parse_and_bad_ones_say_how_to_write_them() -> None:
     assert parse_array("0-3") == [0, 1, 2, 3]
     assert parse_array("1,4,7") == [1, 4, 7]
     assert parse_array("0-2,2,10") == [0, 1, 2, 10]
-    for bad, hint in (("a-b", "use 0-9"), ("5-1", "write it as 1-5"), ("0-600", "at most 500")):
+    for bad, hint in (("a-b", "use 0-9"), ("5-1", "write it as 1-5"), ("0-1000", "at most 1000")):
         with pytest.raises(ValueError, match=hint):
             parse_array(bad)
+
+
+def test_labctl_holds_the_portals_array_limit_and_sends_indices_as_ranges() -> None:
+    from jobqueue.arrays import MAX_ARRAY as PORTAL_MAX
+    from labctl.parsing import MAX_ARRAY, array_text, parse_array
+
+    assert MAX_ARRAY == PORTAL_MAX
+    assert array_text([0, 1, 2, 7, 9, 10]) == "0-2,7,9-10"
+    assert array_text([5]) == "5"
+    assert parse_array(array_text(list(range(MAX_ARRAY)))) == list(range(MAX_ARRAY))
 
 
 def test_a_shell_line_shows_as_typed_and_an_argument_list_shell_quoted() -> None:

@@ -1,0 +1,192 @@
+"""Job arrays: one request, one check, the tasks written in bulk; each task a job like any other."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from credits.services import credits_charge_running_jobs
+from jobqueue.arrays import ARRAY_INDEX_ENV, MAX_ARRAY, array_indices
+from jobqueue.models import Job, JobEvent, Queue, VolumeMount
+from tests.conftest import api_as
+
+pytestmark = pytest.mark.django_db
+
+IMAGE = "labportal/busybox:test"
+
+
+def body(response: Any) -> Any:
+    return json.loads(response.content)
+
+
+def post_array(user: Any, array: str, **fields: Any) -> Any:
+    payload = {"image": IMAGE, "command": ["python", "sweep.py"], "array": array, **fields}
+    return api_as(user).post("/api/jobs/array/", payload, format="json")
+
+
+def test_one_request_queues_one_job_per_index_told_its_index(
+    alice: Any, cluster: Any, image: Any, django_capture_on_commit_callbacks: Any, sent_tasks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_array(alice, "0-2,7", name="sweep", env={"LR": "0.1"})
+    assert response.status_code == 201, response.content
+    answer = body(response)
+    jobs = list(Job.objects.order_by("pk"))
+    assert answer["ids"] == [j.pk for j in jobs]
+    assert answer["count"] == 4 and answer["indices"] == [0, 1, 2, 7]
+    assert answer["array_id"] == jobs[0].pk
+    assert [j.env for j in jobs] == [{"LR": "0.1", ARRAY_INDEX_ENV: i} for i in "0127"]
+    assert [j.name for j in jobs] == ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[7]"]
+    assert {j.array_id for j in jobs} == {jobs[0].pk}
+    assert [j.array_index for j in jobs] == [0, 1, 2, 7]
+    assert {j.state for j in jobs} == {Job.State.PENDING}
+    assert {j.predicted_runtime_s for j in jobs} == {jobs[0].predicted_runtime_s}
+    assert [e.kind for e in JobEvent.objects.filter(job=jobs[3])] == ["submitted"]
+    # One pass request for the whole array.
+    assert len(sent_tasks.named("control.scheduling_pass")) == 1
+    # Every task is visible in the API, alone and as its array.
+    listed = body(api_as(alice).get(f"/api/jobs/?array={jobs[0].pk}"))["results"]
+    assert sorted(j["id"] for j in listed) == answer["ids"]
+    assert {j["array_id"] for j in listed} == {jobs[0].pk}
+    assert body(api_as(alice).get(f"/api/jobs/{jobs[2].pk}/"))["array_index"] == 2
+
+
+def test_a_task_spec_the_rules_refuse_refuses_the_whole_array_and_writes_nothing(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    response = post_array(alice, "0-9", gpus=6)
+    assert response.status_code == 400
+    assert "No node has 6 matching GPUs" in response.content.decode()
+    assert not Job.objects.exists() and not JobEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("array", "says"),
+    [
+        ("0-1001", "at most 1000 jobs"),
+        ("5-2", "counts down; write it as 2-5"),
+        ("a-b", "is not an array range"),
+    ],
+)
+def test_a_bad_array_is_a_clear_400(
+    alice: Any, cluster: Any, image: Any, array: str, says: str
+) -> None:
+    response = post_array(alice, array)
+    assert response.status_code == 400
+    assert says in body(response)["array"][0]
+    assert not Job.objects.exists()
+
+
+def test_an_array_counts_every_task_against_the_waiting_jobs_limit(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    category = alice.category
+    category.max_queued_jobs = 5
+    category.save()
+    response = post_array(alice, "0-5")
+    assert response.status_code == 429  # as a single submit over the limit
+    assert (
+        "This array of 6 jobs would take you past the 5 waiting jobs" in response.content.decode()
+    )
+    assert not Job.objects.exists()
+    assert post_array(alice, "0-4").status_code == 201
+
+
+def test_the_statements_of_an_array_submit_do_not_grow_with_its_size(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    alice.category.max_queued_jobs = 2 * MAX_ARRAY
+    alice.category.save()
+    VolumeMount.objects.create(name="data", source_template="/srv/data/{username}", target="/data")
+
+    def statements(array: str) -> tuple[int, int]:
+        """(statements other than INSERTs, INSERTs)."""
+        with CaptureQueriesContext(connection) as queries:
+            assert post_array(alice, array, mounts=["data"]).status_code == 201
+        inserts = sum(q["sql"].startswith("INSERT") for q in queries.captured_queries)
+        return len(queries) - inserts, inserts
+
+    statements("0")  # warm: the first request loads what later ones find cached
+    small, large = statements("0-1"), statements(f"0-{MAX_ARRAY - 1}")
+    assert large[0] == small[0]
+    # One INSERT per table (jobs, events, mounts), or per batch where the database
+    # caps a statement's parameters (SQLite's 999: the bound the backend states).
+    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
+    tables = [
+        (fields, [Job()] * MAX_ARRAY),
+        (JobEvent._meta.concrete_fields, [JobEvent()] * MAX_ARRAY),
+        (Job.mounts.through._meta.concrete_fields, [Job.mounts.through()] * MAX_ARRAY),
+    ]
+    batches = sum(
+        -(-MAX_ARRAY // connection.ops.bulk_batch_size(list(f), objs)) for f, objs in tables
+    )
+    assert large[1] <= batches + 1  # and the token's
+    assert Job.objects.count() == 1 + 2 + MAX_ARRAY
+    last = Job.objects.order_by("-pk").first()
+    assert last is not None and [m.name for m in last.mounts.all()] == ["data"]
+
+
+def test_cancel_one_task_or_the_whole_array(alice: Any, bob: Any, cluster: Any, image: Any) -> None:
+    ids = body(post_array(alice, "0-3"))["ids"]
+    api = api_as(alice)
+    assert body(api.post(f"/api/jobs/{ids[1]}/cancel/"))["state"] == "cancelled"
+    assert Job.objects.filter(state=Job.State.PENDING).count() == 3
+    # Someone else cannot cancel the array.
+    assert api_as(bob).post(f"/api/jobs/{ids[0]}/cancel-array/").status_code in (403, 404)
+    cancelled = body(api.post(f"/api/jobs/{ids[2]}/cancel-array/"))
+    assert sorted(j["id"] for j in cancelled) == [ids[0], ids[2], ids[3]]
+    assert set(Job.objects.values_list("state", flat=True)) == {Job.State.CANCELLED}
+
+
+def test_cancel_array_of_a_job_outside_an_array_says_so(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    from tests.jobqueue.test_submit import submit
+
+    job = submit(alice)
+    response = api_as(alice).post(f"/api/jobs/{job.pk}/cancel-array/")
+    assert response.status_code == 400
+    assert "is not part of an array" in response.content.decode()
+
+
+def test_each_running_task_is_charged_as_a_job_is(alice: Any, cluster: Any, image: Any) -> None:
+    queue = Queue.objects.get(name="normal")
+    queue.credit_rate = Decimal("1.000")
+    queue.save()
+    ids = body(post_array(alice, "0-2", gpus=2, time_limit_s=86400))["ids"]
+    started = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
+    Job.objects.filter(pk__in=ids[:2]).update(state=Job.State.RUNNING, started_at=started)
+    assert credits_charge_running_jobs(now=started + timedelta(hours=1, minutes=2)) == 2
+    from accounts.models import LedgerEntry
+
+    charged = {
+        pk: sum(e.amount for e in LedgerEntry.objects.filter(job_id=pk, kind="charge"))
+        for pk in ids
+    }
+    assert charged == {ids[0]: Decimal("-2.000"), ids[1]: Decimal("-2.000"), ids[2]: 0}
+
+
+def test_array_indices_keep_the_documented_maximum() -> None:
+    assert len(array_indices(f"0-{MAX_ARRAY - 1}")) == MAX_ARRAY
+    with pytest.raises(ValueError, match="at most 1000"):
+        array_indices(f"0-{MAX_ARRAY}")
+
+
+def test_every_task_of_an_array_waits_for_the_arrays_dependency(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    from tests.jobqueue.test_submit import submit
+
+    first = submit(alice)
+    ids = body(post_array(alice, "0-2", dependency=f"afterok:{first.pk}"))["ids"]
+    for task in Job.objects.filter(pk__in=ids):
+        assert task.dependency_kind == "afterok"
+        assert [j.pk for j in task.depends_on.all()] == [first.pk]
+    listed = body(api_as(alice).get(f"/api/jobs/{ids[1]}/"))
+    assert listed["dependency"] == f"afterok:{first.pk}"
