@@ -42,6 +42,7 @@ PAGES: tuple[ManualPage, ...] = (
     ManualPage("alerts"),
     ManualPage("sessions", english_source="sessions.md"),
     ManualPage("files"),
+    ManualPage("exercises"),
     ManualPage("faq"),
     ManualPage("admin-install", for_admins=True, english_source="deployment.md"),
     ManualPage("admin-gpu-servers", for_admins=True),
@@ -49,6 +50,7 @@ PAGES: tuple[ManualPage, ...] = (
     ManualPage("admin-rules", for_admins=True),
     ManualPage("admin-backups", for_admins=True),
     ManualPage("admin-upgrades", for_admins=True),
+    ManualPage("admin-training", for_admins=True),
 )
 PAGES_BY_SLUG = {page.slug: page for page in PAGES}
 

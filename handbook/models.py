@@ -36,14 +36,18 @@ class RuleSuggestion(models.Model):
 
 
 class OnboardingProgress(models.Model):
-    """What a member's first-steps checklist cannot read from their data: reading the rules,
-    and having put the checklist away."""
+    """What a member's first steps and the tutorial cannot read from their data: reading the
+    rules, opening a job's page, its log and My credits, and having put the checklist away."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="onboarding"
     )
     rules_read_at = models.DateTimeField(_("read the rules"), null=True, blank=True)
     dismissed_at = models.DateTimeField(_("checklist put away"), null=True, blank=True)
+    # The tutorial's steps that leave no data of their own: first time each page was opened.
+    job_page_viewed_at = models.DateTimeField(_("opened a job's page"), null=True, blank=True)
+    job_log_read_at = models.DateTimeField(_("read a finished job's log"), null=True, blank=True)
+    credits_viewed_at = models.DateTimeField(_("opened My credits"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("onboarding progress")

@@ -166,3 +166,54 @@ def onboarding_checklist(user: Any) -> list[ChecklistItem] | None:
         ChecklistItem("api_token", PersonalAccessToken.objects.filter(user=user).exists()),
     ]
     return None if all(item.done for item in items) else items
+
+
+@dataclass(frozen=True)
+class TutorialStep:
+    key: str
+    done_at: datetime | None
+    url: str
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+
+def tutorial_steps(user: Any) -> list[TutorialStep]:
+    """The guided tour's five steps, in order, each done from what the member did since
+    joining: a job submitted, a job's page opened, a finished job's log read, a booking
+    made, My credits opened; with the link that does each."""
+    from django.urls import reverse
+
+    from handbook.hello_gpu import hello_gpu_template
+    from handbook.models import OnboardingProgress
+    from jobqueue.models import Job
+    from reservations.models import Reservation
+
+    joined = user.date_joined
+    progress = OnboardingProgress.objects.filter(user=user).first()
+    jobs = Job.objects.filter(owner=user, submitted_at__gte=joined)
+    first_job = jobs.order_by("submitted_at", "pk").values_list("submitted_at", flat=True).first()
+    latest = jobs.order_by("-submitted_at", "-pk").values_list("pk", flat=True).first()
+    finished = jobs.filter(state__in=Job.FINAL_STATES).order_by("-submitted_at", "-pk").first()
+    booked = (
+        Reservation.objects.filter(user=user, start__gte=joined)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    template = hello_gpu_template()
+    submit_url = reverse("job_submit") + (f"?template={template.pk}" if template else "")
+    job_url = reverse("job_detail", args=[latest]) if latest else reverse("job_list")
+    log_url = reverse("job_detail", args=[finished.pk]) + "#job-log-title" if finished else job_url
+
+    def seen(field: str) -> datetime | None:
+        return getattr(progress, field) if progress is not None else None
+
+    return [
+        TutorialStep("submit", first_job, submit_url),
+        TutorialStep("watch", seen("job_page_viewed_at"), job_url),
+        TutorialStep("logs", seen("job_log_read_at"), log_url),
+        TutorialStep("booking", booked, reverse("reservation_calendar")),
+        TutorialStep("credits", seen("credits_viewed_at"), reverse("credits")),
+    ]

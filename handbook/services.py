@@ -40,3 +40,26 @@ def onboarding_mark(*, user: User, rules_read: bool = False, dismissed: bool = F
     if dismissed and progress.dismissed_at is None:
         progress.dismissed_at = now
     progress.save()
+
+
+# The tutorial's steps recorded when a member opens a page (handbook.middleware).
+TUTORIAL_VIEW_FIELDS = {
+    "job_page": "job_page_viewed_at",
+    "job_log": "job_log_read_at",
+    "credits": "credits_viewed_at",
+}
+
+
+def tutorial_view_record(*, user: User, step: str) -> bool:
+    """Record the first time `user` did the tutorial's view step `step`; True if it is new."""
+    from django.utils import timezone
+
+    from handbook.models import OnboardingProgress
+
+    field = TUTORIAL_VIEW_FIELDS[step]
+    OnboardingProgress.objects.get_or_create(user=user)
+    return bool(
+        OnboardingProgress.objects.filter(user=user, **{f"{field}__isnull": True}).update(
+            **{field: timezone.now()}
+        )
+    )

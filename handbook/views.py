@@ -12,7 +12,7 @@ from core.executors import portal_schedules
 from core.form_pages import form_page_status
 from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
-from handbook.selectors import lab_rules
+from handbook.selectors import lab_rules, tutorial_steps
 from handbook.services import onboarding_mark, rule_suggestion_create
 
 
@@ -61,3 +61,19 @@ def rules(request: HttpRequest) -> HttpResponse:
 def onboarding_dismiss(request: HttpRequest) -> HttpResponse:
     onboarding_mark(user=request.user, dismissed=True)  # type: ignore[arg-type]
     return redirect("dashboard")
+
+
+@login_required
+def tutorial(request: HttpRequest) -> HttpResponse:
+    """The guided first job: submit, watch, logs, booking, credits, each ticked from what the
+    member did, with the link that does it."""
+    steps = tutorial_steps(request.user)
+    return render(
+        request,
+        "handbook/tutorial.html",
+        {
+            "steps": steps,
+            "done_count": sum(step.done for step in steps),
+            "next_step": next((step.key for step in steps if not step.done), None),
+        },
+    )

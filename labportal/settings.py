@@ -140,6 +140,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "labportal.error_pages.FriendlyNotFoundMiddleware",
     "labportal.error_pages.DatabaseOutageMiddleware",
+    # The tutorial's steps that are page views (a job's page and log, My credits).
+    "handbook.middleware.TutorialStepMiddleware",
 ]
 
 ROOT_URLCONF = "labportal.urls"

@@ -63,6 +63,10 @@ class Command(BaseCommand):
                 "description": "Demo only: the local-process runtime runs the command on the host."
             },
         )
+        # The guided first job (the tutorial's first step), on the demo's local runtime.
+        from handbook.hello_gpu import hello_gpu_template_ensure
+
+        hello_gpu_template_ensure(image="labportal/demo-local")
         agents = []
         for name in DEMO_NODES:
             node, _ = Node.objects.get_or_create(name=name, defaults={"address": "127.0.0.1"})
