@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from core.i18n import rendered
 from core.models import HashedToken
 
 
@@ -545,7 +546,7 @@ class LedgerEntry(models.Model):
         msgid = self.note_i18n.get("msgid") if isinstance(self.note_i18n, dict) else None
         if not isinstance(msgid, str):
             return self.note
-        params = self.note_i18n.get("params") or {}
+        params = {k: rendered(v) for k, v in (self.note_i18n.get("params") or {}).items()}
         try:
             return gettext(msgid) % params if params else gettext(msgid)
         except (KeyError, TypeError, ValueError):
@@ -595,6 +596,10 @@ class Notification(models.Model):
     kind = models.CharField(_("kind"), max_length=40, db_index=True)
     title = models.CharField(_("title"), max_length=200)
     body = models.TextField(_("message"), blank=True)
+    # What to say (core.i18n.stored_form), rendered in the reader's language when read; the
+    # words above are the creation language's, for rows without it and for search.
+    title_message = models.JSONField(null=True, blank=True, editable=False)
+    body_message = models.JSONField(null=True, blank=True, editable=False)
     url = models.CharField(_("link"), max_length=500, blank=True)
     # Lets a caller that may run twice (a beat task, a re-delivered event) notify once.
     dedupe_key = models.CharField(max_length=200, blank=True, default="")
@@ -619,6 +624,16 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def local_title(self) -> str:
+        """The title in the active language; a row stored as words reads as written."""
+        return str(rendered(self.title_message)) if self.title_message is not None else self.title
+
+    @property
+    def local_body(self) -> str:
+        """The message in the active language; a row stored as words reads as written."""
+        return str(rendered(self.body_message)) if self.body_message is not None else self.body
 
     @property
     def is_read(self) -> bool:

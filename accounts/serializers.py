@@ -35,6 +35,10 @@ class LedgerEntrySerializer(serializers.ModelSerializer[LedgerEntry]):
 
 
 class NotificationSerializer(serializers.ModelSerializer[Notification]):
+    # In the reader's language, as the page shows them.
+    title = serializers.CharField(source="local_title", read_only=True)
+    body = serializers.CharField(source="local_body", read_only=True)
+
     class Meta:
         model = Notification
         fields = ["id", "kind", "title", "body", "url", "created_at", "read_at"]

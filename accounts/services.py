@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 from typing import Any
@@ -37,6 +37,7 @@ from accounts.models import (
     Notification,
     User,
 )
+from core.i18n import lazy_text, rendered, stored_form
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ def notify(
                 kind=kind[:40],
                 title=title_text,
                 body=body_text,
+                title_message=stored_form(title) if isinstance(title, Promise) else None,
+                body_message=stored_form(body) if isinstance(body, Promise) else None,
                 url=url,
                 dedupe_key=dedupe_key or "",
             )
@@ -127,10 +130,12 @@ def notification_email_send(notification_id: int) -> None:
     if notification is None or notification.emailed_at is not None:
         return
     link = f"\n\n{absolute_url(notification.url)}" if notification.url else ""
+    with in_language_of(notification.user):  # the recipient's language now
+        title, body = notification.local_title, notification.local_body
     try:
         send_mail(
-            subject=f"[LabPortal] {notification.title}",
-            message=f"{notification.body}{link}",
+            subject=f"[LabPortal] {title}",
+            message=f"{body}{link}",
             from_email=None,
             recipient_list=[notification.user.email],
         )
@@ -207,12 +212,21 @@ def ledger_entry_post(
     watch_thresholds: bool,
 ) -> LedgerEntry:
     # `note` is an untranslated msgid when `note_params` is given (even empty): it is
-    # stored in English and shown in each reader's language.
+    # stored in English and shown in each reader's language; a moment among the parameters
+    # is kept as a moment and read in the reader's date format and the lab's time zone.
     note_i18n: dict[str, Any] = {}
     if note_params is not None:
-        params = {k: v if isinstance(v, int | float) else str(v) for k, v in note_params.items()}
+        params = {
+            k: stored_form(v)
+            if isinstance(v, datetime)
+            else v
+            if isinstance(v, int | float)
+            else str(v)
+            for k, v in note_params.items()
+        }
         note_i18n = {"msgid": note, "params": params}
-        note = note % params if params else note
+        with translation.override("en"):
+            note = note % {k: rendered(v) for k, v in params.items()} if params else note
     _check_kind(kind)
     if isinstance(amount, float) or not isinstance(amount, Decimal | int):
         raise InvalidAmount(
@@ -413,11 +427,16 @@ def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
         notify(
             user=user,
             kind="credits_grant",
-            title=_("Your monthly credits have arrived"),
-            body=_(
-                "You received %(amount)s credits for %(month)s. Your balance is now %(balance)s."
-            )
-            % {"amount": amount, "month": f"{first:%Y-%m}", "balance": kept + amount},
+            title=lazy_text(gettext_noop("Your monthly credits have arrived")),
+            body=lazy_text(
+                gettext_noop(
+                    "You received %(amount)s credits for %(month)s. Your balance is now "
+                    "%(balance)s."
+                ),
+                amount=amount,
+                month=f"{first:%Y-%m}",
+                balance=kept + amount,
+            ),
             url=portal_url("credits"),
             dedupe_key=key,
         )

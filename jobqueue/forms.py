@@ -23,9 +23,16 @@ from jobqueue.models import (
 )
 
 
+class QueueChoiceField(forms.ModelChoiceField[Queue]):
+    """A queue shown by its name and its title in the reader's language."""
+
+    def label_from_instance(self, obj: Queue) -> str:
+        return f"{obj.name} · {obj.local_title}" if obj.local_title else obj.name
+
+
 class JobSubmitForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=120, required=False)
-    queue = forms.ModelChoiceField(
+    queue = QueueChoiceField(
         label=_("Queue"),
         queryset=Queue.objects.filter(is_active=True),
         to_field_name="name",

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from core.i18n import in_reader_language
 from scheduler.predict import command_shape_key, start_estimate_range
 
 if TYPE_CHECKING:
@@ -29,6 +30,19 @@ class Queue(models.Model):
     name = models.SlugField(_("name"), max_length=32, unique=True)
     title = models.CharField(_("title"), max_length=80)
     description = models.TextField(_("description"), blank=True)
+    title_zh_hans = models.CharField(
+        _("title in Chinese"),
+        max_length=80,
+        blank=True,
+        help_text=_("Shown to readers of the Chinese pages; empty: they see the English title."),
+    )
+    description_zh_hans = models.TextField(
+        _("description in Chinese"),
+        blank=True,
+        help_text=_(
+            "Shown to readers of the Chinese pages; empty: they see the English description."
+        ),
+    )
     tier = models.PositiveSmallIntegerField(
         _("priority tier"), default=1, help_text=_("Lower tiers are scheduled first.")
     )
@@ -92,6 +106,16 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def local_title(self) -> str:
+        """The title in the reader's language, falling back to the other one."""
+        return in_reader_language(self.title, self.title_zh_hans)
+
+    @property
+    def local_description(self) -> str:
+        """The description in the reader's language, falling back to the other one."""
+        return in_reader_language(self.description, self.description_zh_hans)
 
 
 class CategoryQueueAllowance(models.Model):

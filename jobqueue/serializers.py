@@ -31,12 +31,23 @@ MAX_BIGINT = 2**63 - 1
 
 
 class QueueSerializer(CachedFieldsModelSerializer):
+    # title and description in the reader's language (the other one where it is empty);
+    # both stored values under their language's key.
+    title = serializers.CharField(source="local_title", read_only=True)
+    description = serializers.CharField(source="local_description", read_only=True)
+    title_en = serializers.CharField(source="title", read_only=True)
+    description_en = serializers.CharField(source="description", read_only=True)
+
     class Meta:
         model = Queue
         fields = [
             "name",
             "title",
             "description",
+            "title_en",
+            "title_zh_hans",
+            "description_en",
+            "description_zh_hans",
             "tier",
             "credit_rate",
             "max_gpus_per_job",

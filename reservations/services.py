@@ -379,7 +379,7 @@ def reservation_create(
             idempotency_key=f"reservation:{reservation.pk}:book",
             reservation=reservation,
             note=gettext_noop("Booking of %(count)d GPUs, %(start)s – %(end)s"),
-            note_params={"count": len(gpu_ids), "start": _when(start), "end": _when(end)},
+            note_params={"count": len(gpu_ids), "start": start, "end": end},
             created_by=user,
         )
         reservation.charged = cost
@@ -464,7 +464,7 @@ def reservation_release_early(*, reservation_id: int, actor: Any) -> Reservation
             idempotency_key=f"reservation:{reservation.pk}:refund:release",
             reservation=reservation,
             note=gettext_noop("Unused time of a booking released early (from %(from)s)"),
-            note_params={"from": _when(new_end)},
+            note_params={"from": new_end},
             created_by=actor,
         )
         reservation.charged -= refund
@@ -536,7 +536,7 @@ def reservation_extend(*, reservation_id: int, actor: Any, new_end: datetime) ->
             idempotency_key=f"reservation:{reservation.pk}:extend:{old_end:%Y%m%dT%H%M%S}-{new_end:%Y%m%dT%H%M%S}",
             reservation=reservation,
             note=gettext_noop("Booking extended until %(end)s"),
-            note_params={"end": _when(new_end)},
+            note_params={"end": new_end},
             created_by=actor,
         )
         reservation.charged += extra
