@@ -1,18 +1,25 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.translation import gettext_lazy
 
 from alerts.models import Alert, AlertEvent, AlertRule, QueueAlertPolicy
+from core.duration_fields import HumanDurationAdminMixin
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
+class AlertRuleAdmin(HumanDurationAdminMixin, admin.ModelAdmin[AlertRule]):
+    duration_labels = {"window_s": gettext_lazy("window"), "grace_s": gettext_lazy("grace")}
     list_display = ("kind", "enabled", "threshold", "window_s", "grace_s", "drain", "email_staff")
     list_editable = ("enabled", "threshold", "window_s", "grace_s", "drain", "email_staff")
 
 
 @admin.register(QueueAlertPolicy)
-class QueueAlertPolicyAdmin(admin.ModelAdmin[QueueAlertPolicy]):
+class QueueAlertPolicyAdmin(HumanDurationAdminMixin, admin.ModelAdmin[QueueAlertPolicy]):
+    duration_labels = {
+        "idle_window_s": gettext_lazy("idle for"),
+        "idle_grace_s": gettext_lazy("grace after the warning"),
+    }
     list_display = ("queue", "idle_action", "idle_threshold_pct", "idle_window_s", "idle_grace_s")
 
 

@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from accounts.auth import request_user
+from core.duration_fields import HumanDurationAdminMixin
 from core.errors import DomainError
 from jobqueue.models import (
     Allocation,
@@ -31,7 +32,11 @@ class CategoryQueueAllowanceInline(admin.TabularInline[CategoryQueueAllowance, Q
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin[Queue]):
+class QueueAdmin(HumanDurationAdminMixin, admin.ModelAdmin[Queue]):
+    duration_labels = {
+        "max_time_limit_s": gettext_lazy("max time limit"),
+        "default_time_limit_s": gettext_lazy("default time limit"),
+    }
     inlines = [CategoryQueueAllowanceInline]
     list_display = (
         "name",
@@ -77,7 +82,8 @@ class AllocationInline(admin.TabularInline[Allocation, Job]):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin[Job]):
+class JobAdmin(HumanDurationAdminMixin, admin.ModelAdmin[Job]):
+    duration_labels = {"time_limit_s": gettext_lazy("time limit")}
     list_display = (
         "id",
         "owner",
@@ -178,7 +184,12 @@ HOLD_REASON = gettext_lazy("an admin is looking into it; ask the lab admins for 
 
 
 @admin.register(SchedulingPolicy)
-class SchedulingPolicyAdmin(admin.ModelAdmin[SchedulingPolicy]):
+class SchedulingPolicyAdmin(HumanDurationAdminMixin, admin.ModelAdmin[SchedulingPolicy]):
+    duration_labels = {
+        "hard_limit_grace_s": gettext_lazy("hard limit: grace after the time limit"),
+        "stop_grace_s": gettext_lazy("time between SIGTERM and SIGKILL"),
+    }
+
     def has_add_permission(self, request: object) -> bool:
         return not SchedulingPolicy.objects.exists()
 

@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core.duration_fields import format_duration
 from jobqueue.models import SchedulingPolicy, parse_attained_thresholds
 from scheduler import model as sm
 from scheduling.passes import build_engine_input
@@ -20,7 +21,9 @@ URL = "/admin/jobqueue/schedulingpolicy/{pk}/change/"
 def _form(policy: SchedulingPolicy, **changes: Any) -> dict[str, Any]:
     fields = [f.name for f in SchedulingPolicy._meta.fields if f.name != "id"]
     data = {name: getattr(policy, name) for name in fields}
-    data["hard_limit_grace_s"] = data["hard_limit_grace_s"] or ""
+    # The admin writes lengths of time in human units (`30m`, `30s`).
+    data["hard_limit_grace_s"] = format_duration(data["hard_limit_grace_s"])
+    data["stop_grace_s"] = format_duration(data["stop_grace_s"])
     return {**data, **changes}
 
 
