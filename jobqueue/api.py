@@ -37,7 +37,9 @@ class JobFilter(filters.FilterSet):
         only=Q(state__in=Job.WAITING_STATES) | Q(state__in=Job.ACTIVE_STATES),
         help_text="`true`: only waiting and running jobs.",
     )
-    array = filters.NumberFilter(field_name="array_id", help_text="Only the jobs of this job array.")
+    array = filters.NumberFilter(
+        field_name="array_id", help_text="Only the jobs of this job array."
+    )
 
     class Meta:
         model = Job

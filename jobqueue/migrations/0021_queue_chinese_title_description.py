@@ -40,7 +40,7 @@ def fill_default_queues_zh(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobqueue', '0019_constraint_messages'),
+        ('jobqueue', '0020_job_array'),
     ]
 
     operations = [
