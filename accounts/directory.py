@@ -104,7 +104,7 @@ except ImportError:  # the ldap extra is not installed: settings never name the 
     LDAPBackend = object
 
 
-class DirectoryBackend(LDAPBackend):  # type: ignore[misc,valid-type]  # LDAPBackend is untyped
+class DirectoryBackend(LDAPBackend):  # LDAPBackend is untyped
     """django-auth-ldap's backend, with the category and unix ids of the module's doc."""
 
     def authenticate_ldap_user(self, ldap_user: Any, password: str) -> Any:

@@ -39,7 +39,7 @@ class TutorialStepMiddleware:
         done: list[str] = list(session.get(SESSION_KEY, [])) if session is not None else []
         steps = self._steps(match.url_name, match.kwargs, user, done)
         for step in steps:
-            tutorial_view_record(user=user, step=step)  # type: ignore[arg-type]
+            tutorial_view_record(user=user, step=step)
         if steps and session is not None:
             session[SESSION_KEY] = sorted({*done, *steps})
         return response

@@ -38,7 +38,7 @@ def gpu_names() -> list[str]:
             return [line.strip() for line in done.stdout.splitlines() if line.strip()]
         print(f"nvidia-smi answered {done.returncode}: {done.stderr.strip()}")
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         lines = []
@@ -55,7 +55,7 @@ def gpu_names() -> list[str]:
 def gpu_work() -> bool:
     """A few seconds of matrix products on the first GPU; False when no GPU library is here."""
     try:
-        import cupy  # type: ignore[import-not-found]
+        import cupy
 
         a = cupy.random.random((2048, 2048), dtype=cupy.float32)
         sync = cupy.cuda.Device().synchronize
@@ -63,7 +63,7 @@ def gpu_work() -> bool:
         library = "CuPy"
     except Exception:
         try:
-            import torch  # type: ignore[import-not-found]
+            import torch
 
             if not torch.cuda.is_available():
                 return False
@@ -88,7 +88,7 @@ def cpu_work() -> None:
     """A few seconds of arithmetic on the CPU, with NumPy if it is installed."""
     count, start = 0, time.monotonic()
     try:
-        import numpy  # type: ignore[import-not-found]
+        import numpy
 
         a = numpy.random.random((512, 512))
         while time.monotonic() - start < SECONDS:
