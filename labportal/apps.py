@@ -13,12 +13,17 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 def local_dirs() -> list[Path]:
-    """The folders the settings point at that must exist before first use: the SQLite file's,
-    the filesystem broker's, static files' (WhiteNoise) and beat's schedule file's."""
-    dirs = [Path(settings.STATIC_ROOT), Path(settings.CELERY_BEAT_SCHEDULE_FILENAME).parent]
+    """The folders the settings point at that must exist before first use: the var folder
+    (the embedded SQLite file's), the filesystem broker's, static files' (WhiteNoise) and
+    beat's schedule file's. A database the operator named elsewhere is never created: a
+    missing folder there is an outage the portal reports (503), not a new empty database."""
+    var = Path(settings.VAR_DIR)
+    dirs = [var, Path(settings.STATIC_ROOT), Path(settings.CELERY_BEAT_SCHEDULE_FILENAME).parent]
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3") and str(db["NAME"]) not in ("", ":memory:"):
-        dirs.append(Path(db["NAME"]).parent)
+        folder = Path(db["NAME"]).parent
+        if folder == var or var in folder.parents:
+            dirs.append(folder)
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
     for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if options.get(key):

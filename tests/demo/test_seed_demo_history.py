@@ -98,5 +98,7 @@ def test_the_lab_overviews_allocated_share_matches_the_gpu_hours_jobs_held(
             assert day.gpu_hours == pytest.approx(held[day.day], abs=0.05)
             compared += 1
         else:
-            assert day.gpu_hours < held[day.day]
+            # Part of the day has no readings: only the covered hours count, never more
+            # than the jobs held (equal where no job ran during the outage's hours).
+            assert day.gpu_hours <= held[day.day] + 0.05
     assert compared > 50
