@@ -47,4 +47,4 @@ def test_the_owner_follows_searches_and_filters_the_live_log(
     page.set_viewport_size({"width": 390, "height": 844})
     shot(page, f"job-log-{language}-390")
     href = page.locator("[data-testid=log-download]").get_attribute("href")
-    assert href == f"/api/jobs/{job.pk}/log/download/"
+    assert href == f"/api/v1/jobs/{job.pk}/log/download/"
