@@ -21,11 +21,16 @@ unexport PYTHONDONTWRITEBYTECODE
 # requirements/uv.txt, then the rest with uv, which removes whatever the lock does not
 # name; then the three local distributions without dependencies. A new top-level package
 # needs a fresh editable install to be importable by the console scripts.
-$(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl/pyproject.toml requirements/dev.txt requirements/uv.txt $(wildcard */__init__.py)
+$(STAMP): pyproject.toml distributions/agent/pyproject.toml distributions/labctl/pyproject.toml requirements/dev.txt requirements/dev-base.txt requirements/ldap.txt requirements/uv.txt $(wildcard */__init__.py)
 	@command -v $(PYTHON) >/dev/null || { echo "LabPortal needs $(PYTHON) (Python 3.11+). Install it, or run: make PYTHON=python3 ..."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r requirements/uv.txt
-	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.txt
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev-base.txt
+	@if command -v cc >/dev/null && [ -f /usr/include/ldap.h ] && [ -f /usr/include/sasl/sasl.h ]; then \
+	  $(UV) pip install --quiet --python $(PY) --require-hashes -r requirements/ldap.txt; \
+	else \
+	  echo "LDAP sign-in's python-ldap not installed (it builds from source: apt-get install gcc libldap2-dev libsasl2-dev, then make install); everything else works without it."; \
+	fi
 	$(UV) pip install --quiet --python $(PY) --no-deps -e . -e ./distributions/agent -e ./distributions/labctl
 	touch $(STAMP)
 

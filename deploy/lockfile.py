@@ -54,7 +54,26 @@ LOCKS = (
         "requirements/dev.txt",
         ("pyproject.toml", AGENT, LABCTL),
         ("dev", "reports", "ldap"),
-        what="make install, .ci/run: the portal with its dev, reports and ldap extras, the agent, labctl",
+        what="the whole development resolution: the portal with its dev, reports and ldap extras, the agent, labctl",
+    ),
+    # python-ldap has no wheel: it builds from source with a C compiler, libldap2-dev and
+    # libsasl2-dev. `make install` syncs dev-base.txt (everything but LDAP) and adds ldap.txt
+    # where those exist (.ci/run installs them), so a newcomer's machine without them still
+    # installs and runs everything else.
+    Lock(
+        "requirements/dev-base.txt",
+        ("pyproject.toml", AGENT, LABCTL),
+        ("dev", "reports"),
+        "requirements/dev.txt",
+        what="make install, .ci/run: the development lock without the ldap extra",
+    ),
+    Lock(
+        "requirements/ldap.txt",
+        ("pyproject.toml",),
+        ("ldap",),
+        "requirements/dev.txt",
+        only=("django-auth-ldap",),
+        what="make install, where python-ldap can be built: campus sign-in's LDAP libraries",
     ),
     Lock(
         "requirements/portal.txt",

@@ -56,7 +56,7 @@ def ldap_login() -> LdapLogin:
             LDAPSearch,
             PosixGroupType,
         )
-    except ImportError as exc:  # pragma: no cover - the lock installs both
+    except ImportError as exc:  # make install adds them only where python-ldap can be built
         raise ImproperlyConfigured(
             f"LABPORTAL_LDAP_URI is set but django-auth-ldap cannot be imported ({exc}): "
             "install the portal's ldap extra (pip install 'labportal[ldap]'; python-ldap "
