@@ -122,6 +122,10 @@ def test_a_restarted_agent_finds_running_jobs_and_the_exit_code_of_ended_ones(
     before.start(spec(6, "sleep 30"))
     before.start(spec(7, "echo done; exit 3"))
     wait_until(lambda: (tmp_path / "local-jobs" / "7" / "exit_code").read_text())
+    # The wrapper writes the exit code just before it exits: wait for the exit
+    # itself (a zombie, since ``before`` never reaps it), or the job still runs.
+    wrapper = json.loads((tmp_path / "local-jobs" / "7" / "meta.json").read_text())["pid"]
+    wait_until(lambda: proc_state(wrapper) in ("Z", None))
 
     after = LocalProcessRuntime(tmp_path, enabled=True)  # no Popen handles: a new process
     found = {s.job_id: s for s in after.list_jobs()}
