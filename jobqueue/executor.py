@@ -28,6 +28,9 @@ class Executor(Protocol):
     # True where the portal's own engine places jobs (agents); False where the executor
     # schedules them itself (Slurm): then no scheduling pass and no agent dispatch run.
     portal_schedules: bool
+    # True where each job runs in a container image (agents: Docker; Slurm with pyxis or
+    # apptainer); False where it runs on the node as it is (Slurm without a container).
+    runs_in_containers: bool
 
     def job_queued(self, job: Job) -> None:
         """A validated job was saved (same transaction): send it on its way, or raise a JobRefused."""

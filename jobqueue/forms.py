@@ -146,6 +146,9 @@ class JobSubmitForm(forms.Form):
         self.fields["queue"].initial = "normal"
         if not VolumeMount.objects.filter(enabled=True).exists():
             del self.fields["mounts"]
+        if not Gpu.objects.filter(kind=Gpu.Kind.SLOT).exclude(state=Gpu.State.MISSING).exists():
+            # No node offers shared slots (none set up, or Slurm mode: whole GPUs only).
+            del self.fields["shared_slot"]
         models = sorted(
             set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
         )
@@ -193,7 +196,7 @@ class JobSubmitForm(forms.Form):
             "image": data["image"].reference,
             "command": data["command"],
             "gpus": data["gpus"],
-            "shared_slot": data["shared_slot"],
+            "shared_slot": data.get("shared_slot", False),
             "env": data["env"],
             "mounts": [m.name for m in data.get("mounts", [])],
             "time_limit_s": int(hours * 3600) if hours else None,

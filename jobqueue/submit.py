@@ -256,6 +256,13 @@ def job_checked(
     clean_env = _clean_env(env)
     gpus = int(gpus)
     if shared_slot:
+        if not executor.current().portal_schedules:
+            raise JobRefused(
+                _(
+                    "Slurm gives each job whole GPUs here, so there are no shared GPU slots: "
+                    "ask for 1 GPU without a shared slot."
+                )
+            )
         if not queue_obj.allows_shared_slots:
             raise JobRefused(
                 _(

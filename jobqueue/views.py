@@ -73,6 +73,7 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "grant_required": grant_required,
+        "runs_in_containers": executor.current().runs_in_containers,
         "templates": JobTemplate.objects.usable_by(user).select_related("owner"),
     }
     return render(request, "jobqueue/submit.html", context, status=form_page_status(request, form))

@@ -610,6 +610,16 @@ def cmd_queue(args: argparse.Namespace, client: Client) -> int:
     return EXIT_OK
 
 
+def _cancel_line(job: dict[str, Any]) -> str:
+    """What a cancel did: a waiting job ends at once, a running one is being stopped."""
+    if job["state"] in FINAL_JOB_STATES:
+        return f"Job {job['id']}: {job['state']}."
+    return (
+        f"Job {job['id']}: cancel requested; it is being stopped (SIGTERM, then its grace "
+        f"period). Follow it with: labctl status {job['id']}"
+    )
+
+
 def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
     worst = EXIT_OK
     done = []
@@ -635,7 +645,7 @@ def cmd_cancel(args: argparse.Namespace, client: Client) -> int:
         if args.array and not jobs and not args.json:
             print(f"Array of job {job_id}: every job has already ended.")
         for job in jobs if not args.json else ():
-            print(f"Job {job['id']}: {job['state']}.")
+            print(_cancel_line(job))
     if args.json:
         dump_json(done)
     return worst

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 class AgentsExecutor:
     name = "agents"
     portal_schedules = True
+    runs_in_containers = True
 
     def job_queued(self, job: Job) -> None:
         self.wake()

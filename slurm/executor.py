@@ -15,6 +15,12 @@ class SlurmExecutor:
     name = "slurm"
     portal_schedules = False
 
+    @property
+    def runs_in_containers(self) -> bool:
+        from django.conf import settings
+
+        return bool(settings.LABPORTAL_SLURM_CONTAINER != "none")
+
     def job_queued(self, job: Job) -> None:
         services.slurm_job_submit(job=job)
 

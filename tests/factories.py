@@ -76,3 +76,17 @@ def make_cluster(
             GpuFactory(node=node, index=i, uuid=f"GPU-{node.name}-{i}", model=model)
         made.append(node)
     return made
+
+
+def make_slot(parent_uuid: str = "GPU-gpu01-0") -> Gpu:
+    """One shared slot (half the memory) on the GPU ``parent_uuid``."""
+    parent = Gpu.objects.get(uuid=parent_uuid)
+    return Gpu.objects.create(
+        node=parent.node,
+        index=0,
+        uuid=f"{parent_uuid}::slot0",
+        model=parent.model,
+        memory_mb=parent.memory_mb // 2,
+        kind=Gpu.Kind.SLOT,
+        parent=parent,
+    )

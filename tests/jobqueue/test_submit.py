@@ -145,17 +145,8 @@ def test_allowlisted_mounts_are_templated_per_user(alice: Any, cluster: Any, ima
 def test_a_shared_slot_job_goes_to_the_debug_queue_on_a_slot(
     alice: Any, cluster: Any, image: Any
 ) -> None:
-    from cluster.models import Gpu
+    from tests.factories import make_slot
 
-    parent = Gpu.objects.get(uuid="GPU-gpu01-0")
-    Gpu.objects.create(
-        node=parent.node,
-        index=0,
-        uuid="GPU-gpu01-0::slot0",
-        model=parent.model,
-        memory_mb=parent.memory_mb // 2,
-        kind=Gpu.Kind.SLOT,
-        parent=parent,
-    )
+    make_slot()
     job = submit(alice, queue="debug", shared_slot=True, time_limit_s=600)
     assert job.shared_slot and job.gpus == 1

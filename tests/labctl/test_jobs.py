@@ -264,3 +264,18 @@ def test_a_reader_that_stops_reading_gets_no_traceback(as_alice: str, portal: st
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_cancelling_a_running_job_says_it_is_being_stopped_not_that_it_runs(
+    labctl: Run, as_alice: str
+) -> None:
+    from jobqueue.models import Job
+
+    job = submit(labctl)
+    Job.objects.filter(pk=job["id"]).update(state="running")
+    result = labctl("cancel", str(job["id"]))
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"Job {job['id']}: cancel requested; it is being stopped")
+    assert f"labctl status {job['id']}" in result.out
+    assert ": running." not in result.out
+    assert Job.objects.get(pk=job["id"]).stop_requested_at is not None
