@@ -13,6 +13,7 @@ cluster without slurmrestd: sbatch and scancel run through ``LABPORTAL_SLURM_RUN
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,6 +44,23 @@ class SlurmUnavailable(SlurmError):
     """Slurm (slurmctld, slurmrestd or the commands) could not be reached."""
 
 
+class SlurmSetupError(SlurmError):
+    """The portal host cannot run a Slurm command as the member (no sudo, no sudoers rule,
+    no Slurm commands): the portal's setup, not a Slurm outage nor a refusal of the job."""
+
+
+# What sudo -n prints when it may not run the command without a password (no sudoers rule
+# for the portal's user, or not for that target user or command).
+_SUDO_REFUSALS = (
+    "a password is required",
+    "is not allowed to run sudo",
+    "is not allowed to execute",
+    "a terminal is required",
+    "unknown user",
+    "is not in the sudoers file",
+)
+
+
 # Slurm's error numbers for "the controller could not be reached" (slurm_errno.h): the
 # connection, send, receive and shutdown errors, a socket timeout, zero bytes sent.
 UNREACHABLE_ERRNOS = frozenset({1800, 1801, 1802, 1803, 5004, 5005})
@@ -63,6 +81,9 @@ def means_unreachable(message: str, errno: object = None) -> bool:
 # -- whether Slurm answers: every call of either client says so --------------------------
 
 _UNREACHABLE_SINCE = "labportal:slurm:unreachable-since"
+# The last command the portal host could not run (sudo, a Slurm command missing). Kept in
+# the cache, not the database: the member's submit that met it is rolled back.
+_HOST_PROBLEM = "labportal:slurm:host-problem"
 _ANSWERED_AT = "labportal:slurm:answered-at"
 
 
@@ -87,6 +108,22 @@ def _read_time(key: str) -> datetime | None:
     except Exception:  # the cache is down: not known
         return None
     return datetime.fromisoformat(value) if value else None
+
+
+def _note_host_problem(message: str) -> None:
+    # any cache failure: the member's refusal itself stands
+    with contextlib.suppress(Exception):
+        cache.set(_HOST_PROBLEM, message, timeout=None)
+
+
+def slurm_host_problem_take() -> str | None:
+    """The last command the portal host could not run, once (for the setup check)."""
+    try:
+        message = cache.get(_HOST_PROBLEM)
+        cache.delete(_HOST_PROBLEM)
+    except Exception:
+        return None
+    return str(message) if message else None
 
 
 def slurm_unreachable_since() -> datetime | None:
@@ -533,13 +570,22 @@ class CommandsClient:
                 check=False,
             )
         except FileNotFoundError as exc:
-            _note(answered=False)
-            raise SlurmUnavailable(f"{argv[0]} is not installed on the portal host") from exc
+            # A missing command (sudo, sbatch) is the portal host's setup, not an outage.
+            message = f"{argv[0]} is not installed on the portal host"
+            _note_host_problem(message)
+            raise SlurmSetupError(message) from exc
         except subprocess.TimeoutExpired as exc:
             _note(answered=False)
             raise SlurmUnavailable(f"{' '.join(argv[:2])} did not answer in {timeout} s") from exc
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
+            if (
+                self.run_as
+                and message.startswith("sudo:")
+                and any(words in message for words in _SUDO_REFUSALS)
+            ):
+                _note_host_problem(message)
+                raise SlurmSetupError(message)
             if means_unreachable(message):
                 _note(answered=False)
                 raise SlurmUnavailable(message)

@@ -54,7 +54,7 @@ from slurm.admin_commands import QosLimits, SlurmAdmin, SlurmAssociation, tres_g
 from slurm.cli import SlurmError
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import ManagedValue, PolicyConflict
-from slurm.setup_check import close_unseen, record_failure
+from slurm.setup_check import close_unseen, record_failure, record_host_problem_seen
 
 log = logging.getLogger(__name__)
 
@@ -776,4 +776,5 @@ def slurm_policy_sync(
     _sync_qos(admin, result, now)
     _sync_nice(admin, result)
     close_unseen(result.failed_keys)
+    record_host_problem_seen()
     return result

@@ -122,6 +122,12 @@ class SetupProblemAdmin(admin.ModelAdmin[SetupProblem]):
     def fix_command(self, problem: SetupProblem) -> str:
         return format_html('<pre class="setup-fix">{}</pre>', problem.fix)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SetupProblem]:
+        from slurm.setup_check import record_host_problem_seen
+
+        record_host_problem_seen()  # a command the portal host could not run, noted since
+        return super().get_queryset(request)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -32,6 +32,7 @@ from slurm.cli import (
     PartitionInfo,
     SlurmClient,
     SlurmError,
+    SlurmSetupError,
     SlurmUnavailable,
     SubmitRequest,
     client_from_settings,
@@ -56,6 +57,13 @@ class SlurmRefused(JobRefused):
 
 class SlurmDown(JobRefused):
     code = "slurm_unavailable"
+    status_code = 503
+
+
+class SlurmNotSetUp(JobRefused):
+    """The portal host cannot run Slurm's commands as the member: the admins' to fix."""
+
+    code = "slurm_setup"
     status_code = 503
 
 
@@ -209,6 +217,15 @@ def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
     refused (400, why)."""
     try:
         yield
+    except SlurmSetupError as exc:
+        raise SlurmNotSetUp(
+            _(
+                "The portal could not run Slurm's commands as your unix user (%(error)s). "
+                "This is the portal's setup, not your job: the lab's admins see it on the "
+                "Slurm setup check. Nothing was changed."
+            )
+            % {"error": exc}
+        ) from exc
     except SlurmUnavailable as exc:
         since = slurm_unreachable_since() or timezone.now()
         raise SlurmDown(
@@ -248,6 +265,9 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         )
     ):
         slurm_job_id = client.submit(request)
+    from slurm.setup_check import close_host_problems
+
+    close_host_problems()  # sbatch ran as the member: the portal host is set up
     record = SlurmJob.objects.create(
         slurm_job_id=slurm_job_id,
         job=job,

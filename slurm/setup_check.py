@@ -29,8 +29,46 @@ def portal_slurm_user() -> str:
     return getpass.getuser()
 
 
+# Problems of the portal host itself (sudo, the Slurm commands), as opposed to the
+# sacctmgr changes of the policy pass, which that pass closes when it no longer meets them.
+HOST_KEY_PREFIX = "portal host: "
+
+
 def problem_key(argv: Sequence[str]) -> str:
     return shlex.join(["sacctmgr", *argv])[:300]
+
+
+def host_fix_for(message: str) -> str:
+    """What the portal host's administrator does about a command the portal could not run."""
+    user = portal_slurm_user()
+    if message.startswith("sudo:") or "sudo is not installed" in message:
+        return _(
+            "The portal runs sbatch and scancel as each member's unix user through sudo. "
+            "Install sudo and give the portal's user %(user)s this rule (visudo -f "
+            "/etc/sudoers.d/labportal), with your members' group in place of labmembers:\n"
+            "%(user)s ALL=(%%labmembers) NOPASSWD: /usr/bin/sbatch, /usr/bin/scancel\n"
+            "Or set LABPORTAL_SLURM_REST_URL to use slurmrestd, which needs no sudo."
+        ) % {"user": user}
+    return _(
+        "Install Slurm's client commands and munge on the portal host (Debian: apt-get "
+        "install slurm-client munge), with the cluster's slurm.conf and munge key, or set "
+        "LABPORTAL_SLURM_REST_URL to use slurmrestd."
+    )
+
+
+def record_host_problem(message: str) -> SetupProblem:
+    """Keep a command the portal host could not run as an open problem, one per kind."""
+    head = message.split(":", 1)[0] if message.startswith("sudo:") else message
+    return _record(f"{HOST_KEY_PREFIX}{head}"[:300], message, host_fix_for(message))
+
+
+def close_host_problems() -> int:
+    """A member's command went through: the portal host's problems are solved."""
+    return (
+        SetupProblem.objects.open()
+        .filter(key__startswith=HOST_KEY_PREFIX)
+        .update(resolved_at=timezone.now())
+    )
 
 
 def fix_for(argv: Sequence[str], message: str) -> str:
@@ -56,7 +94,10 @@ def fix_for(argv: Sequence[str], message: str) -> str:
 
 def record_failure(argv: Sequence[str], message: str) -> SetupProblem:
     """Keep a refused change as an open problem (one per change); log it only when it is new."""
-    key = problem_key(argv)
+    return _record(problem_key(argv), message, fix_for(argv, message.strip()))
+
+
+def _record(key: str, message: str, fix: str) -> SetupProblem:
     now = timezone.now()
     message = message.strip()[:500]
     problem = SetupProblem.objects.open().filter(key=key).first()
@@ -69,11 +110,11 @@ def record_failure(argv: Sequence[str], message: str) -> SetupProblem:
     try:
         with transaction.atomic():
             problem = SetupProblem.objects.create(
-                key=key, message=message, fix=fix_for(argv, message), first_seen=now, last_seen=now
+                key=key, message=message, fix=fix, first_seen=now, last_seen=now
             )
     except IntegrityError:  # a concurrent pass recorded it first
         return SetupProblem.objects.open().get(key=key)
-    log.warning("Slurm refused %s: %s (see the admin's Slurm setup check)", key, message)
+    log.warning("Slurm: %s failed: %s (see the admin's Slurm setup check)", key, message)
     return problem
 
 
@@ -81,10 +122,22 @@ def close_unseen(failed_keys: Iterable[str]) -> int:
     """After a full pass: close every open problem the pass did not meet again."""
     return (
         SetupProblem.objects.open()
+        .exclude(key__startswith=HOST_KEY_PREFIX)
         .exclude(key__in=list(failed_keys))
         .update(resolved_at=timezone.now())
     )
 
 
+def record_host_problem_seen() -> None:
+    """Keep the command the portal host last could not run (noted in the cache by the
+    Slurm client, since the member's request that met it was rolled back)."""
+    from slurm.cli import slurm_host_problem_take
+
+    message = slurm_host_problem_take()
+    if message:
+        record_host_problem(message)
+
+
 def open_problem_count() -> int:
+    record_host_problem_seen()
     return SetupProblem.objects.open().count()
