@@ -73,6 +73,20 @@ class Node(models.Model):
         ),
     )
 
+    # The inventory a usage report lists for a funding panel: what the lab bought, and when.
+    purchased_on = models.DateField(
+        _("purchased on"),
+        null=True,
+        blank=True,
+        help_text=_("When the lab bought this server; the usage report lists it."),
+    )
+    funded_by = models.CharField(
+        _("funded by"),
+        max_length=200,
+        blank=True,
+        help_text=_("The grant or budget that paid for it, as the usage report names it."),
+    )
+
     objects = NodeQuerySet.as_manager()
 
     class Meta:

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from reports.models import DemandForecast, PolicyChange, ReportTask
+from reports.models import DemandForecast, LabProfile, PolicyChange, ReportTask
 
 
 @admin.register(ReportTask)
@@ -47,4 +47,17 @@ class DemandForecastAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(LabProfile)
+class LabProfileAdmin(admin.ModelAdmin):
+    """The lab's one profile: its name and the day its rules came in, for the usage report."""
+
+    list_display = ["__str__", "institution", "rules_since"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not LabProfile.objects.exists()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False

@@ -1,11 +1,13 @@
-"""Long report work (what-if replays, PDF reports) run by the control worker, and the
-audit log of scheduling-policy changes applied from a replay."""
+"""Long report work (what-if replays, PDF reports) run by the control worker, the
+audit log of scheduling-policy changes applied from a replay, and the lab's profile."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from core.i18n import in_reader_language
 
 
 class ReportTask(models.Model):
@@ -100,3 +102,44 @@ class DemandForecast(models.Model):
 
     def __str__(self) -> str:
         return f"{self.fitted_at:%Y-%m-%d %H:%M} ({self.version})"
+
+
+class LabProfile(models.Model):
+    """Who the lab is, for the usage report a funding panel reads: its name and the day its
+    sharing rules came in (the report compares the figures before and after it). One row."""
+
+    name = models.CharField(
+        _("lab name"), max_length=200, blank=True, help_text=_("As the usage report names it.")
+    )
+    name_zh_hans = models.CharField(_("lab name (Chinese)"), max_length=200, blank=True)
+    institution = models.CharField(_("institution"), max_length=200, blank=True)
+    institution_zh_hans = models.CharField(_("institution (Chinese)"), max_length=200, blank=True)
+    rules_since = models.DateField(
+        _("rules in force since"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The day the lab began sharing its GPUs through LabPortal's rules. The usage "
+            "report compares allocation, utilisation and waits before it with after it."
+        ),
+    )
+
+    class Meta:
+        verbose_name = _("lab profile")
+        verbose_name_plural = _("lab profile")
+
+    def __str__(self) -> str:
+        return self.display_name or str(_("lab profile"))
+
+    @classmethod
+    def current(cls) -> LabProfile:
+        """The lab's one profile (an empty one until an admin fills it in)."""
+        return cls.objects.order_by("pk").first() or cls()
+
+    @property
+    def display_name(self) -> str:
+        return in_reader_language(self.name, self.name_zh_hans)
+
+    @property
+    def display_institution(self) -> str:
+        return in_reader_language(self.institution, self.institution_zh_hans)

@@ -11,6 +11,7 @@ from django.utils import translation
 from accounts.models import User
 from reports import charts
 from reports.forecast import ForecastState, latest_forecast
+from reports.narrative import narrative
 from reports.optional import require
 from reports.periods import Period
 from reports.selectors import usage_report
@@ -22,14 +23,16 @@ def _data_uri(png: bytes) -> str:
 
 
 def report_context(*, period: Period, viewer: User) -> dict[str, object]:
-    """What the page and the PDF both show: the report, its tables and the last fitted
-    forecast (never fitted here: see reports.services.forecast_refresh)."""
+    """What the page and the PDF both show: the report, its opening narrative, its tables
+    and the last fitted forecast (never fitted here: see reports.services.forecast_refresh)."""
     report = usage_report(period=period, viewer=viewer)
+    forecast = forecast_context(latest_forecast())
     return {
         "report": report,
         "period": period,
         "tables": report_tables(report),
-        **forecast_context(latest_forecast()),
+        "narrative": narrative(report=report, viewer=viewer, forecast=forecast["forecast"]),  # type: ignore[arg-type]
+        **forecast,
     }
 
 

@@ -37,8 +37,20 @@ from reports.waits import queue_waits
 from reports.weeks import unmet_demand, usage_weeks
 
 
+def _is_empty_placeholder(line: UsageLine) -> bool:
+    """A "—" line (jobs with no node or GPU model: cancelled before they ran) that holds
+    no GPU-hours and no credits: a row of zeros a reader would only wonder about."""
+    return (
+        line.name == "—"
+        and line.gpu_hours == 0
+        and line.used_gpu_hours == 0
+        and abs(line.credits) < 0.005
+    )
+
+
 def _sorted_lines(lines: Iterable[UsageLine]) -> list[UsageLine]:
-    return sorted(lines, key=lambda line: (-line.gpu_hours, line.name))
+    kept = (line for line in lines if not _is_empty_placeholder(line))
+    return sorted(kept, key=lambda line: (-line.gpu_hours, line.name))
 
 
 def usage_report(*, period: Period, viewer: User, now: dt.datetime | None = None) -> UsageReport:

@@ -12,7 +12,9 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.formats import number_format
 from django.utils.functional import Promise
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from reports.lines import FINAL_STATES, UsageReport
@@ -51,6 +53,7 @@ class Table:
     title: str | Promise
     columns: list[tuple[str, str | Promise]]
     rows: list[dict[str, Any]]
+    note: str = ""  # why the table's figures do not add up to the lab total, where they don't
 
     def csv_text(self) -> str:
         """The table as CSV: a header of column keys, then one line per row."""
@@ -85,6 +88,7 @@ def report_tables(report: UsageReport) -> list[Table]:
                     title,
                     [("name", name_label), *USAGE_COLUMNS],
                     [line.as_dict() for line in report.tables[slug]],
+                    _credits_note(report, slug),
                 )
             )
     tables.append(
@@ -134,6 +138,21 @@ def report_tables(report: UsageReport) -> list[Table]:
         )
     )
     return tables
+
+
+def _credits_note(report: UsageReport, slug: str) -> str:
+    """Why a table's credits fall short of the lab total: bookings and no-shows are charged
+    to a member, never to a queue, a node or a GPU model."""
+    if slug not in ("queue", "node", "model"):
+        return ""
+    gap = report.totals.credits - sum(line.credits for line in report.tables[slug])
+    if abs(gap) < 0.05:
+        return ""
+    return gettext(
+        "%(credits)s credits of the lab total were spent on bookings and no-shows, which "
+        "belong to no queue, node or GPU model; this table's credits add up to the total "
+        "without them."
+    ) % {"credits": number_format(round(gap, 1), 1, use_l10n=True, force_grouping=True)}
 
 
 def table_by_slug(report: UsageReport, slug: str) -> Table | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from decimal import Decimal
 from typing import Any
@@ -16,6 +17,7 @@ from cluster.models import Gpu, Node, NodeToken
 
 DEMO_PASSWORD = "labportal-demo"
 DEMO_NODES = ("sim-node-1", "sim-node-2")
+DEMO_PURCHASES = (dt.date(2023, 9, 15), dt.date(2025, 3, 1))
 DEMO_SHARED_SLOTS = 2
 DEMO_GPUS_PER_NODE = 4
 DEMO_GPU_MODEL = "Simulated A100 80GB"
@@ -69,7 +71,15 @@ class Command(BaseCommand):
         hello_gpu_template_ensure(image="labportal/demo-local")
         agents = []
         for name in DEMO_NODES:
-            node, _ = Node.objects.get_or_create(name=name, defaults={"address": "127.0.0.1"})
+            node, _ = Node.objects.get_or_create(
+                name=name,
+                defaults={
+                    "address": "127.0.0.1",
+                    # What the usage report's inventory lists (an admin enters it per node).
+                    "purchased_on": DEMO_PURCHASES[DEMO_NODES.index(name) % len(DEMO_PURCHASES)],
+                    "funded_by": "Demo: department equipment budget",
+                },
+            )
             for index in range(DEMO_GPUS_PER_NODE):
                 Gpu.objects.get_or_create(
                     uuid=simulated_gpu_uuid(name, index),

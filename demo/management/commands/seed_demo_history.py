@@ -29,6 +29,7 @@ from django.utils import timezone
 from accounts.models import CreditPolicy, JobEfficiency, User
 from cluster.models import Gpu
 from jobqueue.models import Allocation, ContainerImage, Job, Queue
+from reports.models import LabProfile
 from reports.services import forecast_refresh
 from reservations.models import Reservation
 from telemetry.models import GpuHourRollup, RollupCursor
@@ -69,8 +70,21 @@ class Command(BaseCommand):
             gpus, users, image, weeks=options["weeks"], rng=random.Random(options["seed"])
         )
         self.stdout.write(self.style.SUCCESS(f"Added {made} simulated jobs of history."))
+        _lab_profile(weeks=options["weeks"])
         # Fitted now, so the demo's first report page shows it (later: the control worker).
         forecast_refresh()
+
+
+def _lab_profile(*, weeks: int) -> None:
+    """The demo lab's name, and its rules in force from the history's middle week, so the
+    report compares the weeks before them with the weeks after (the history's allocation
+    rises from 30 % to 65 %, as the lab's in the article did)."""
+    profile = LabProfile.current()
+    if profile.pk is None:
+        profile.name = "Demo lab (simulated history)"
+        profile.name_zh_hans = "演示实验室（模拟的历史）"
+        profile.rules_since = timezone.localdate() - dt.timedelta(weeks=weeks // 2)
+        profile.save()
 
 
 @dataclass
