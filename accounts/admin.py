@@ -23,6 +23,7 @@ from accounts.models import (
     LedgerEntry,
     Notification,
     PersonalAccessToken,
+    Project,
     User,
 )
 
@@ -260,3 +261,12 @@ class JobEfficiencyAdmin(admin.ModelAdmin[JobEfficiency]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin[Project]):
+    list_display = ("name", "title", "pi", "grant_reference", "active")
+    list_filter = ("active",)
+    search_fields = ("name", "title", "title_zh_hans", "grant_reference")
+    filter_horizontal = ("members",)
+    autocomplete_fields = ("pi",)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from core.i18n import rendered
+from core.i18n import in_reader_language, rendered
 from core.models import HashedToken
 
 
@@ -284,6 +284,78 @@ def _token_lookup(conn: BaseDatabaseWrapper) -> _TokenLookup:
     if lookup is None or lookup.vendor != conn.vendor:
         lookup = _token_lookups[conn.alias] = _TokenLookup(conn)
     return lookup
+
+
+# --- Projects -----------------------------------------------------------------
+
+
+class ProjectQuerySet(models.QuerySet["Project"]):
+    def open_to(self, user: User) -> ProjectQuerySet:
+        """The active projects `user` may charge a job to: theirs as a member or as PI."""
+        return (
+            self.filter(active=True)
+            .filter(models.Q(members=user) | models.Q(pi=user))
+            .distinct()
+            .order_by("name")
+        )
+
+
+class Project(models.Model):
+    """A grant or shared project that jobs are charged to for accounting (Slurm's accounts,
+    OpenPAI's virtual clusters): the usage report has a table per project. Credits are
+    still the member's; a project only says what the GPU time was for."""
+
+    name = models.SlugField(
+        _("short name"),
+        max_length=40,
+        unique=True,
+        help_text=_("What members type (labctl submit --project NAME): letters, digits, - and _."),
+    )
+    title = models.CharField(_("title"), max_length=200)
+    title_zh_hans = models.CharField(_("Chinese title"), max_length=200, blank=True)
+    pi = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("principal investigator"),
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="projects_led",
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("members"),
+        related_name="projects",
+        blank=True,
+        help_text=_("Who may charge jobs to it (its PI always may)."),
+    )
+    grant_reference = models.CharField(
+        _("grant reference"),
+        max_length=120,
+        blank=True,
+        help_text=_("The funder's number for the grant, as the usage report shows it."),
+    )
+    active = models.BooleanField(
+        _("active"),
+        default=True,
+        help_text=_("An ended project takes no new jobs; its history stays in the reports."),
+    )
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("project")
+        verbose_name_plural = _("projects")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def display_title(self) -> str:
+        return in_reader_language(self.title, self.title_zh_hans)
+
+    def is_open_to(self, user: User) -> bool:
+        return self.active and (self.pi_id == user.pk or self.members.filter(pk=user.pk).exists())
 
 
 # --- Credits ------------------------------------------------------------------

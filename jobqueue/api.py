@@ -57,7 +57,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_queryset(self) -> Any:
         return (
             selectors.jobs_visible_to(self.request.user)
-            .select_related("slurm")
+            .select_related("slurm", "project")
             .prefetch_related("allocations__gpu", "mounts", "depends_on")
         )
 
@@ -81,7 +81,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         jobs = submit.jobs_submit_batch(owner=request_user(request), specs=specs)
         created = (
             Job.objects.filter(pk__in=[j.pk for j in jobs])
-            .select_related("owner", "queue", "image", "node")
+            .select_related("owner", "queue", "image", "node", "project")
             .prefetch_related("allocations__gpu", "mounts", "depends_on")
             .order_by("pk")
         )

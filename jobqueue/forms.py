@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
+from accounts.models import Project
 from cluster.models import Gpu
 from jobqueue.arrays import array_indices
 from jobqueue.dependencies import parse_dependency
@@ -114,6 +115,11 @@ class JobSubmitForm(forms.Form):
     reservation = forms.TypedChoiceField(
         label=_("Run in my reservation"), required=False, coerce=int, empty_value=None
     )
+    project = forms.ChoiceField(
+        label=_("Charge to project"),
+        required=False,
+        help_text=_("The grant or project this work is for: the usage report counts it there."),
+    )
     preemptible = forms.BooleanField(
         label=_("Preemptible"),
         required=False,
@@ -166,6 +172,13 @@ class JobSubmitForm(forms.Form):
                     )
                 )
         cast(forms.TypedChoiceField, self.fields["reservation"]).choices = choices
+        projects = list(Project.objects.open_to(user)) if user is not None else []
+        if projects:
+            cast(forms.ChoiceField, self.fields["project"]).choices = [("", _("none"))] + [
+                (p.name, f"{p.name} · {p.display_title}") for p in projects
+            ]
+        else:
+            del self.fields["project"]  # a member of no project has nothing to choose
 
     save_as_name = forms.CharField(label=_("Template name"), max_length=80, required=False)
 
@@ -207,6 +220,7 @@ class JobSubmitForm(forms.Form):
             "name": data["name"],
             "reservation_id": data["reservation"],
             "preemptible": data["preemptible"],
+            "project": data.get("project", ""),
         }
         if data.get("run_after") is not None:  # "Run after": afterok:12:13
             spec["dependency"], spec["depends_on"] = data["run_after"]

@@ -478,6 +478,16 @@ class Job(models.Model):
         on_delete=models.SET_NULL,
         related_name="jobs",
     )
+    # What the GPU time was for (a grant, a shared project): the usage report's per-project
+    # table. A project with jobs is ended (active=False), never deleted.
+    project = models.ForeignKey(
+        "accounts.Project",
+        verbose_name=_("project"),
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+    )
     state = models.CharField(
         _("state"), max_length=16, choices=State.choices, default=State.PENDING, db_index=True
     )

@@ -29,6 +29,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "memory_mb": job.memory_mb,
         "name": job.name,
         "preemptible": job.preemptible,
+        "project": job.project.name if job.project_id and job.project.active else "",  # type: ignore[union-attr]
     }
 
 
@@ -49,9 +50,13 @@ def job_form_initial(job: Job) -> dict[str, Any]:
         "env": "\n".join(f"{k}={v}" for k, v in (job.env or {}).items()),
         "mounts": [m.name for m in job.mounts.all()],
         "preemptible": job.preemptible,
+        "project": job.project.name if job.project_id and job.project.active else "",  # type: ignore[union-attr]
     }
 
 
 def job_submit_again(*, job: Job, actor: User) -> Job:
     """Submit `job`'s spec as a new job of `actor`'s, checked against today's rules."""
-    return job_submit(owner=actor, **job_spec(job))
+    spec = job_spec(job)
+    if spec["project"] and not job.project.is_open_to(actor):  # type: ignore[union-attr]
+        spec["project"] = ""  # charged to the owner's project, not to one the actor is not in
+    return job_submit(owner=actor, **spec)

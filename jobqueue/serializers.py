@@ -76,6 +76,9 @@ class JobSerializer(CachedFieldsModelSerializer):
         slug_field="name", many=True, read_only=True
     )
     pending_reason_text = serializers.CharField(read_only=True)
+    project = serializers.CharField(
+        source="project.name", read_only=True, default=None, allow_null=True
+    )
     dependency = serializers.SerializerMethodField(
         help_text="The jobs it waits for, in Slurm's syntax (afterok:12:13, afterany:12); "
         "null when it waits for none."
@@ -102,6 +105,7 @@ class JobSerializer(CachedFieldsModelSerializer):
             "time_limit_s",
             "preemptible",
             "reservation",
+            "project",
             "state",
             "node",
             "gpu_uuids",
@@ -171,6 +175,13 @@ class JobSubmitSerializer(CheapCopySerializer):
         required=False, allow_null=True, min_value=1, max_value=MAX_BIGINT
     )
     preemptible = serializers.BooleanField(default=False)
+    project = serializers.CharField(
+        default="",
+        allow_blank=True,
+        max_length=40,
+        help_text="The short name of a project of yours (a grant, a shared project) to charge "
+        "the GPU time to; the usage report has a table per project. Empty: none.",
+    )
     dependency = serializers.CharField(
         required=False,
         allow_blank=True,

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
 
-from accounts.models import Category, User
+from accounts.models import Category, Project, User
 from cluster.models import Gpu, Node
 from core.durations import hours_minutes
 from core.errors import DomainError
@@ -227,6 +227,7 @@ def job_checked(
     dependency: str = AFTEROK,
     kind: str = Job.Kind.BATCH,
     count: int = 1,
+    project: str = "",
 ) -> CheckedJob:
     """Check a job against the lab's rules (the caller holds a transaction); every refusal
     says what to change. ``count``: the job stands for so many alike (an array's tasks),
@@ -234,7 +235,8 @@ def job_checked(
 
     ``depends_on``: earlier jobs of the owner's (staff: anyone's) that it waits for, as
     Slurm's ``dependency`` kind says: ``afterok`` (each completed) or ``afterany``.
-    ``kind``: an interactive session's (``sessions.services.session_start`` builds its command)."""
+    ``kind``: an interactive session's (``sessions.services.session_start`` builds its command).
+    ``project``: the short name of a project of the owner's to charge the GPU time to."""
     if kind not in Job.Kind.values:
         raise JobRefused(
             _("A job's kind is one of %(kinds)s.") % {"kinds": ", ".join(Job.Kind.values)}
@@ -371,6 +373,7 @@ def job_checked(
     if cpus_value <= 0 or memory_mb <= 0:
         raise JobRefused(_("CPUs and memory must be positive."))
     dependencies = dependencies_for_submit(owner, depends_on, dependency)
+    project_obj = project_for_submit(owner, project) if project else None
 
     job = Job(
         owner=owner,
@@ -389,6 +392,7 @@ def job_checked(
         time_limit_s=limit,
         preemptible=preemptible,
         reservation=reservation,
+        project=project_obj,
         dependency_kind=dependency if dependencies else "",
         state=Job.State.PENDING,
         # No reason until the first pass has placed it: pages say "being scheduled".
@@ -397,6 +401,32 @@ def job_checked(
     job.shape_command()
     job.predicted_runtime_s = job_predict_runtime(job)
     return CheckedJob(job, mount_objs, list(dependencies), memory_unchecked)
+
+
+def project_for_submit(owner: User, name: str) -> Project:
+    """The active project `name` if `owner` may charge jobs to it; else a refusal that
+    names the projects they may use."""
+    found = Project.objects.filter(name=name.strip()).first()
+    if found is not None and found.is_open_to(owner):
+        return found
+    mine = ", ".join(Project.objects.open_to(owner).values_list("name", flat=True)[:20])
+    if found is not None and not found.active:
+        reason = _("The project “%(project)s” has ended and takes no new jobs.") % {
+            "project": found.name
+        }
+    elif found is not None:
+        reason = _(
+            "You are not a member of the project “%(project)s”: ask its PI or a lab admin to "
+            "add you."
+        ) % {"project": found.name}
+    else:
+        reason = _("There is no project “%(project)s”.") % {"project": name.strip()[:40]}
+    if mine:
+        hint = _("Your projects: %(projects)s.") % {"projects": mine}
+    else:
+        hint = _("You belong to no project: leave the project empty.")
+    # Two sentences: a space between them in English, none in Chinese.
+    raise JobRefused(_("%(reason)s %(hint)s") % {"reason": reason, "hint": hint})
 
 
 MAX_BATCH = 500

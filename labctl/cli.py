@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reservation", type=int, metavar="ID", help="run inside your booking ID")
     p.add_argument(
+        "--project",
+        metavar="NAME",
+        help="charge the GPU time to your project NAME (a grant, a shared project) in the "
+        "usage report, as Slurm's --account",
+    )
+    p.add_argument(
         "--dependency",
         "-d",
         type=argtype(parse_dependency),
@@ -378,6 +384,7 @@ def cmd_submit(args: argparse.Namespace, client: Client) -> int:
         "name": args.name,
         "reservation": args.reservation,
         "dependency": args.dependency,
+        "project": args.project,
     }
     payload.update({k: v for k, v in optional.items() if v is not None})
     if args.shared_slot:
@@ -516,6 +523,8 @@ def _job_details(args: argparse.Namespace, client: Client) -> int:
     ]
     if job.get("reservation"):
         fields.append(("reservation", job["reservation"]))
+    if job.get("project"):
+        fields.append(("project", job["project"]))
     if job.get("dependency"):
         fields.append(("runs after", job["dependency"]))
     if job.get("mounts"):

@@ -3,7 +3,7 @@
 `job_table` reads every job of the period as one row of numbers (`JobTable`: packed as
 float8 by PostgreSQL, see `reports.sql.fetch_floats`); `job_groups` sums it per (owner,
 queue, node, first GPU). `LabNames` turns those ids into the names the report's lines
-carry (user, category, queue, node, GPU model).
+carry (user, category, queue, node, GPU model, project).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from django.db.models import Case, FloatField, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Cast, Coalesce, NullIf
 
-from accounts.models import User
+from accounts.models import Project, User
 from cluster.models import Gpu, Node
 from jobqueue.models import Allocation, Job, Queue
-from reports.lines import FINAL_STATES, NO_CATEGORY
+from reports.lines import FINAL_STATES, NO_CATEGORY, NO_PROJECT
 from reports.periods import Period
 from reports.sql import EpochSeconds, fetch_floats
 
@@ -61,13 +61,14 @@ def period_jobs(period: Period, names: LabNames | None = None) -> Any:
     )
 
 
-DIMENSION_FIELDS = ("owner_id", "queue_id", "node_id", "alloc_gpu")
+DIMENSION_FIELDS = ("owner_id", "queue_id", "node_id", "alloc_gpu", "project_id")
 # The same as telemetry rollups reach them (the model of the GPU measured).
 ROLLUP_DIMENSION_FIELDS = {
     "user": "user_id",  # the rollup keeps the job's owner: no join for it
     "queue": "job__queue_id",
     "node": "job__node_id",
     "model": "gpu__model",
+    "project": "job__project_id",
 }
 
 
@@ -82,6 +83,7 @@ class LabNames:
     gpu_models: dict[int, str]
     node_models: dict[int, str]
     mixed_nodes: list[int]
+    projects: dict[int, str]
 
     def model_of(self, node_id: int | None, alloc_gpu: int | None) -> str | None:
         if alloc_gpu is not None:
@@ -89,9 +91,14 @@ class LabNames:
         return self.node_models.get(node_id or 0)
 
     def keys(
-        self, user_id: int | None, queue_id: int | None, node_id: int | None, model: str | None
+        self,
+        user_id: int | None,
+        queue_id: int | None,
+        node_id: int | None,
+        model: str | None,
+        project_id: int | None,
     ) -> tuple[str, ...]:
-        """(user, category, queue, node, model) as the report's lines name them."""
+        """(user, category, queue, node, model, project) as the report's lines name them."""
         user, category = self.users.get(user_id or 0, ("", None))
         return (
             user or "—",
@@ -99,6 +106,7 @@ class LabNames:
             self.queues.get(queue_id or 0) or "—",
             self.nodes.get(node_id or 0) or "—",
             model or "—",
+            self.projects.get(project_id or 0) or NO_PROJECT,
         )
 
 
@@ -117,6 +125,7 @@ def lab_names() -> LabNames:
         gpu_models={pk: model for pk, model, _node in gpus},
         node_models={node: next(iter(m)) for node, m in per_node.items() if len(m) == 1},
         mixed_nodes=[node for node, m in per_node.items() if len(m) > 1],
+        projects=dict(Project.objects.values_list("pk", "name")),
     )
 
 
@@ -141,8 +150,8 @@ SWEEP_COLUMNS = ("units", "gpus", "shared_slot", "submitted", "started", "ended"
 @dataclass
 class JobTable:
     """The period's jobs as numbers, one row per job: `jobs` has the SWEEP_COLUMNS; `ids`
-    the queue, owner, node, first GPU on a mixed node (`period_jobs`) and the index of the
-    final state in FINAL_STATES (-1 for none); NaN where a value is NULL."""
+    the queue, owner, node, first GPU on a mixed node (`period_jobs`), the index of the
+    final state in FINAL_STATES (-1 for none) and the project; NaN where a value is NULL."""
 
     ids: np.ndarray
     jobs: np.ndarray
@@ -152,7 +161,8 @@ class JobTable:
         return self.ids[:, 0]
 
 
-ID_COLUMNS = ("queue_id", "owner_id", "node_id", "alloc_gpu", "final_state")
+ID_COLUMNS = ("queue_id", "owner_id", "node_id", "alloc_gpu", "final_state", "project_id")
+GROUP_COLUMNS = [0, 1, 2, 3, 5]  # what `job_groups` sums per: all but the final state
 
 
 def job_table(period: Period, names: LabNames) -> JobTable:
@@ -209,8 +219,8 @@ def _groups_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def job_groups(
     period: Period, end: dt.datetime, table: JobTable
-) -> Iterator[tuple[int | None, int | None, int | None, int | None, float, list[int]]]:
-    """Per (owner, queue, node, first GPU) of the period's jobs: the allocated GPU-seconds
+) -> Iterator[tuple[int | None, int | None, int | None, int | None, int | None, float, list[int]]]:
+    """Per (owner, queue, node, first GPU, project) of the period's jobs: the allocated GPU-seconds
     of their runs clipped to [period start, end), and how many ended in the period in
     each FINAL_STATE."""
     if not len(table.jobs):
@@ -223,7 +233,9 @@ def job_groups(
     alloc_s = np.where(runs, units * np.nan_to_num(overlap), 0.0)
     ended_in = ~np.isnan(ended) & (ended >= t0) & (ended < period.end.timestamp())
     state = np.where(ended_in, table.ids[:, 4], -1).astype(np.int64)
-    groups, group_of = _groups_of(np.nan_to_num(table.ids[:, :4], nan=-1).astype(np.int64))
+    groups, group_of = _groups_of(
+        np.nan_to_num(table.ids[:, GROUP_COLUMNS], nan=-1).astype(np.int64)
+    )
     n = len(groups)
     alloc = np.bincount(group_of, weights=alloc_s, minlength=n)
     counts = [np.bincount(group_of[state == i], minlength=n) for i in range(len(FINAL_STATES))]
@@ -231,12 +243,13 @@ def job_groups(
     def key(value: int) -> int | None:
         return None if value < 0 else int(value)
 
-    for g, (queue, owner, node, gpu) in enumerate(groups.tolist()):
+    for g, (queue, owner, node, gpu, project) in enumerate(groups.tolist()):
         yield (
             key(owner),
             key(queue),
             key(node),
             key(gpu),
+            key(project),
             float(alloc[g]),
             [int(c[g]) for c in counts],
         )

@@ -12,8 +12,9 @@ from jobqueue.models import Job
 from reports.periods import Period
 
 FINAL_STATES: tuple[str, ...] = tuple(str(s) for s in Job.FINAL_STATES)
-DIMENSIONS = ("user", "category", "queue", "node", "model")
+DIMENSIONS = ("user", "category", "queue", "node", "model", "project")
 NO_CATEGORY = "—"
+NO_PROJECT = "—"
 
 
 def _pct(value: float | None) -> float | None:

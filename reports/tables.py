@@ -17,7 +17,8 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from reports.lines import FINAL_STATES, UsageReport
+from core.i18n import reader_reads_chinese
+from reports.lines import FINAL_STATES, NO_PROJECT, UsageReport
 
 STATE_LABELS: dict[str, Promise] = {
     "completed": _("completed"),
@@ -42,6 +43,7 @@ USAGE_TABLES: list[tuple[str, Promise, Promise]] = [
     ("queue", _("Per queue"), _("Queue")),
     ("node", _("Per node"), _("Node")),
     ("model", _("Per GPU model"), _("GPU model")),
+    ("project", _("Per project"), _("Project")),
 ]
 
 SLUGS = ("totals", *(slug for slug, _t, _n in USAGE_TABLES), "waits", "weeks", "bookings")
@@ -81,6 +83,8 @@ def report_tables(report: UsageReport) -> list[Table]:
         )
     ]
     for slug, title, name_label in USAGE_TABLES:
+        if slug == "project" and all(line.name == NO_PROJECT for line in report.tables[slug]):
+            continue  # no job was charged to a project: a table of one "—" row says nothing
         if slug in report.tables:
             tables.append(
                 Table(
@@ -88,7 +92,7 @@ def report_tables(report: UsageReport) -> list[Table]:
                     title,
                     [("name", name_label), *USAGE_COLUMNS],
                     [line.as_dict() for line in report.tables[slug]],
-                    _credits_note(report, slug),
+                    _table_note(report, slug),
                 )
             )
     tables.append(
@@ -140,17 +144,24 @@ def report_tables(report: UsageReport) -> list[Table]:
     return tables
 
 
+def _table_note(report: UsageReport, slug: str) -> str:
+    notes = [_credits_note(report, slug)]
+    if slug == "project" and any(line.name == NO_PROJECT for line in report.tables[slug]):
+        notes.append(gettext("“—” is the work charged to no project."))
+    return ("" if reader_reads_chinese() else " ").join(note for note in notes if note)
+
+
 def _credits_note(report: UsageReport, slug: str) -> str:
     """Why a table's credits fall short of the lab total: bookings and no-shows are charged
-    to a member, never to a queue, a node or a GPU model."""
-    if slug not in ("queue", "node", "model"):
+    to a member, never to a queue, a node, a GPU model or a project."""
+    if slug not in ("queue", "node", "model", "project"):
         return ""
     gap = report.totals.credits - sum(line.credits for line in report.tables[slug])
     if abs(gap) < 0.05:
         return ""
     return gettext(
         "%(credits)s credits of the lab total were spent on bookings and no-shows, which "
-        "belong to no queue, node or GPU model; this table's credits add up to the total "
+        "belong to no queue, node, GPU model or project; this table's credits add up to the total "
         "without them."
     ) % {"credits": number_format(round(gap, 1), 1, use_l10n=True, force_grouping=True)}
 

@@ -1,4 +1,4 @@
-"""Usage per user, category, queue, node and GPU model: allocated GPU-hours and jobs by
+"""Usage per user, category, queue, node, GPU model and project: allocated GPU-hours and jobs by
 final state from the period's job table, used GPU-hours from telemetry (the rollups,
 then raw samples for what they have not reached), credits from the ledger, and the
 bookings per user."""
@@ -60,8 +60,8 @@ def usage_tables(
             for d, key in zip(DIMENSIONS, keys, strict=True)
         ]
 
-    for owner, queue, node, gpu, alloc_s, counts in job_groups(period, end, table):
-        lines = lines_of(names.keys(owner, queue, node, names.model_of(node, gpu)))
+    for owner, queue, node, gpu, project, alloc_s, counts in job_groups(period, end, table):
+        lines = lines_of(names.keys(owner, queue, node, names.model_of(node, gpu), project))
         hours = alloc_s / 3600
         for line in lines:
             line.gpu_hours += hours
@@ -69,10 +69,10 @@ def usage_tables(
                 if n:
                     line.jobs[state] += n
     telemetry: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for (user, queue, node, model), (used, measured) in rollup_usage(
+    for (user, queue, node, model, project), (used, measured) in rollup_usage(
         windows, **ROLLUP_DIMENSION_FIELDS
     ).items():
-        keys = names.keys(user, queue, node, model)
+        keys = names.keys(user, queue, node, model, project)
         telemetry[keys][0] += used
         telemetry[keys][1] += measured
     for keys, (used, measured) in raw_usage.items():
@@ -112,7 +112,7 @@ def raw_sample_usage(
         run_end = row.ended_at or b
         hours = units * _overlap_h(started, run_end, a, b)
         model = names.model_of(row.node_id, row.alloc_gpu)
-        keys = names.keys(row.owner_id, row.queue_id, row.node_id, model)
+        keys = names.keys(row.owner_id, row.queue_id, row.node_id, model, row.project_id)
         line_sums = by_key.setdefault(keys, [0.0, 0.0])
         line_sums[0] += hours * mean
         line_sums[1] += hours
@@ -136,14 +136,20 @@ def spent_credits(period: Period, names: LabNames) -> tuple[dict[str, dict[str, 
     )
     spent: dict[str, dict[str, float]] = {d: defaultdict(float) for d in DIMENSIONS}
     total = 0.0
-    rows = entries.values("account__user_id", "job__queue_id", "job__node_id", "gpu").annotate(
-        amount=Sum("amount")
-    )
+    rows = entries.values(
+        "account__user_id", "job__queue_id", "job__node_id", "gpu", "job__project_id"
+    ).annotate(amount=Sum("amount"))
     for row in rows:
         amount = -float(row["amount"] or Decimal(0))
         total += amount
         model = names.model_of(row["job__node_id"], row["gpu"])
-        keys = names.keys(row["account__user_id"], row["job__queue_id"], row["job__node_id"], model)
+        keys = names.keys(
+            row["account__user_id"],
+            row["job__queue_id"],
+            row["job__node_id"],
+            model,
+            row["job__project_id"],
+        )
         # Every job has a queue: an entry without one is not a job's (a booking's, say).
         dimensions = DIMENSIONS if row["job__queue_id"] is not None else DIMENSIONS[:2]
         for dimension, key in zip(dimensions, keys, strict=False):

@@ -279,3 +279,19 @@ def test_cancelling_a_running_job_says_it_is_being_stopped_not_that_it_runs(
     assert f"labctl status {job['id']}" in result.out
     assert ": running." not in result.out
     assert Job.objects.get(pk=job["id"]).stop_requested_at is not None
+
+
+def test_submit_charges_a_project_and_status_shows_it(
+    labctl: Run, as_alice: str, alice: Any
+) -> None:
+    from accounts.models import Project
+
+    Project.objects.create(name="nsfc-vision", title="Vision grant", pi=alice)
+    job = submit(labctl, "--project", "nsfc-vision")
+    assert job["project"] == "nsfc-vision"
+    assert "project" in labctl("status", str(job["id"])).out
+    assert "nsfc-vision" in labctl("status", str(job["id"])).out
+
+    refused = labctl("submit", "--image", IMAGE, "--project", "nope", "--", "true")
+    assert refused.code == 1
+    assert "There is no project “nope”. Your projects: nsfc-vision." in refused.err
