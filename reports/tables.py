@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.functional import Promise
@@ -45,12 +45,20 @@ USAGE_TABLES: list[tuple[str, Promise, Promise]] = [
 SLUGS = ("totals", *(slug for slug, _t, _n in USAGE_TABLES), "waits", "weeks", "bookings")
 
 
+# How the pages name the lab's totals row, which the CSV and the API call LAB_TOTALS.
+LAB_TOTALS_SHOWN = _("whole lab")
+
+
 @dataclass
 class Table:
     slug: str
     title: str | Promise
     columns: list[tuple[str, str | Promise]]
     rows: list[dict[str, Any]]
+    # What the pages show in a row's first cell in place of its value, by row (None: the
+    # value): the lab's totals in words, a category's name in the reader's language. The
+    # CSV and the API keep the values.
+    shown_names: list[str | Promise | None] = field(default_factory=list)
 
     def csv_text(self) -> str:
         """The table as CSV: a header of column keys, then one line per row."""
@@ -63,8 +71,15 @@ class Table:
         return out.getvalue()
 
     def cells(self) -> list[list[Any]]:
-        """Rows as lists in column order, for templates."""
-        return [[row[key] for key, _label in self.columns] for row in self.rows]
+        """Rows as lists in column order, for templates, with the first cells as shown."""
+        cells = []
+        for i, row in enumerate(self.rows):
+            values = [row[key] for key, _label in self.columns]
+            shown = self.shown_names[i] if i < len(self.shown_names) else None
+            if shown is not None:
+                values[0] = shown
+            cells.append(values)
+        return cells
 
 
 def report_tables(report: UsageReport) -> list[Table]:
@@ -75,16 +90,21 @@ def report_tables(report: UsageReport) -> list[Table]:
             _("Lab totals"),
             [("name", _("Lab")), *USAGE_COLUMNS],
             [report.totals.as_dict()],
+            [LAB_TOTALS_SHOWN],
         )
     ]
     for slug, title, name_label in USAGE_TABLES:
         if slug in report.tables:
+            lines = report.tables[slug]
             tables.append(
                 Table(
                     slug,
                     title,
                     [("name", name_label), *USAGE_COLUMNS],
-                    [line.as_dict() for line in report.tables[slug]],
+                    [line.as_dict() for line in lines],
+                    [report.category_name(line.name) for line in lines]
+                    if slug == "category"
+                    else [],
                 )
             )
     tables.append(
@@ -131,6 +151,7 @@ def report_tables(report: UsageReport) -> list[Table]:
                 ("no_show_gpu_hours", _("No-shows (GPU-hours)")),
             ],
             [line.as_dict() for line in report.bookings] + [report.bookings_total.as_dict()],
+            [*(None for _line in report.bookings), LAB_TOTALS_SHOWN],
         )
     )
     return tables
