@@ -32,13 +32,14 @@ from accounts.models import (
 class CategoryAdmin(admin.ModelAdmin[Category]):
     list_display = (
         "name",
+        "name_zh_hans",
         "fairshare_weight",
         "credit_multiplier",
         "max_concurrent_gpus",
         "max_queued_jobs",
         "max_booked_hours_per_week",
     )
-    search_fields = ("name",)
+    search_fields = ("name", "name_zh_hans")
 
 
 @admin.register(User)

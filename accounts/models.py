@@ -25,6 +25,21 @@ class Category(models.Model):
 
     name = models.CharField(_("name"), max_length=80, unique=True)
     description = models.TextField(_("description"), blank=True)
+    # The English name stays the category's identifier (directory group mappings, Slurm
+    # accounts, metrics); the Chinese one is only shown.
+    name_zh_hans = models.CharField(
+        _("name in Chinese"),
+        max_length=80,
+        blank=True,
+        help_text=_("Shown to readers of the Chinese pages; empty: they see the English name."),
+    )
+    description_zh_hans = models.TextField(
+        _("description in Chinese"),
+        blank=True,
+        help_text=_(
+            "Shown to readers of the Chinese pages; empty: they see the English description."
+        ),
+    )
     fairshare_weight = models.PositiveIntegerField(
         _("fair-share weight"),
         default=10,
@@ -70,7 +85,17 @@ class Category(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name
+        return self.local_name
+
+    @property
+    def local_name(self) -> str:
+        """The name in the reader's language, falling back to the English one."""
+        return in_reader_language(self.name, self.name_zh_hans)
+
+    @property
+    def local_description(self) -> str:
+        """The description in the reader's language, falling back to the other one."""
+        return in_reader_language(self.description, self.description_zh_hans)
 
 
 class User(AbstractUser):

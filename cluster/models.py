@@ -34,6 +34,17 @@ class Node(models.Model):
         DRAINING = "draining", _("draining")
         DOWN = "down", _("down")
 
+    # What the agent reports (protocol.messages' GPU_BACKENDS and RUNTIMES); the labels
+    # are how pages name them.
+    class GpuBackend(models.TextChoices):
+        NVML = "nvml", _("NVIDIA GPUs (NVML)")
+        SIMULATED = "simulated", _("simulated GPUs")
+
+    class Runtime(models.TextChoices):
+        DOCKER = "docker", _("Docker containers")
+        LOCAL = "local", _("local processes")
+        NONE = "none", _("monitoring only")
+
     name = models.SlugField(_("name"), max_length=63, unique=True)
     address = models.CharField(_("address"), max_length=255, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
@@ -45,8 +56,12 @@ class Node(models.Model):
         default=False,
         help_text=_("Running jobs finish; nothing new starts here."),
     )
-    gpu_backend = models.CharField(_("GPU backend"), max_length=16, blank=True)
-    runtime = models.CharField(_("container runtime"), max_length=16, blank=True)
+    gpu_backend = models.CharField(
+        _("GPU backend"), max_length=16, blank=True, choices=GpuBackend.choices
+    )
+    runtime = models.CharField(
+        _("container runtime"), max_length=16, blank=True, choices=Runtime.choices
+    )
     agent_version = models.CharField(_("agent version"), max_length=32, blank=True)
     hostname = models.CharField(_("host name"), max_length=255, blank=True)
     gateway_url = models.CharField(
@@ -103,7 +118,7 @@ class Node(models.Model):
 
     @property
     def is_simulated(self) -> bool:
-        return self.gpu_backend == "simulated" or self.runtime == "local"
+        return self.gpu_backend == self.GpuBackend.SIMULATED or self.runtime == self.Runtime.LOCAL
 
     @property
     def state_when_alive(self) -> str:

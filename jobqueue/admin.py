@@ -201,7 +201,7 @@ class SchedulingPolicyAdmin(HumanDurationAdminMixin, admin.ModelAdmin[Scheduling
 class JobTemplateAdmin(admin.ModelAdmin[JobTemplate]):
     """Lab-wide templates (no owner) are made here; members keep their own on the submit page."""
 
-    list_display = ("name", "owner", "updated_at")
+    list_display = ("name", "name_zh_hans", "owner", "updated_at")
     list_filter = (("owner", admin.EmptyFieldListFilter),)
-    search_fields = ("name",)
+    search_fields = ("name", "name_zh_hans")
     raw_id_fields = ("owner",)

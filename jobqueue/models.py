@@ -989,6 +989,15 @@ class JobTemplate(models.Model):
     """A saved submit form: its fields as the member typed them, checked again at submit."""
 
     name = models.CharField(_("name"), max_length=80)
+    name_zh_hans = models.CharField(
+        _("name in Chinese"),
+        max_length=80,
+        blank=True,
+        help_text=_(
+            "For a lab-wide template: shown to readers of the Chinese pages; empty: they see "
+            "the English name."
+        ),
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1023,3 +1032,9 @@ class JobTemplate(models.Model):
     @property
     def is_lab_wide(self) -> bool:
         return self.owner_id is None
+
+    @property
+    def local_name(self) -> str:
+        """The name in the reader's language, falling back to the other one (a member's own
+        template has only the name they typed)."""
+        return in_reader_language(self.name, self.name_zh_hans)

@@ -292,7 +292,7 @@ def job_checked(
                 "Your category (%(category)s) may use at most %(max)d GPUs at once; ask for fewer.",
                 category.max_concurrent_gpus,
             )
-            % {"category": category.name, "max": category.max_concurrent_gpus}
+            % {"category": category.local_name, "max": category.max_concurrent_gpus}
         )
     # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
     slurm_places = min_gpu_memory_mb > 0 and not executor.portal_schedules()

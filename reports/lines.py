@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.i18n import in_reader_language
 from jobqueue.models import Job
 from reports.periods import Period
 
@@ -15,6 +16,9 @@ FINAL_STATES: tuple[str, ...] = tuple(str(s) for s in Job.FINAL_STATES)
 DIMENSIONS = ("user", "category", "queue", "node", "model", "project")
 NO_CATEGORY = "—"
 NO_PROJECT = "—"
+# The name of the lab's totals line (and of the bookings' last row) in the CSV and the API;
+# the pages say it in words (reports.tables).
+LAB_TOTALS = "lab"
 
 
 def _pct(value: float | None) -> float | None:
@@ -162,7 +166,13 @@ class UsageReport:
     bookings: list[BookingLine]
     bookings_total: BookingLine
     scoped_to: str | None = None  # a member's username: only their own lines are in
+    # The categories' Chinese names by their English ones, which name the category lines.
+    category_names_zh: dict[str, str] = field(default_factory=dict)
 
     @property
     def unmet_gpu_hours(self) -> float:
         return sum(w.unmet_gpu_hours for w in self.weeks)
+
+    def category_name(self, name: str) -> str:
+        """A category line's name as the pages show it: in the reader's language."""
+        return in_reader_language(name, self.category_names_zh.get(name, ""))

@@ -25,10 +25,10 @@ from collections.abc import Iterable
 
 from django.utils import timezone
 
-from accounts.models import User
+from accounts.models import Category, User
 from cluster.models import Gpu
 from reports.jobtable import job_table, lab_names
-from reports.lines import BookingLine, UsageLine, UsageReport
+from reports.lines import LAB_TOTALS, BookingLine, UsageLine, UsageReport
 from reports.periods import Period
 from reports.sql import without_jit
 from reports.usage import booking_usage, raw_sample_usage, spent_credits, usage_tables
@@ -82,7 +82,7 @@ def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> U
     waits = queue_waits(period, table)
 
     bookings = booking_usage(period, end)
-    bookings_total = BookingLine("lab")
+    bookings_total = BookingLine(LAB_TOTALS)
     for booking in bookings.values():
         bookings_total.bookings += booking.bookings
         bookings_total.booked_h += booking.booked_h
@@ -106,4 +106,9 @@ def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> U
         bookings=booking_lines,
         bookings_total=bookings_total,
         scoped_to=scoped_to,
+        category_names_zh=_category_names_zh() if "category" in result_tables else {},
     )
+
+
+def _category_names_zh() -> dict[str, str]:
+    return dict(Category.objects.exclude(name_zh_hans="").values_list("name", "name_zh_hans"))

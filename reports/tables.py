@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.formats import number_format
@@ -49,6 +49,10 @@ USAGE_TABLES: list[tuple[str, Promise, Promise]] = [
 SLUGS = ("totals", *(slug for slug, _t, _n in USAGE_TABLES), "waits", "weeks", "bookings")
 
 
+# How the pages name the lab's totals row, which the CSV and the API call LAB_TOTALS.
+LAB_TOTALS_SHOWN = _("whole lab")
+
+
 @dataclass
 class Table:
     slug: str
@@ -56,6 +60,10 @@ class Table:
     columns: list[tuple[str, str | Promise]]
     rows: list[dict[str, Any]]
     note: str = ""  # why the table's figures do not add up to the lab total, where they don't
+    # What the pages show in a row's first cell in place of its value, by row (None: the
+    # value): the lab's totals in words, a category's name in the reader's language. The
+    # CSV and the API keep the values.
+    shown_names: list[str | Promise | None] = field(default_factory=list)
 
     def csv_text(self) -> str:
         """The table as CSV: a header of column keys, then one line per row."""
@@ -68,8 +76,15 @@ class Table:
         return out.getvalue()
 
     def cells(self) -> list[list[Any]]:
-        """Rows as lists in column order, for templates."""
-        return [[row[key] for key, _label in self.columns] for row in self.rows]
+        """Rows as lists in column order, for templates, with the first cells as shown."""
+        cells = []
+        for i, row in enumerate(self.rows):
+            values = [row[key] for key, _label in self.columns]
+            shown = self.shown_names[i] if i < len(self.shown_names) else None
+            if shown is not None:
+                values[0] = shown
+            cells.append(values)
+        return cells
 
 
 def report_tables(report: UsageReport) -> list[Table]:
@@ -80,19 +95,24 @@ def report_tables(report: UsageReport) -> list[Table]:
             _("Lab totals"),
             [("name", _("Lab")), *USAGE_COLUMNS],
             [report.totals.as_dict()],
+            shown_names=[LAB_TOTALS_SHOWN],
         )
     ]
     for slug, title, name_label in USAGE_TABLES:
         if slug == "project" and all(line.name == NO_PROJECT for line in report.tables[slug]):
             continue  # no job was charged to a project: a table of one "—" row says nothing
         if slug in report.tables:
+            lines = report.tables[slug]
             tables.append(
                 Table(
                     slug,
                     title,
                     [("name", name_label), *USAGE_COLUMNS],
-                    [line.as_dict() for line in report.tables[slug]],
-                    _table_note(report, slug),
+                    [line.as_dict() for line in lines],
+                    note=_table_note(report, slug),
+                    shown_names=[report.category_name(line.name) for line in lines]
+                    if slug == "category"
+                    else [],
                 )
             )
     tables.append(
@@ -139,6 +159,7 @@ def report_tables(report: UsageReport) -> list[Table]:
                 ("no_show_gpu_hours", _("No-shows (GPU-hours)")),
             ],
             [line.as_dict() for line in report.bookings] + [report.bookings_total.as_dict()],
+            shown_names=[*(None for _line in report.bookings), LAB_TOTALS_SHOWN],
         )
     )
     return tables

@@ -22,7 +22,7 @@ from reports.jobtable import (
     period_jobs,
     runs_in,
 )
-from reports.lines import DIMENSIONS, FINAL_STATES, BookingLine, UsageLine
+from reports.lines import DIMENSIONS, FINAL_STATES, LAB_TOTALS, BookingLine, UsageLine
 from reports.periods import Period
 from reports.utilisation import TelemetryWindows, raw_job_means, rollup_usage
 from reports.weeks import WeekGrid
@@ -51,7 +51,7 @@ def usage_tables(
     """Allocated GPU-hours and jobs by final state per user, category, queue, node and GPU
     model, summed per (owner, queue, node, first GPU) from the period's job table (one row
     per job, read once for every figure of the jobs); used GPU-hours from telemetry."""
-    totals = UsageLine("lab")
+    totals = UsageLine(LAB_TOTALS)
     tables: dict[str, dict[str, UsageLine]] = {d: {} for d in DIMENSIONS}
 
     def lines_of(keys: tuple[str, ...]) -> list[UsageLine]:

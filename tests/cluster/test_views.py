@@ -257,3 +257,32 @@ def test_a_gpu_running_a_job_reads_in_use_not_available(
     idle = html.split('data-gpu="GPU-bbb"')[1].split("</tr>")[0]
     assert f'<span data-testid="gpu-in-use">{in_use}</span>' in busy
     assert free in idle and in_use not in idle
+
+
+@pytest.mark.parametrize(
+    ("language", "sim_line", "real_line"),
+    [
+        ("en", "simulated GPUs / local processes", "NVIDIA GPUs (NVML) / Docker containers"),
+        ("zh-hans", "模拟 GPU / 本地进程", "NVIDIA GPU（NVML） / Docker 容器"),
+    ],
+)
+def test_the_agent_line_names_the_gpu_backend_and_runtime_in_the_readers_language(
+    client: Client, bob: Any, busy_lab: Any, language: str, sim_line: str, real_line: str
+) -> None:
+    Node.objects.filter(name="sim-node-1").update(agent_version="0.1.0")
+    client.force_login(bob)
+    html = client.get(reverse("gpu_table"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    sim = html.split('data-node="sim-node-1"')[1]
+    real = html.split('data-node="gpu01"')[1].split('data-node="sim-node-1"')[0]
+    assert f'<span data-testid="node-backend">{sim_line}</span>' in sim
+    assert f'<span data-testid="node-backend">{real_line}</span>' in real
+    if language != "en":
+        assert "代理 0.1.0" in sim
+        assert "simulated/local" not in sim and "nvml/docker" not in real
+
+
+def test_the_node_labels_cover_every_backend_and_runtime_an_agent_may_report() -> None:
+    from protocol.messages import GPU_BACKENDS, RUNTIMES
+
+    assert set(Node.GpuBackend.values) == set(GPU_BACKENDS)
+    assert set(Node.Runtime.values) == set(RUNTIMES)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from accounts.models import CreditAccount, User
+from accounts.models import Category, CreditAccount, User
 from agent.gpu.simulated import simulated_gpu_uuid
 from cluster.models import Gpu, Node, NodeToken
 
@@ -42,6 +42,20 @@ def test_the_demo_lab_is_seeded_once_however_often_it_runs(settings: Any, tmp_pa
     agents = json.loads((tmp_path / "demo-agents.json").read_text())
     for agent in agents:
         assert NodeToken.matches(node_name=agent["name"], secret=agent["token"])
+
+
+def test_the_demo_categories_have_chinese_names_also_in_a_lab_seeded_before_them(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path
+    Category.objects.create(name="Master", name_zh_hans="")  # seeded by an older demo
+    Category.objects.create(name="Staff", name_zh_hans="职员")  # named by the admin: kept
+    call_command("seed_demo")
+    assert dict(Category.objects.values_list("name", "name_zh_hans")) == {
+        "PhD, thesis phase": "博士（论文阶段）",
+        "Master": "硕士",
+        "Staff": "职员",
+    }
 
 
 def test_the_demo_history_comes_with_a_fitted_demand_forecast(

@@ -12,6 +12,7 @@ import time_machine
 from django.test import Client
 from django.utils import translation
 
+from accounts.models import Category
 from reports import charts
 from tests.conftest import PASSWORD, api_as
 from tests.reports.conftest import NOW
@@ -55,7 +56,9 @@ def test_csv_and_api_carry_the_same_rows_as_the_page(week: Any, admin_user: Any)
         assert len(rows) == len(api[slug]), slug
         for row, api_row in zip(rows, api[slug], strict=True):
             assert row == {k: "" if v is None else str(v) for k, v in api_row.items()}
-            assert f"<td>{api_row[next(iter(api_row))]}</td>" in html
+            name = api_row[next(iter(api_row))]
+            # The lab's totals are "lab" in the CSV and the API, in words on the page.
+            assert f"<td>{'whole lab' if name == 'lab' else name}</td>" in html
     alice = next(r for r in csv_rows(client, "user") if r["name"] == "alice")
     assert (alice["gpu_hours"], alice["used_gpu_hours"], alice["mean_util_pct"]) == (
         "28.0",
@@ -64,6 +67,29 @@ def test_csv_and_api_carry_the_same_rows_as_the_page(week: Any, admin_user: Any)
     )
     assert "<td>28.0</td>" in html and "<td>8.3</td>" in html  # alice's hours, normal's p95 wait
     assert api["weeks"][0]["unmet_gpu_hours"] == 36.0
+
+
+@time_machine.travel(NOW, tick=False)
+def test_a_chinese_page_names_categories_and_the_lab_totals_in_chinese_the_csv_and_api_keep_them(
+    week: Any, admin_user: Any
+) -> None:
+    Category.objects.filter(name="PhD, thesis phase").update(name_zh_hans="博士（论文阶段）")
+    client = login(admin_user)
+    html = client.get(f"/reports/?{QUERY}", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    categories = html.split('data-testid="table-category"')[1].split("</section>")[0]
+    assert "<td>博士（论文阶段）</td>" in categories
+    assert "<td>Master</td>" in categories  # no Chinese name: the English one
+    assert "PhD, thesis phase" not in html
+    totals = html.split('data-testid="table-totals"')[1].split("</section>")[0]
+    bookings = html.split('data-testid="table-bookings"')[1].split("</section>")[0]
+    assert "<td>全实验室</td>" in totals and "<td>全实验室</td>" in bookings
+    assert "<td>lab</td>" not in html
+    # The CSV and the API keep the identifiers, in any language.
+    assert "PhD, thesis phase" in [r["name"] for r in csv_rows(client, "category")]
+    api = api_as(admin_user).get(f"/api/reports/usage/?{QUERY}", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert {r["name"] for r in api.json()["category"]} == {"PhD, thesis phase", "Master"}
+    assert api.json()["totals"][0]["name"] == "lab"
+    assert api.json()["bookings"][-1]["user"] == "lab"
 
 
 @time_machine.travel(NOW, tick=False)

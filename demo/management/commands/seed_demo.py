@@ -22,6 +22,12 @@ DEMO_SHARED_SLOTS = 2
 DEMO_GPUS_PER_NODE = 4
 DEMO_GPU_MODEL = "Simulated A100 80GB"
 DEMO_GPU_MEMORY_MB = 81920
+# The demo categories' Chinese names (the English ones are their identifiers).
+DEMO_CATEGORIES_ZH = {
+    "PhD, thesis phase": "博士（论文阶段）",
+    "Master": "硕士",
+    "Staff": "教职工",
+}
 
 
 class Command(BaseCommand):
@@ -48,6 +54,9 @@ class Command(BaseCommand):
             },
         )
         Category.objects.get_or_create(name="Staff", defaults={"fairshare_weight": 20})
+        # A demo lab seeded before categories had Chinese names gets them too.
+        for name, name_zh in DEMO_CATEGORIES_ZH.items():
+            Category.objects.filter(name=name, name_zh_hans="").update(name_zh_hans=name_zh)
         if not User.objects.filter(username="admin").exists():
             User.objects.create_superuser("admin", "admin@lab.example", DEMO_PASSWORD)
         for username, category in (("alice", phd), ("bob", phd), ("charlie", master)):

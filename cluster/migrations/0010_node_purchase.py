@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster', '0008_gpu_held_by'),
+        ('cluster', '0009_node_backend_runtime_labels'),
     ]
 
     operations = [

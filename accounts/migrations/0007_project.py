@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0005_notification_stored_message'),
+        ('accounts', '0006_category_chinese_name_description'),
     ]
 
     operations = [

@@ -7,8 +7,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0006_project'),
-        ('jobqueue', '0021_queue_chinese_title_description'),
+        ('accounts', '0007_project'),
+        ('jobqueue', '0022_jobtemplate_chinese_name'),
     ]
 
     operations = [
