@@ -96,4 +96,16 @@
       dragged = false;
     }
   });
+
+  // Where the grid is wider than the screen (a phone), open it at the current time, with
+  // the two cells before it in view, instead of at midnight.
+  const scroller = grid.closest(".cal-scroll");
+  const now = grid.querySelector(".cal-now");
+  if (scroller && now && scroller.scrollWidth > scroller.clientWidth) {
+    const label = grid.querySelector(".cal-label");
+    const track = now.parentElement;
+    const x = track.offsetLeft + (track.clientWidth * parseFloat(now.style.left)) / 100;
+    const cell = track.clientWidth / (Number(grid.style.getPropertyValue("--cols")) || 48);
+    scroller.scrollLeft = Math.max(0, x - (label ? label.offsetWidth : 0) - 2 * cell);
+  }
 })();

@@ -174,7 +174,7 @@ def test_at_1366_px_the_header_is_one_row_and_the_week_calendar_fits(
     page.goto(f"{live_server.url}/reservations/?view=week")
     # Friday to Sunday are on screen: the grid needs no sideways scroll.
     widths = page.evaluate(
-        "(() => { const m = document.querySelector('.cal-main');"
+        "(() => { const m = document.querySelector('.cal-scroll');"
         " return [m.scrollWidth, m.clientWidth]; })()"
     )
     assert widths[0] <= widths[1]
@@ -190,7 +190,7 @@ def test_gpu_names_stay_in_view_when_the_calendar_scrolls(
     page.goto(f"{live_server.url}/reservations/?view=week")
     label = page.locator("[data-testid='gpu-row-gpu01/gpu0'] .cal-label")
     before = label.bounding_box()
-    page.evaluate("document.querySelector('.cal-main').scrollLeft = 400")
+    page.evaluate("document.querySelector('.cal-scroll').scrollLeft = 400")
     after = label.bounding_box()
     assert abs(after["x"] - before["x"]) < 2
 

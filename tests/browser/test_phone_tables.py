@@ -83,3 +83,30 @@ def test_the_queue_and_gpus_tables_show_every_column_on_a_phone(
     assert "resnet-sweep" in page.inner_text(cell)
     on_screen(page, cell)
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_the_calendar_on_a_phone_has_tappable_cells_and_opens_at_the_current_time(
+    open_context: Any, live_server: Any, alice: Any, queues: Any, language: str
+) -> None:
+    node = NodeFactory.create(name="gpu01", state="up")
+    GpuFactory.create(node=node, index=0, uuid="GPU-aaa")
+
+    page = new_page(open_context, PHONE)
+    log_in(page, live_server, alice.username, PASSWORD)
+    page.wait_for_selector("[data-testid=username]")
+    if language != "en":
+        switch_language(page, language)
+    page.goto(f"{live_server.url}/reservations/")
+    page.wait_for_selector("[data-testid=calendar] .cal-now")
+    screenshot(page, f"calendar-phone-{language}")
+    # A half hour is a cell a finger can hit (it was 13 px).
+    cell = page.locator("[data-testid='gpu-row-gpu01/gpu0'] .cal-cell").first.bounding_box()
+    assert cell is not None and cell["width"] >= 24, cell
+    # The grid opens at the current time: the "now" line is on screen, beside the GPU names.
+    now = page.locator("[data-testid='gpu-row-gpu01/gpu0'] .cal-now").bounding_box()
+    label = page.locator("[data-testid='gpu-row-gpu01/gpu0'] .cal-label").bounding_box()
+    assert now is not None and label is not None
+    assert label["x"] + label["width"] <= now["x"] <= PHONE["width"], (now, label)
+    # Only the grid scrolls sideways, never the page.
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
