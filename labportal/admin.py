@@ -43,7 +43,7 @@ LONGEST_VALUE = 140
 
 
 class ActionFilter(admin.SimpleListFilter):
-    title = _("action")
+    title = _("kind of change")
     parameter_name = "action"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
@@ -154,10 +154,10 @@ class AuditLogEntryAdmin(LogEntryAdmin):
                 args=[entry.object_pk],
             )
         except NoReverseMatch:
-            return f"{kind}: {entry.object_repr}"
-        return format_html('<a href="{}">{}: {}</a>', url, kind, entry.object_repr)
+            return f"{kind}{gettext(': ')}{entry.object_repr}"
+        return format_html('<a href="{}">{}{}{}</a>', url, kind, gettext(": "), entry.object_repr)
 
-    @admin.display(description=_("action"), ordering="action")
+    @admin.display(description=_("kind of change"), ordering="action")
     def action_label(self, entry: Any) -> str:
         return str(ACTIONS.get(entry.action, entry.get_action_display()))
 
@@ -166,11 +166,12 @@ class AuditLogEntryAdmin(LogEntryAdmin):
         if entry.action == LogEntry.Action.DELETE:
             return ""
         rows = change_rows(entry)
+        sep = gettext(": ")  # full-width in Chinese
         lines = [
-            (label, new) if entry.action == LogEntry.Action.CREATE else (label, f"{old} → {new}")
+            (label, sep, new if entry.action == LogEntry.Action.CREATE else f"{old} → {new}")
             for label, old, new in rows[:SUMMARY_ROWS]
         ]
-        summary = format_html_join(mark_safe("<br>"), "{}: {}", lines)
+        summary = format_html_join(mark_safe("<br>"), "{}{}{}", lines)
         if len(rows) > SUMMARY_ROWS:
             more = gettext("and %(count)d more") % {"count": len(rows) - SUMMARY_ROWS}
             summary = format_html("{}<br>{}", summary, more)

@@ -80,6 +80,18 @@ def test_a_lab_admins_change_of_a_queue_time_limit_is_logged_with_who_when_and_o
     assert "dora" in html and f"Max time limit: {format_duration(old)} → 12h" in html
 
 
+def test_the_log_is_in_chinese_for_chinese_readers(client: Client, queues: Any) -> None:
+    dora = lab_admin("jobqueue.view_queue", "jobqueue.change_queue")
+    client.force_login(dora)
+    debug = Queue.objects.get(name="debug")
+    admin_change(client, f"/admin/jobqueue/queue/{debug.pk}/change/", requires_grant="on")
+
+    html = client.get(LOG, HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+
+    assert "审计日志" in html and "操作人" in html and "旧值 → 新值" in html
+    assert "需要已批准的高优先级资格：否 → 是" in html
+
+
 def test_a_lab_admin_reads_an_entry_but_cannot_change_add_or_delete_one(
     client: Client, queues: Any
 ) -> None:
