@@ -18,6 +18,7 @@ from django.db.models import Field, Model, QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils import formats, timezone
+from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -30,7 +31,15 @@ from core.duration_fields import format_duration
 
 # auditlog's own names of its app and model, which the admin shows in headings and
 # breadcrumbs: listed here so that our catalogue translates them.
-AUDITLOG_NAMES = (gettext_noop("Audit log"), gettext_noop("log entry"), gettext_noop("log entries"))
+AUDITLOG_NAMES = (
+    gettext_noop("Audit log"),
+    gettext_noop("log entry"),
+    gettext_noop("log entries"),
+    # An entry's own page is headed with these.
+    gettext_noop("Created {repr:s}"),
+    gettext_noop("Updated {repr:s}"),
+    gettext_noop("Deleted {repr:s}"),
+)
 
 ACTIONS = {
     LogEntry.Action.CREATE: _("added"),
@@ -68,8 +77,9 @@ def _model_field(model: type[Model] | None, name: str) -> Field[Any, Any] | None
 
 def _durations(model: type[Model] | None) -> dict[str, Any]:
     """The fields the model's admin form writes as durations (2h, 1d 6h), with their labels."""
-    model_admin = admin.site._registry.get(model) if model is not None else None
-    return dict(getattr(model_admin, "duration_labels", {}))
+    if model is None or not admin.site.is_registered(model):
+        return {}
+    return dict(getattr(admin.site.get_model_admin(model), "duration_labels", {}))
 
 
 def _value_text(model: type[Model] | None, name: str, value: Any) -> str:
@@ -98,6 +108,15 @@ def _field_label(model: type[Model] | None, name: str) -> str:
     return str(capfirst(getattr(_model_field(model, name), "verbose_name", name)))
 
 
+def _is_reverse_relation(model: type[Model] | None, name: str) -> bool:
+    """Another model's key to this one, which auditlog lists (as nothing) when a row is added."""
+    try:
+        field = model._meta.get_field(name) if model is not None else None
+    except FieldDoesNotExist:
+        return False
+    return field is not None and field.auto_created and not field.concrete
+
+
 def change_rows(entry: Any) -> list[tuple[str, str, str]]:
     """(field, old value, new value) of an entry, as the admin's forms name and show them."""
     model = entry.content_type.model_class()
@@ -108,7 +127,9 @@ def change_rows(entry: Any) -> list[tuple[str, str, str]]:
             _value_text(model, name, values[1]),
         )
         for name, values in sorted(entry.changes_dict.items())
-        if isinstance(values, list | tuple) and len(values) == 2
+        if isinstance(values, list | tuple)
+        and len(values) == 2
+        and not _is_reverse_relation(model, name)
     ]
 
 
@@ -135,8 +156,8 @@ class AuditLogEntryAdmin(LogEntryAdmin):
         return bool(request.user.is_active and request.user.is_staff)
 
     @admin.display(description=_("when"), ordering="timestamp")
-    def when(self, entry: Any) -> Any:
-        return entry.timestamp
+    def when(self, entry: Any) -> str:
+        return date_format(timezone.localtime(entry.timestamp), "Y-m-d H:i:s")
 
     @admin.display(description=_("who"), ordering="actor")
     def who(self, entry: Any) -> str:
@@ -148,14 +169,17 @@ class AuditLogEntryAdmin(LogEntryAdmin):
     def what(self, entry: Any) -> str:
         model = entry.content_type.model_class()
         kind = capfirst(model._meta.verbose_name) if model is not None else entry.content_type
+        # A one-row policy is named after its kind: say it once.
+        same = str(kind) == entry.object_repr
+        label = str(kind) if same else f"{kind}{gettext(': ')}{entry.object_repr}"
         try:
             url = reverse(
                 f"admin:{entry.content_type.app_label}_{entry.content_type.model}_change",
                 args=[entry.object_pk],
             )
         except NoReverseMatch:
-            return f"{kind}{gettext(': ')}{entry.object_repr}"
-        return format_html('<a href="{}">{}{}{}</a>', url, kind, gettext(": "), entry.object_repr)
+            return label
+        return format_html('<a href="{}">{}</a>', url, label)
 
     @admin.display(description=_("kind of change"), ordering="action")
     def action_label(self, entry: Any) -> str:

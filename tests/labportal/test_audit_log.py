@@ -78,6 +78,7 @@ def test_a_lab_admins_change_of_a_queue_time_limit_is_logged_with_who_when_and_o
     assert page.status_code == 200
     html = page.content.decode()
     assert "dora" in html and f"Max time limit: {format_duration(old)} → 12h" in html
+    assert "2026-03-04 12:00:00" in html
 
 
 def test_the_log_is_in_chinese_for_chinese_readers(client: Client, queues: Any) -> None:
@@ -90,6 +91,22 @@ def test_the_log_is_in_chinese_for_chinese_readers(client: Client, queues: Any) 
 
     assert "审计日志" in html and "操作人" in html and "旧值 → 新值" in html
     assert "需要已批准的高优先级资格：否 → 是" in html
+
+
+def test_an_added_queue_shows_its_values_not_the_rows_that_point_at_it(client: Client) -> None:
+    Queue.objects.create(
+        name="extra", title="Extra", max_time_limit_s=7200, default_time_limit_s=3600
+    )
+    client.force_login(lab_admin())
+    entry = LogEntry.objects.get()
+
+    listing = client.get(LOG).content.decode()
+    page = client.get(f"{LOG}{entry.pk}/change/").content.decode()
+
+    assert '<td class="field-action_label">added</td>' in listing
+    assert "<tr><td>Max time limit</td><td>—</td><td>2h</td></tr>" in page
+    for where in (listing, page):
+        assert "Allowances" not in where and "CategoryQueueAllowance" not in where
 
 
 def test_a_lab_admin_reads_an_entry_but_cannot_change_add_or_delete_one(
