@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 import time_machine
+from asgiref.sync import async_to_sync
 from auditlog.models import LogEntry
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from accounts.models import CreditPolicy
@@ -146,6 +147,24 @@ def test_an_approval_decided_in_the_admin_is_logged_with_the_admin_who_decided(
     assert decided.action == LogEntry.Action.UPDATE and decided.actor == dora
     assert decided.changes_dict["state"] == ["pending", "approved"]
     assert decided.changes_dict["decided_by"] == ["None", "dora"]
+
+
+def test_served_over_asgi_as_in_production_a_decision_is_logged_with_its_actor(
+    alice: Any, queues: Any
+) -> None:
+    grant = a_pending_grant(alice)
+    dora = lab_admin("jobqueue.view_prioritygrant", "jobqueue.change_prioritygrant")
+    client = AsyncClient()
+
+    async def approve() -> Any:
+        await client.aforce_login(dora)
+        return await client.post(
+            "/admin/jobqueue/prioritygrant/", {"action": "approve", "_selected_action": [grant.pk]}
+        )
+
+    assert async_to_sync(approve)().status_code == 302
+    decided = entries_for(grant)[-1]
+    assert decided.actor == dora and decided.changes_dict["state"] == ["pending", "approved"]
 
 
 def test_an_approval_decided_through_the_api_with_a_token_is_logged_with_the_tokens_owner(
