@@ -2,7 +2,9 @@
 
 Every value comes from the live settings rows (queues, categories, booking rules, the
 credit and scheduling policies). "Last changed" is the latest change an admin saved in
-the admin panel (Django's admin log), or the row's own timestamp where it keeps one.
+the admin panel (Django's admin log), the latest change to its values in the audit log
+(django-auditlog: also those made through the API or a what-if replay), or the row's own
+timestamp where it keeps one. Staff follow each section's date to the audit log.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from auditlog.models import LogEntry as AuditLogEntry
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Max, Model
 
 from accounts.models import Category, CreditPolicy
+from core.audit_log import audit_log_url
 from jobqueue.models import CategoryQueueAllowance, Queue, SchedulingPolicy
 from reservations.models import BookingRule
 
@@ -56,19 +60,55 @@ class LabRules:
     last_changed: datetime | None = field(default=None)
 
 
+@dataclass(frozen=True)
+class RulesChangeLog:
+    """For staff: the audit log of everything, and of the models behind each section."""
+
+    everything: str
+    queues: str
+    categories: str
+    credits: str
+    scheduling: str
+
+
+def rules_change_log() -> RulesChangeLog:
+    return RulesChangeLog(
+        everything=audit_log_url(),
+        queues=audit_log_url(Queue, CategoryQueueAllowance),
+        categories=audit_log_url(Category, BookingRule),
+        credits=audit_log_url(CreditPolicy),
+        scheduling=audit_log_url(SchedulingPolicy),
+    )
+
+
 def _admin_changes(objects: list[Model]) -> dict[tuple[int, str], datetime]:
-    """The latest admin-log time of each object, keyed by (content type id, pk as text)."""
+    """The latest change of each object in the admin's log or the audit log (a change of
+    its values: the row's creation by a migration or a seed is none), keyed by (content
+    type id, pk as text)."""
     if not objects:
         return {}
     types = ContentType.objects.get_for_models(*{type(o) for o in objects})
-    rows = (
-        LogEntry.objects.filter(
-            content_type__in=types.values(), object_id__in={str(o.pk) for o in objects}
-        )
+    pks = {str(o.pk) for o in objects}
+    admin_rows = (
+        LogEntry.objects.filter(content_type__in=types.values(), object_id__in=pks)
         .values("content_type_id", "object_id")
         .annotate(latest=Max("action_time"))
     )
-    return {(r["content_type_id"], r["object_id"]): r["latest"] for r in rows}
+    latest = {(r["content_type_id"], r["object_id"]): r["latest"] for r in admin_rows}
+    audit_rows = (
+        AuditLogEntry.objects.filter(
+            content_type__in=types.values(),
+            object_pk__in=pks,
+            action=AuditLogEntry.Action.UPDATE,
+        )
+        .values("content_type_id", "object_pk")
+        .annotate(latest=Max("timestamp"))
+    )
+    for r in audit_rows:
+        key = (r["content_type_id"], r["object_pk"])
+        if key not in latest or r["latest"] > latest[key]:
+            latest[key] = r["latest"]
+    return latest
 
 
 def _latest(*moments: datetime | None) -> datetime | None:

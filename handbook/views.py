@@ -12,7 +12,7 @@ from core.executors import portal_schedules
 from core.form_pages import form_page_status
 from handbook.forms import RuleSuggestionForm
 from handbook.manual import PAGES, PAGES_BY_SLUG, render_page
-from handbook.selectors import lab_rules, tutorial_steps
+from handbook.selectors import lab_rules, rules_change_log, tutorial_steps
 from handbook.services import onboarding_mark, rule_suggestion_create
 
 
@@ -51,7 +51,13 @@ def rules(request: HttpRequest) -> HttpResponse:
         request,
         "handbook/rules.html",
         # In Slurm mode each rule also says how Slurm enforces it, or that it does not.
-        {"rules": lab_rules(), "form": form, "slurm_mode": not portal_schedules()},
+        {
+            "rules": lab_rules(),
+            "form": form,
+            "slurm_mode": not portal_schedules(),
+            # Staff follow each "changed" date to the audit log; members see the dates.
+            "change_log": rules_change_log() if request.user.is_staff else None,
+        },
         status=form_page_status(request, form),
     )
 

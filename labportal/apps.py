@@ -1,5 +1,5 @@
 """The portal's own start-up: the local folders its embedded defaults use, error reporting,
-and the check that the beat schedule can be collected."""
+the check that the beat schedule can be collected, and the audit log's models."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ class LabPortalConfig(AppConfig):
         for folder in local_dirs():
             folder.mkdir(parents=True, exist_ok=True)
         checks.register(beat_schedule_check)
+        from labportal.audit import audited_models_register
+
+        audited_models_register()
         if settings.SENTRY_DSN:
             from labportal.error_reporting import sentry_init
 

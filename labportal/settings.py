@@ -92,6 +92,8 @@ THIRD_PARTY_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    # Who changed which rule, when, from what to what (labportal/audit.py: what is logged).
+    "auditlog",
 ]
 LOCAL_APPS = [
     "labportal",
@@ -134,6 +136,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The person behind each audit log entry: the signed-in admin, or the API token's owner.
+    "labportal.audit.AuditActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
@@ -245,6 +249,11 @@ LABPORTAL_OIDC_GROUP_CATEGORIES = env_str_map(
 )
 # The name on the sign-in page: "Sign in with <campus>" (OIDC), "<campus> account" (LDAP).
 LABPORTAL_CAMPUS_NAME = env_str("LABPORTAL_CAMPUS_NAME", "Campus") or "Campus"
+
+# --- Audit log --------------------------------------------------------------
+# django-auditlog records who changed which rule (labportal/audit.py: the models and
+# fields). A foreign key's change reads as its name ("alice", "PhD"), not as a row id.
+AUDITLOG_USE_FK_STRING_REPRESENTATION = True
 
 # --- I18N -------------------------------------------------------------------
 LANGUAGE_CODE = env_choice("LANGUAGE_CODE", "en", ("en", "zh-hans"))

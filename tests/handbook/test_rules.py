@@ -3,62 +3,18 @@ members' suggestions to the admins."""
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from accounts.models import CreditPolicy, Notification
+from core.audit_log import audit_log_url
 from handbook.models import RuleSuggestion
 from jobqueue.models import Queue
+from tests.admin_forms import admin_change
 
 pytestmark = pytest.mark.django_db
-
-
-class FormValues(HTMLParser):
-    """The values a browser would post back from an admin change form, unchanged."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values: dict[str, str] = {}
-        self._select: str | None = None
-        self._textarea: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        name = a.get("name")
-        if tag == "input" and name and a.get("type") not in ("submit", "button"):
-            if a.get("type") == "checkbox":
-                if "checked" in a:
-                    self.values[name] = "on"
-            else:
-                self.values[name] = a.get("value") or ""
-        elif tag == "select" and name:
-            self._select = name
-        elif tag == "option" and self._select and "selected" in a:
-            self.values[self._select] = a.get("value") or ""
-        elif tag == "textarea" and name:
-            self._textarea = name
-            self.values[name] = ""
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "select":
-            self._select = None
-        if tag == "textarea":
-            self._textarea = None
-
-    def handle_data(self, data: str) -> None:
-        if self._textarea:
-            self.values[self._textarea] += data.strip("\n")
-
-
-def admin_change(client: Client, url: str, **changes: str) -> None:
-    parser = FormValues()
-    parser.feed(client.get(url).content.decode())
-    data = {**parser.values, **changes}
-    response = client.post(url, data)
-    assert response.status_code == 302, response.content.decode()[-3000:]
 
 
 def test_the_rules_page_needs_a_login(client: Client) -> None:
@@ -101,6 +57,71 @@ def test_the_rules_page_shows_a_setting_an_admin_changed_and_when(
     assert "A job may ask for up to 3 GPUs." in debug_part
     assert "Changed " in debug_part  # the admin log's time of the change
     assert "Last change:" in after
+
+
+def lab_admin_with(*codenames: str) -> Any:
+    """Dora: staff, not a superuser, allowed what the codenames say in the admin."""
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import UserFactory
+
+    dora = UserFactory.create(username="dora", is_staff=True)
+    dora.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return dora
+
+
+def test_staff_follow_each_changed_date_to_the_audit_log_of_that_rule(
+    client: Client, alice: Any, queues: Any
+) -> None:
+    from jobqueue.models import CategoryQueueAllowance
+
+    dora = lab_admin_with("view_queue", "change_queue", "view_creditpolicy", "change_creditpolicy")
+    client.force_login(dora)
+    debug = Queue.objects.get(name="debug")
+    assert debug.max_gpus_per_job != 3
+    admin_change(client, f"/admin/jobqueue/queue/{debug.pk}/change/", max_gpus_per_job="3")
+    policy = CreditPolicy.current()
+    admin_change(client, f"/admin/accounts/creditpolicy/{policy.pk}/change/", base_grant="1234")
+
+    html = client.get("/rules/").content.decode()
+    queue_log = audit_log_url(Queue, CategoryQueueAllowance)
+    credits_log = audit_log_url(CreditPolicy)
+    debug_part = html.split("<code>debug</code>")[1].split("<h3>")[0]
+    assert f'<a href="{queue_log}" data-testid="rules-changed-link">Changed ' in debug_part
+    credits_part = html.split('id="credits"')[1].split("</section>")[0]
+    assert f'<a href="{credits_log}" data-testid="rules-changed-link">Changed ' in credits_part
+    assert f'<a href="{audit_log_url()}" data-testid="rules-change-log">' in html
+
+    # Each link shows that rule's changes, and only those.
+    queue_changes = client.get(queue_log).content.decode()
+    assert f"Max GPUs per job: {debug.max_gpus_per_job} → 3" in queue_changes
+    assert "1234" not in queue_changes
+    credit_changes = client.get(credits_log).content.decode()
+    assert "1234" in credit_changes and "Max GPUs per job" not in credit_changes
+
+    # Members see when a rule changed, never the log.
+    member = Client()
+    member.force_login(alice)
+    theirs = member.get("/rules/").content.decode()
+    assert "Changed " in theirs.split("<code>debug</code>")[1].split("<h3>")[0]
+    assert "/admin/auditlog/" not in theirs and "rules-change-log" not in theirs
+
+
+def test_a_rule_changed_outside_the_admin_shows_when_it_changed(
+    client: Client, alice: Any, queues: Any
+) -> None:
+    from jobqueue.models import SchedulingPolicy
+
+    client.force_login(alice)
+    policy = SchedulingPolicy.current()
+    before = client.get("/rules/").content.decode()
+    assert "Changed " not in before.split('id="time-limits"')[1].split("</section>")[0]
+
+    policy.stop_grace_s = 60  # as a what-if replay's "apply" does, through no admin form
+    policy.save()
+
+    after = client.get("/rules/").content.decode()
+    assert "Changed " in after.split('id="time-limits"')[1].split("</section>")[0]
 
 
 def test_the_rules_page_shows_the_priority_weights_the_pass_uses(
