@@ -9,7 +9,7 @@ from django.utils import formats, timezone
 
 
 def when_with_zone(moment: datetime) -> str:
-    """`12/02/2026 5:08 a.m. UTC`, `2026年12月2日 13:08 CST`: the short date and time of the
+    """`2026-12-02 05:08 UTC`, `2026年12月2日 13:08 CST`: the short date and time of the
     active language, then the zone's abbreviation."""
     local = timezone.localtime(moment)
     return f"{formats.date_format(local, 'SHORT_DATETIME_FORMAT')} {local.tzname()}"

@@ -34,7 +34,7 @@ def _booking_note(user: Any) -> LedgerEntry:
 
 def test_a_booking_note_reads_in_each_readers_date_format(client: Any, alice: Any) -> None:
     entry = _booking_note(alice)
-    assert entry.note == "Booking of 2 GPUs, 12/02/2026 4 p.m. UTC – 12/02/2026 6 p.m. UTC"
+    assert entry.note == "Booking of 2 GPUs, 2026-12-02 16:00 UTC – 2026-12-02 18:00 UTC"
     with translation.override("zh-hans"):
         zh = entry.note_text
     assert zh.startswith("预约 2 块 GPU，2026年12月2日") and "p.m." not in zh and "12/02" not in zh

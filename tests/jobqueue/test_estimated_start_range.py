@@ -70,11 +70,11 @@ def test_the_job_page_shows_a_range_for_near_and_far_estimates_but_not_stale_one
     client.force_login(alice)
     # Within today: times only (a quarter of the 20 min lead after now, 75 min past the estimate).
     page = client.get(reverse("job_detail", args=[near.pk])).content.decode()
-    assert "likely today between 9:05 a.m. and 10:35 a.m." in page
+    assert "likely today between 09:05 and 10:35" in page
     assert 'data-testid="estimated-start-range"' in page
     # Reaching into another day: dates too.
     page = client.get(reverse("job_detail", args=[far.pk])).content.decode()
-    assert "likely between 03/02/2026 2 p.m. and 03/06/2026 1 p.m." in page
+    assert "likely between 2026-03-02 14:00 and 2026-03-06 13:00" in page
     assert 'data-testid="estimated-start-range"' in page
     page = client.get(reverse("job_detail", args=[stale.pk])).content.decode()
     assert "likely" not in page

@@ -71,7 +71,7 @@ def test_the_summary_names_the_lab_and_states_the_period_allocation_utilisation_
     _report, story = _story(week, admin_user)
     text = story.paragraph
     assert text.startswith("Vision Lab shares 4 GPUs on 2 servers")
-    assert "From March 2, 2026 to March 8, 2026" in text
+    assert "From 2 Mar 2026 to 8 Mar 2026" in text
     assert "allocated 36.0 GPU-hours, 5.4% of what the GPUs could give" in text
     assert "Telemetry covered 66.7% of that time" in text and "58.3% busy" in text
     assert "4 jobs started after a mean wait of 4 h 15 min" in text
@@ -105,7 +105,7 @@ def test_since_the_rules_came_in_the_same_span_before_is_compared_with_after(
     assert compared.before.allocated_gpu_hours == pytest.approx(36)
     assert compared.before.allocation_pct == pytest.approx(100 * 36 / (4 * 4 * 24))
     assert compared.after.allocated_gpu_hours == pytest.approx(0)
-    assert "Since the lab's rules came in on March 5, 2026, allocation went from 9.4% to 0.0%" in (
+    assert "Since the lab's rules came in on 5 Mar 2026, allocation went from 9.4% to 0.0%" in (
         story.paragraph
     )
 

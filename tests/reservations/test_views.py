@@ -284,7 +284,7 @@ def test_the_count_refusal_reads_in_chinese(alice: Any, gpus: list[Any]) -> None
     [
         (
             "en",
-            "Monday, March 1, 2027",
+            "Monday, 1 Mar 2027",
             'or <a href="/reservations/book/">open the booking form</a>.',
         ),
         ("zh-hans", "2027年3月1日 星期一", '或<a href="/reservations/book/">打开预约表单</a>。'),
