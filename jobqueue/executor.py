@@ -54,6 +54,10 @@ class Executor(Protocol):
         """Where a running session's server listens when the portal reaches it directly
         (``http://host:port``), or None: through its node's gateway (agents), or not yet."""
 
+    def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
+        """Why a booking of these GPUs could not be held for its owner, or None: the
+        calendar refuses, with this reason, what the executor cannot fence."""
+
 
 def current() -> Executor:
     """The executor the settings name (LabPortal's agents by default)."""

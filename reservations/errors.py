@@ -35,12 +35,19 @@ class GpuNotBookable(ReservationError):
     code = "gpu_not_bookable"
 
 
+class BookingNotHonoured(ReservationError):
+    """The executor cannot hold these GPUs for their owner (Slurm reserves whole nodes)."""
+
+    code = "booking_not_honoured"
+
+
 class ReservationStateError(ReservationError):
     code = "reservation_state"
     status_code = 409
 
 
 __all__ = [
+    "BookingNotHonoured",
     "BookingRuleViolation",
     "GpuNotBookable",
     "NotAllowed",

@@ -22,8 +22,10 @@ from django.utils.translation import gettext_noop, ngettext
 from accounts import services as account_services
 from accounts.models import CREDIT_QUANTUM, CreditPolicy
 from core.moments import when_with_zone
+from jobqueue import executor
 from jobqueue import services as job_services
 from reservations.errors import (
+    BookingNotHonoured,
     BookingRuleViolation,
     GpuNotBookable,
     NotAllowed,
@@ -356,6 +358,11 @@ def reservation_create(
                 ),
             )
 
+    refusal = executor.current().booking_refusal(
+        user=user, gpu_ids=list(gpu_ids), maintenance=maintenance
+    )
+    if refusal:
+        raise BookingNotHonoured(refusal)
     rate = Decimal(0) if maintenance else credit_policy_reservation_rate()
     reservation = Reservation.objects.create(
         user=user,
@@ -419,6 +426,46 @@ def reservation_cancel(*, reservation_id: int, actor: Any) -> Reservation:
         reservation.charged = Decimal(0)
         reservation.save(update_fields=["charged"])
     return reservation
+
+
+@transaction.atomic
+def reservation_refund_unhonoured(*, reservation_id: int, reason: str) -> bool:
+    """The executor never held this booking's GPUs (Slurm refused its reservation): it ends
+    now, everything it cost is refunded and its owner is told why. Safe to repeat."""
+    reservation = _locked(reservation_id)
+    if reservation.state in (Reservation.State.CANCELLED, Reservation.State.RELEASED):
+        return False
+    now = timezone.now()
+    reservation.state = Reservation.State.CANCELLED
+    reservation.ended_at = now
+    reservation.save(update_fields=["state", "ended_at"])
+    reservation.slots.update(live=False)
+    if reservation.charged > 0:
+        account_services.ledger_post(
+            user=reservation.user,
+            amount=reservation.charged,
+            kind="refund",
+            idempotency_key=f"reservation:{reservation.pk}:refund:unhonoured",
+            reservation=reservation,
+            note=gettext_noop("Booking the cluster could not hold refunded"),
+            note_params={},
+        )
+        reservation.charged = Decimal(0)
+        reservation.save(update_fields=["charged"])
+    with account_services.in_language_of(reservation.user):
+        account_services.notify(
+            user=reservation.user,
+            kind="reservation_unhonoured",
+            title=_("Your booking could not be held"),
+            body=_(
+                "The cluster could not reserve the GPUs you booked from %(start)s (%(reason)s). "
+                "The booking is cancelled and everything it cost is refunded; book again, or "
+                "ask a lab admin."
+            )
+            % {"start": _when(reservation.start), "reason": reason[:200]},
+            url=_reservation_url(reservation),
+        )
+    return True
 
 
 @transaction.atomic

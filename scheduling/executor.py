@@ -17,6 +17,9 @@ class AgentsExecutor:
     def job_queued(self, job: Job) -> None:
         self.wake()
 
+    def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
+        return None  # the portal's engine keeps booked GPUs for their booking, one by one
+
     def job_cancel(self, job: Job, *, actor: User) -> None:
         from jobqueue.services import cancel_on_agents
 

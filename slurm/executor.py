@@ -24,6 +24,11 @@ class SlurmExecutor:
     def job_queued(self, job: Job) -> None:
         services.slurm_job_submit(job=job)
 
+    def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
+        from slurm.reservations import booking_refusal
+
+        return booking_refusal(user=user, gpu_ids=gpu_ids, maintenance=maintenance)
+
     def job_cancel(self, job: Job, *, actor: User) -> None:
         services.slurm_job_cancel(job=job, actor=actor)
 

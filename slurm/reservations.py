@@ -23,13 +23,16 @@ portal only touches reservations named ``lp-booking-<id>``.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 
 from reservations.models import Reservation
 from slurm.admin_commands import SlurmAdmin, slurm_time
@@ -139,6 +142,47 @@ def parse_node_shapes(text: str) -> dict[str, NodeShape]:
     return shapes
 
 
+def booking_refusal(*, user: Any, gpu_ids: list[int], maintenance: bool) -> str | None:
+    """Why Slurm could not hold a booking of these GPUs for `user`, or None.
+
+    Slurm 22.05 reserves whole nodes (a share of a node's cores holds none of its GPUs:
+    another member's job could take them, and the booking would be charged for nothing),
+    and a reservation names the unix user whose jobs may enter it."""
+    from cluster.models import Gpu
+
+    if not maintenance and not UnixLogin.objects.filter(user=user).exists():
+        return gettext(
+            "Your account has no unix user name on the Slurm cluster yet, so Slurm cannot "
+            "keep GPUs for you. Ask a lab admin to set it (admin site → Unix logins), then "
+            "book again."
+        )
+    booked = Counter(Gpu.objects.filter(pk__in=gpu_ids).values_list("node__name", flat=True))
+    whole = dict(
+        Gpu.objects.filter(kind=Gpu.Kind.WHOLE, node__name__in=list(booked))
+        .values("node__name")
+        .annotate(n=Count("id"))
+        .values_list("node__name", "n")
+    )
+    for node, count in sorted(booked.items()):
+        total = whole.get(node, count)
+        if count < total:
+            return ngettext(
+                "Slurm here reserves whole nodes, so it cannot keep %(count)d of the "
+                "%(total)d GPU of %(node)s for you alone: another job could take it. Book "
+                "all %(total)d GPU of %(node)s, or submit a job to a queue instead.",
+                "Slurm here reserves whole nodes, so it cannot keep %(count)d of the "
+                "%(total)d GPUs of %(node)s for you alone: other jobs could take them. Book "
+                "all %(total)d GPUs of %(node)s, or submit a job to a queue instead.",
+                total,
+            ) % {"count": count, "total": total, "node": node}
+    return None
+
+
+# A booking whose reservation Slurm has not held this long after its start ends, refunded
+# (a shorter outage heals on the next pass, and the booking stands).
+UNHONOURED_AFTER = timedelta(minutes=10)
+
+
 @dataclass
 class ReservationSyncResult:
     created: int = 0
@@ -219,7 +263,7 @@ def slurm_reservations_sync(
                 result.created += 1
         except SlurmError as exc:
             result.errors.append(f"{name}: {exc}")
-            _record(reservation, spec, error=str(exc)[:500])
+            _record(reservation, spec, error=str(exc)[:500], held=exists)
             continue
         _record(reservation, spec, error="")
     for name in sorted(set(in_slurm) - wanted):
@@ -234,7 +278,19 @@ def slurm_reservations_sync(
 
 
 @transaction.atomic
-def _record(reservation: Reservation, spec: ReservationSpec | None, *, error: str) -> None:
+def _record(
+    reservation: Reservation, spec: ReservationSpec | None, *, error: str, held: bool = False
+) -> None:
+    """Note how the booking stands in Slurm; `held`: Slurm has its reservation (an update of
+    it failed). One Slurm never held, well after its start, is ended and refunded."""
+    if error and not held and not reservation.is_maintenance:
+        now = timezone.now()
+        if reservation.start <= now - UNHONOURED_AFTER:
+            # Slurm never held it: the booking ends and everything it cost comes back.
+            from reservations.services import reservation_refund_unhonoured
+
+            reservation_refund_unhonoured(reservation_id=reservation.pk, reason=error)
+            return
     defaults: dict[str, object] = {"error": error, "synced_at": timezone.now()}
     if spec is not None:
         defaults.update(spec=spec.key() if not error else "", granularity=spec.granularity)
