@@ -408,6 +408,20 @@ def reservation_cancel(*, reservation_id: int, actor: Any) -> Reservation:
                 "This reservation has already started or ended; release it early instead to get the unused time back."
             )
         )
+    _cancel_and_refund(
+        reservation,
+        now=now,
+        why="cancel",
+        note=gettext_noop("Cancelled booking refunded"),
+        actor=actor,
+    )
+    return reservation
+
+
+def _cancel_and_refund(
+    reservation: Reservation, *, now: datetime, why: str, note: str, actor: Any = None
+) -> None:
+    """The booking ends now, unstarted or never held: its slots free, all it cost back."""
     reservation.state = Reservation.State.CANCELLED
     reservation.ended_at = now
     reservation.save(update_fields=["state", "ended_at"])
@@ -417,15 +431,14 @@ def reservation_cancel(*, reservation_id: int, actor: Any) -> Reservation:
             user=reservation.user,
             amount=reservation.charged,
             kind="refund",
-            idempotency_key=f"reservation:{reservation.pk}:refund:cancel",
+            idempotency_key=f"reservation:{reservation.pk}:refund:{why}",
             reservation=reservation,
-            note=gettext_noop("Cancelled booking refunded"),
+            note=note,
             note_params={},
             created_by=actor,
         )
         reservation.charged = Decimal(0)
         reservation.save(update_fields=["charged"])
-    return reservation
 
 
 @transaction.atomic
@@ -435,23 +448,12 @@ def reservation_refund_unhonoured(*, reservation_id: int, reason: str) -> bool:
     reservation = _locked(reservation_id)
     if reservation.state in (Reservation.State.CANCELLED, Reservation.State.RELEASED):
         return False
-    now = timezone.now()
-    reservation.state = Reservation.State.CANCELLED
-    reservation.ended_at = now
-    reservation.save(update_fields=["state", "ended_at"])
-    reservation.slots.update(live=False)
-    if reservation.charged > 0:
-        account_services.ledger_post(
-            user=reservation.user,
-            amount=reservation.charged,
-            kind="refund",
-            idempotency_key=f"reservation:{reservation.pk}:refund:unhonoured",
-            reservation=reservation,
-            note=gettext_noop("Booking the cluster could not hold refunded"),
-            note_params={},
-        )
-        reservation.charged = Decimal(0)
-        reservation.save(update_fields=["charged"])
+    _cancel_and_refund(
+        reservation,
+        now=timezone.now(),
+        why="unhonoured",
+        note=gettext_noop("Booking the cluster could not hold refunded"),
+    )
     with account_services.in_language_of(reservation.user):
         account_services.notify(
             user=reservation.user,
