@@ -12,15 +12,32 @@ lab's own plug-in, the dotted path in ``LABPORTAL_EXECUTOR_CLASS``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.executors import executor_class, portal_schedules
 
-__all__ = ["Executor", "current", "portal_schedules"]
+__all__ = ["Executor", "OutsideJob", "current", "portal_schedules"]
 
 if TYPE_CHECKING:
     from accounts.models import User
     from jobqueue.models import Job
+
+
+@dataclass(frozen=True)
+class OutsideJob:
+    """A job the executor ran that the portal did not submit (plain ``sbatch`` on a Slurm
+    cluster), as its accounting saw it: the usage report counts its GPU time too."""
+
+    user_id: int | None
+    queue_id: int | None  # the portal queue whose Slurm QOS or partition it ran under
+    node: str  # its (first) node's name, "" where not known
+    gpus: int
+    submitted_at: datetime | None
+    started_at: datetime
+    ended_at: datetime | None  # None: still running
+    final_state: str  # a Job.State value once ended, else ""
 
 
 class Executor(Protocol):
@@ -57,6 +74,9 @@ class Executor(Protocol):
     def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
         """Why a booking of these GPUs could not be held for its owner, or None: the
         calendar refuses, with this reason, what the executor cannot fence."""
+
+    def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
+        """Jobs that ran in [start, end) on the lab's GPUs without going through the portal."""
 
 
 def current() -> Executor:

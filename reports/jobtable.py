@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from django.db.models import Case, FloatField, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Cast, Coalesce, NullIf
+from django.utils.translation import gettext
 
 from accounts.models import Project, User
 from cluster.models import Gpu, Node
@@ -120,7 +121,10 @@ def lab_names() -> LabNames:
             pk: (name, category)
             for pk, name, category in User.objects.values_list("pk", "username", "category__name")
         },
-        queues=dict(Queue.objects.values_list("pk", "name")),
+        queues={
+            **dict(Queue.objects.values_list("pk", "name")),
+            OUTSIDE_QUEUE: gettext("outside the portal"),
+        },
         nodes=dict(Node.objects.values_list("pk", "name")),
         gpu_models={pk: model for pk, model, _node in gpus},
         node_models={node: next(iter(m)) for node, m in per_node.items() if len(m) == 1},
@@ -188,10 +192,54 @@ def job_table(period: Period, names: LabNames) -> JobTable:
     )
     sql, params = query.query.sql_with_params()
     table = fetch_floats(sql, params, len(ID_COLUMNS) + len(SWEEP_COLUMNS))
+    outside = outside_rows(period, names)
+    if len(outside):
+        table = np.vstack([table, outside])
     ids, jobs = table[:, : len(ID_COLUMNS)], table[:, len(ID_COLUMNS) :]
     units = jobs[:, 0]
     jobs[:, 0] = np.where(np.isnan(units), jobs[:, 1], units)
     return JobTable(ids, jobs)
+
+
+# The queue line of jobs that ran outside the portal under no portal queue's QOS.
+OUTSIDE_QUEUE = 2**31
+
+
+def outside_rows(period: Period, names: LabNames) -> np.ndarray:
+    """The executor's jobs that the portal did not submit (plain sbatch), as rows of the job
+    table, so every figure of the report (totals, tables, weeks, waits, unmet demand)
+    counts their GPU time as the cluster's accounting does."""
+    from jobqueue import executor
+
+    jobs = executor.current().jobs_outside_portal(start=period.start, end=period.end)
+    if not jobs:
+        return np.empty((0, len(ID_COLUMNS) + len(SWEEP_COLUMNS)))
+    node_ids = {name: pk for pk, name in names.nodes.items()}
+    nan = math.nan
+
+    def seconds(moment: dt.datetime | None) -> float:
+        return moment.timestamp() if moment is not None else nan
+
+    return np.array(
+        [
+            [
+                job.queue_id if job.queue_id is not None else OUTSIDE_QUEUE,
+                job.user_id if job.user_id is not None else nan,
+                node_ids.get(job.node, nan),
+                nan,  # no first GPU: the node's model names it
+                FINAL_STATES.index(job.final_state) if job.final_state in FINAL_STATES else -1,
+                nan,  # no project
+                float(job.gpus),
+                float(job.gpus),
+                0.0,
+                seconds(job.submitted_at or job.started_at),
+                seconds(job.started_at),
+                seconds(job.ended_at),
+            ]
+            for job in jobs
+        ],
+        dtype=float,
+    )
 
 
 def _groups_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

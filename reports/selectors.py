@@ -79,7 +79,7 @@ def _usage_report(*, period: Period, viewer: User, now: dt.datetime | None) -> U
     totals.credits = spent_total
     weeks = usage_weeks(period, end, capacity, windows, raw_by_week, table.jobs)
     unmet_demand(table.jobs, capacity, period.start, end, weeks)
-    waits = queue_waits(period, table)
+    waits = queue_waits(period, table, names.queues)
 
     bookings = booking_usage(period, end)
     bookings_total = BookingLine(LAB_TOTALS)

@@ -173,17 +173,17 @@ def _table_note(report: UsageReport, slug: str) -> str:
 
 
 def _credits_note(report: UsageReport, slug: str) -> str:
-    """Why a table's credits fall short of the lab total: bookings and no-shows are charged
-    to a member, never to a queue, a node, a GPU model or a project."""
+    """Why a table's credits fall short of the lab total: bookings, no-shows and plain
+    sbatch jobs are charged to a member, never to a queue, a node, a GPU model or a project."""
     if slug not in ("queue", "node", "model", "project"):
         return ""
     gap = report.totals.credits - sum(line.credits for line in report.tables[slug])
     if abs(gap) < 0.05:
         return ""
     return gettext(
-        "%(credits)s credits of the lab total were spent on bookings and no-shows, which "
-        "belong to no queue, node, GPU model or project; this table's credits add up to the total "
-        "without them."
+        "%(credits)s credits of the lab total are not a portal job's (bookings, no-shows, "
+        "jobs submitted to Slurm directly), so no queue, node, GPU model or project has "
+        "them; this table's credits add up to the total without them."
     ) % {"credits": number_format(round(gap, 1), 1, use_l10n=True, force_grouping=True)}
 
 

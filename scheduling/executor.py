@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accounts.models import User
+    from jobqueue.executor import OutsideJob
     from jobqueue.models import Job
 
 
@@ -19,6 +21,9 @@ class AgentsExecutor:
 
     def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
         return None  # the portal's engine keeps booked GPUs for their booking, one by one
+
+    def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
+        return []  # every job on the agents' nodes is a portal job
 
     def job_cancel(self, job: Job, *, actor: User) -> None:
         from jobqueue.services import cancel_on_agents

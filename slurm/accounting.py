@@ -34,6 +34,7 @@ from django.utils import timezone
 from accounts.models import CreditPolicy, LedgerEntry, User
 from accounts.services import Posting, ledger_post, ledger_post_batch
 from credits.services import charge_window_floor, charged_for_run, credits_settle_job, gpu_cost
+from jobqueue.executor import OutsideJob
 from jobqueue.models import Job, Queue
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
@@ -376,3 +377,48 @@ def accounting_sync(
     client = CommandsClient(slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""), run_as="")
     records = client.accounting_jobs(since=since)
     return accounting_reconcile(records=records, now=now)
+
+
+# The longest a plain job is looked back for: a job that started this long before a
+# report's period and still ran into it is counted (the cluster's MaxTime is shorter).
+PLAIN_JOB_LOOKBACK = timedelta(days=60)
+
+
+def plain_jobs_between(*, start: datetime, end: datetime) -> list[OutsideJob]:
+    """The plain-sbatch jobs that ran in [start, end), as the accounting charged them (the
+    same seconds `sacct` reports): the usage report counts their GPU time with the
+    portal's jobs. The node and the final state come from the last squeue/sacct view."""
+    from slurm.services import portal_state_of
+
+    charges = list(
+        SlurmCharge.objects.filter(
+            job__isnull=True, started_at__lt=end, started_at__gte=start - PLAIN_JOB_LOOKBACK
+        ).order_by("started_at")
+    )
+    seen = SlurmJob.objects.in_bulk([c.slurm_job_id for c in charges], field_name="slurm_job_id")
+    jobs = []
+    for charge in charges:
+        ended = (
+            charge.started_at + timedelta(seconds=charge.charged_seconds) if charge.final else None
+        )
+        if ended is not None and ended < start:
+            continue
+        record = seen.get(charge.slurm_job_id)
+        state = ""
+        if charge.final:
+            state = portal_state_of(record.state) if record and record.state else ""
+            if state not in Job.FINAL_STATES:
+                state = str(Job.State.COMPLETED)  # settled: it ended, however Slurm last showed it
+        jobs.append(
+            OutsideJob(
+                user_id=charge.user_id,
+                queue_id=charge.queue_id,
+                node=(record.nodes.split(",")[0] if record and record.nodes else ""),
+                gpus=charge.gpus,
+                submitted_at=charge.submitted_at,
+                started_at=charge.started_at,
+                ended_at=ended,
+                final_state=state,
+            )
+        )
+    return jobs

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slurm import services
 
 if TYPE_CHECKING:
     from accounts.models import User
+    from jobqueue.executor import OutsideJob
     from jobqueue.models import Job
 
 
@@ -28,6 +30,11 @@ class SlurmExecutor:
         from slurm.reservations import booking_refusal
 
         return booking_refusal(user=user, gpu_ids=gpu_ids, maintenance=maintenance)
+
+    def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
+        from slurm.accounting import plain_jobs_between
+
+        return plain_jobs_between(start=start, end=end)
 
     def job_cancel(self, job: Job, *, actor: User) -> None:
         services.slurm_job_cancel(job=job, actor=actor)

@@ -390,7 +390,13 @@ _REASONS = {
 
 def portal_state(info: JobInfo) -> str:
     """The portal state for a Slurm state (pending/running/completed/failed/cancelled/timeout)."""
-    return str(_STATES.get(info.state, Job.State.RUNNING))
+    return portal_state_of(info.state)
+
+
+def portal_state_of(slurm_state: str) -> str:
+    """The portal state for Slurm's base state name (``CANCELLED by 0`` reads as CANCELLED)."""
+    base = slurm_state.split()[0] if slurm_state else ""
+    return str(_STATES.get(base, Job.State.RUNNING))
 
 
 def portal_reason(slurm_reason: str) -> str:

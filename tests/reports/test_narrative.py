@@ -143,7 +143,7 @@ def test_tables_whose_credits_miss_the_bookings_say_so_and_empty_dash_rows_are_l
     notes = {table.slug: table.note for table in report_tables(report)}
     # 28 credits in all; 6 of them are alice's booking, on no queue, node or model.
     for slug in ("queue", "node", "model"):
-        assert notes[slug].startswith("6.0 credits of the lab total were spent on bookings"), slug
+        assert notes[slug].startswith("6.0 credits of the lab total are not a portal job's"), slug
     assert notes["user"] == "" and notes["category"] == ""
 
 

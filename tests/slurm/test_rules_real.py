@@ -19,6 +19,8 @@ from benchmarks.local_slurm import LocalSlurm
 from cluster.models import Gpu
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
 from jobqueue.submit import job_submit
+from reports.periods import period_of
+from reports.selectors import usage_report
 from reservations.models import Reservation
 from slurm.accounting import accounting_sync
 from slurm.admin_commands import SlurmAdmin
@@ -27,7 +29,7 @@ from slurm.models import QueueMapping, SlurmJob
 from slurm.policy import slurm_policy_sync
 from slurm.reservations import slurm_reservations_sync
 from slurm.services import slurm_inventory_sync, slurm_jobs_sync
-from tests.factories import ContainerImageFactory
+from tests.factories import ContainerImageFactory, UserFactory
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
@@ -99,6 +101,17 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     entries = LedgerEntry.objects.count()
     accounting_sync()  # a second pass changes nothing
     assert LedgerEntry.objects.count() == entries
+
+    # The usage report agrees with sacct, the plain sbatch job's GPU time included.
+    today = timezone.localdate()
+    report = usage_report(
+        period=period_of("custom", today - timedelta(days=1), today),
+        viewer=UserFactory(username="dora", is_staff=True),
+    )
+    hours = {line.name: line.gpu_hours for line in report.tables["user"]}
+    assert hours["alice"] == pytest.approx(portal.elapsed_s / 3600, abs=1.5 / 3600)
+    assert hours["bob"] == pytest.approx(2 * plain.elapsed_s / 3600, abs=3 / 3600)
+    assert report.totals.gpu_hours == pytest.approx(hours["alice"] + hours["bob"])
 
 
 def _can_submit_high(local_slurm: LocalSlurm) -> str | None:
