@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.executors import executor_class, portal_schedules
 
-__all__ = ["Executor", "OutsideJob", "current", "portal_schedules"]
+__all__ = ["Executor", "OutsideJob", "OutsideLiveJob", "current", "portal_schedules"]
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -38,6 +38,21 @@ class OutsideJob:
     started_at: datetime
     ended_at: datetime | None  # None: still running
     final_state: str  # a Job.State value once ended, else ""
+
+
+@dataclass(frozen=True)
+class OutsideLiveJob:
+    """A waiting or running job the portal did not submit, as the executor sees it now
+    (the queue page lists them beside the portal's own)."""
+
+    external_id: str  # the executor's own id (Slurm's job id)
+    owner: str  # the member's user name, else the unix user
+    where: str  # partition and QOS
+    gpus: int
+    running: bool
+    reason: str  # why it waits, in the executor's words ("Priority", "Resources")
+    started_at: datetime | None
+    node: str
 
 
 class Executor(Protocol):
@@ -77,6 +92,9 @@ class Executor(Protocol):
 
     def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
         """Jobs that ran in [start, end) on the lab's GPUs without going through the portal."""
+
+    def live_jobs_outside_portal(self) -> list[OutsideLiveJob]:
+        """The jobs waiting or running now that the portal did not submit."""
 
 
 def current() -> Executor:

@@ -158,6 +158,8 @@ def queue_overview(request: HttpRequest) -> HttpResponse:
         last_shown=context["waiting_offset"] + len(context["waiting"]),
         previous_page=page - 1 if page > 1 else None,
         next_page=page + 1 if page * QUEUE_PAGE_SIZE < total else None,
+        # Slurm mode: the jobs members submitted to Slurm directly hold GPUs and wait too.
+        outside=executor.current().live_jobs_outside_portal(),
     )
     return render(request, template, context)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accounts.models import User
-    from jobqueue.executor import OutsideJob
+    from jobqueue.executor import OutsideJob, OutsideLiveJob
     from jobqueue.models import Job
 
 
@@ -24,6 +24,9 @@ class AgentsExecutor:
 
     def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
         return []  # every job on the agents' nodes is a portal job
+
+    def live_jobs_outside_portal(self) -> list[OutsideLiveJob]:
+        return []
 
     def job_cancel(self, job: Job, *, actor: User) -> None:
         from jobqueue.services import cancel_on_agents

@@ -9,7 +9,7 @@ from slurm import services
 
 if TYPE_CHECKING:
     from accounts.models import User
-    from jobqueue.executor import OutsideJob
+    from jobqueue.executor import OutsideJob, OutsideLiveJob
     from jobqueue.models import Job
 
 
@@ -35,6 +35,9 @@ class SlurmExecutor:
         from slurm.accounting import plain_jobs_between
 
         return plain_jobs_between(start=start, end=end)
+
+    def live_jobs_outside_portal(self) -> list[OutsideLiveJob]:
+        return services.plain_jobs_live()
 
     def job_cancel(self, job: Job, *, actor: User) -> None:
         services.slurm_job_cancel(job=job, actor=actor)

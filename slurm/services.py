@@ -43,6 +43,7 @@ from slurm.policy import grant_qos_names, member_account, top_qos_name
 
 if TYPE_CHECKING:
     from accounts.models import User
+    from jobqueue.executor import OutsideLiveJob
 
 log = logging.getLogger(__name__)
 
@@ -811,3 +812,28 @@ def _sync_partitions(
         )
         names.append(info.name)
     Partition.objects.exclude(name__in=names).delete()
+
+
+def plain_jobs_live(limit: int = 200) -> list[OutsideLiveJob]:
+    """The plain-sbatch jobs waiting or running as the last sync saw them (the queue page)."""
+    from jobqueue.executor import OutsideLiveJob
+
+    records = (
+        SlurmJob.objects.unfinished()
+        .filter(job__isnull=True)
+        .select_related("user")
+        .order_by("slurm_job_id")[:limit]
+    )
+    return [
+        OutsideLiveJob(
+            external_id=str(r.slurm_job_id),
+            owner=r.user.username if r.user else r.unix_user,
+            where="/".join(part for part in (r.partition, r.qos) if part),
+            gpus=r.gpus,
+            running=r.state == "RUNNING",
+            reason="" if r.state == "RUNNING" else r.reason,
+            started_at=r.started_at if r.state == "RUNNING" else None,
+            node=r.nodes if r.state == "RUNNING" else "",
+        )
+        for r in records
+    ]
