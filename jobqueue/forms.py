@@ -10,6 +10,7 @@ from django_stubs_ext import StrOrPromise
 
 from accounts.models import Project
 from cluster.models import Gpu
+from jobqueue import executor
 from jobqueue.arrays import array_indices
 from jobqueue.dependencies import parse_dependency
 from jobqueue.errors import JobRefused
@@ -155,6 +156,9 @@ class JobSubmitForm(forms.Form):
         if not Gpu.objects.filter(kind=Gpu.Kind.SLOT).exclude(state=Gpu.State.MISSING).exists():
             # No node offers shared slots (none set up, or Slurm mode: whole GPUs only).
             del self.fields["shared_slot"]
+        if not executor.portal_schedules():
+            # Slurm has no preemption set up for the portal: the box would promise nothing.
+            del self.fields["preemptible"]
         models = sorted(
             set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
         )
@@ -219,7 +223,7 @@ class JobSubmitForm(forms.Form):
             "memory_mb": data["memory_gb"] * 1024,
             "name": data["name"],
             "reservation_id": data["reservation"],
-            "preemptible": data["preemptible"],
+            "preemptible": data.get("preemptible", False),
             "project": data.get("project", ""),
         }
         if data.get("run_after") is not None:  # "Run after": afterok:12:13

@@ -57,3 +57,12 @@ def test_slurm_mode_refuses_a_shared_slot_and_says_what_to_ask_for(
             time_limit_s=600,
         )
     assert not Job.objects.exists()
+
+
+def test_slurm_mode_offers_no_preemptible_box_it_could_not_honour(
+    client: Client, alice: Any, cluster: Any, settings: Any
+) -> None:
+    client.force_login(alice)
+    assert 'name="preemptible"' in client.get("/jobs/submit/").content.decode()
+    settings.LABPORTAL_EXECUTOR = "slurm"
+    assert 'name="preemptible"' not in client.get("/jobs/submit/").content.decode()
