@@ -454,6 +454,15 @@ class CreditPolicy(models.Model):
         validators=[MinValueValidator(1)],
         help_text=_("Running jobs are charged in windows of this length."),
     )
+    preemptible_rate_pct = models.PositiveSmallIntegerField(
+        _("preemptible jobs' rate (per cent of the queue's)"),
+        default=50,
+        validators=[MaxValueValidator(100)],
+        help_text=_(
+            "A job its member marks preemptible may be stopped (SIGTERM, the grace, then "
+            "requeued) to make room; it pays this share of its queue's rate."
+        ),
+    )
     reservation_rate = models.DecimalField(
         _("reservation rate (credits per GPU-hour)"),
         max_digits=8,

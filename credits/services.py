@@ -27,6 +27,7 @@ from accounts.services import (
     notify,
     portal_url,
 )
+from jobqueue import executor
 from jobqueue.models import Job
 from telemetry.models import GpuSample
 
@@ -44,17 +45,27 @@ def gpu_cost(*, gpus: int, seconds: int, rate: Decimal) -> Decimal:
     return credits_quantize(Decimal(gpus) * Decimal(max(0, seconds)) / Decimal(3600) * rate)
 
 
+def job_rate(job: Job) -> Decimal:
+    """Credits per GPU-hour of `job`: its queue's rate, the admin's share of it for a job
+    that may be preempted (where the engine preempts: agents mode)."""
+    rate: Decimal = job.queue.credit_rate
+    if job.preemptible and executor.portal_schedules():
+        share = Decimal(CreditPolicy.current().preemptible_rate_pct) / Decimal(100)
+        rate = (rate * share).quantize(Decimal("0.001"))
+    return rate
+
+
 def _job_cost(job: Job, until: datetime) -> Decimal:
-    """GPU-hours from the job's start to `until`, times its queue's rate."""
+    """GPU-hours from the job's start to `until`, times its rate."""
     assert job.started_at is not None
     seconds = int((until - job.started_at).total_seconds())
-    return gpu_cost(gpus=job.gpus, seconds=seconds, rate=job.queue.credit_rate)
+    return gpu_cost(gpus=job.gpus, seconds=seconds, rate=job_rate(job))
 
 
 def _cost_note(job: Job, until: datetime) -> str:
     assert job.started_at is not None
     hours = max(0.0, (until - job.started_at).total_seconds() / 3600)
-    return f"{job.gpus} GPU × {hours:.3f} h × {job.queue.credit_rate}/GPU-h"
+    return f"{job.gpus} GPU × {hours:.3f} h × {job_rate(job)}/GPU-h"
 
 
 def charged_for_run(run_tag: str) -> Decimal:

@@ -8,8 +8,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django_stubs_ext import StrOrPromise
 
-from accounts.models import Project
+from accounts.models import CreditPolicy, Project
 from cluster.models import Gpu
+from core.durations import hours_minutes
 from jobqueue import executor
 from jobqueue.arrays import array_indices
 from jobqueue.dependencies import parse_dependency
@@ -19,6 +20,7 @@ from jobqueue.models import (
     ContainerImage,
     Job,
     Queue,
+    SchedulingPolicy,
     VolumeMount,
     command_limit_refusal,
     env_limit_refusal,
@@ -159,6 +161,14 @@ class JobSubmitForm(forms.Form):
         if not executor.portal_schedules():
             # Slurm has no preemption set up for the portal: the box would promise nothing.
             del self.fields["preemptible"]
+        else:
+            self.fields["preemptible"].help_text = _(
+                "May be stopped (SIGTERM, then %(grace)s to checkpoint) and requeued for an "
+                "emergency, a booking or a starving job; it pays %(pct)s%% of the queue's rate."
+            ) % {
+                "grace": hours_minutes(SchedulingPolicy.current().stop_grace_s),
+                "pct": CreditPolicy.current().preemptible_rate_pct,
+            }
         models = sorted(
             set(Gpu.objects.exclude(state=Gpu.State.MISSING).values_list("model", flat=True))
         )

@@ -273,6 +273,13 @@ def job_checked(
                 % {"queue": queue_obj.name}
             )
         gpus = 1
+    if preemptible and not executor.current().portal_schedules:
+        raise JobRefused(
+            _(
+                "Slurm here does not preempt jobs, so a preemptible job would run as any "
+                "other at the full rate: submit it without preemptible."
+            )
+        )
     if gpus < 1:
         raise JobRefused(_("A job needs at least one GPU."))
     if gpus > queue_obj.max_gpus_per_job:

@@ -36,6 +36,16 @@ def _send(task: str, args: list[Any], node: Node) -> None:
     transaction.on_commit(send)
 
 
+def _preemption_env(job: Any) -> dict[str, str]:
+    """A preemptible job is told how long it has to checkpoint between SIGTERM and SIGKILL
+    (docs/jobs.md, "Preemptible jobs")."""
+    if not job.preemptible:
+        return {}
+    from jobqueue.models import SchedulingPolicy
+
+    return {"LABPORTAL_PREEMPT_GRACE_S": str(int(SchedulingPolicy.current().stop_grace_s))}
+
+
 def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
     """The `agent.start_job` payload (`protocol.messages.StartJob`): everything the agent
     needs, nothing it must look up."""
@@ -48,7 +58,7 @@ def start_spec(job: Any, gpus: list[Any]) -> dict[str, Any]:
         attempt=job.dispatch_count,
         image=job.image.reference,
         command=list(job.command),
-        env={**job.env, **session_env, "LABPORTAL_JOB_ID": str(job.pk)},
+        env={**job.env, **session_env, **_preemption_env(job), "LABPORTAL_JOB_ID": str(job.pk)},
         gpu_uuids=[g.uuid for g in gpus],
         gpu_indices=sorted({(g.parent.index if g.parent_id else g.index) for g in gpus}),
         uid=uid,
