@@ -196,6 +196,38 @@ def parse_reservations(text: str) -> list[SlurmReservationInfo]:
     return found
 
 
+@dataclass(frozen=True)
+class PriorityFactors:
+    """One pending job's priority as ``sprio`` breaks it down: each part is Slurm's
+    ``PriorityWeight*`` setting times that factor; the nice value is subtracted."""
+
+    priority: int
+    age: int
+    fairshare: int
+    jobsize: int
+    partition: int
+    qos: int
+    nice: int
+
+
+SPRIO_FORMAT = "%i|%Y|%A|%F|%J|%P|%Q|%N"
+
+
+def parse_priority_factors(text: str) -> dict[int, PriorityFactors]:
+    """``sprio -h -o SPRIO_FORMAT``: job id → its factors (lines that do not parse skipped)."""
+    found = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 8:
+            continue
+        try:
+            job_id, *numbers = (int(float(p or 0)) for p in parts)
+        except ValueError:
+            continue
+        found[job_id] = PriorityFactors(*numbers)
+    return found
+
+
 def slurm_time(moment: datetime) -> str:
     """A time as scontrol reads it: the controller's local time, to the second."""
     return moment.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
@@ -248,6 +280,13 @@ class SlurmAdmin:
 
     def pending_jobs(self) -> list[PendingJob]:
         return parse_pending_jobs(self.run(["squeue", "-a", "-h", "-t", "PD", "-o", "%i|%u|%y|%q"]))
+
+    def priority_factors(self, job_ids: list[int]) -> dict[int, PriorityFactors]:
+        """What makes up each pending job's priority (``sprio``); jobs not pending are absent."""
+        if not job_ids:
+            return {}
+        text = self.run(["sprio", "-h", "-j", ",".join(map(str, job_ids)), "-o", SPRIO_FORMAT])
+        return parse_priority_factors(text)
 
     def reservations(self) -> list[SlurmReservationInfo]:
         text = self.run(["scontrol", "show", "reservation", "-o"])

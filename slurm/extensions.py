@@ -2,19 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import asdict
 from typing import Any
 
+from django.core.cache import cache
 from rest_framework.fields import Field
 
 from jobqueue.extensions import register_job_api_field, register_job_page_context
 from jobqueue.models import Job
+from slurm.admin_commands import PriorityFactors, SlurmAdmin
+from slurm.cli import SlurmError
 from slurm.models import SlurmJob
 from slurm.serializers import SlurmJobSummarySerializer
 from telemetry.services import register_process_job_resolver
 
+PRIORITY_CACHE_S = 15  # the job page polls; sprio runs once per job in this window
+
 
 def _job_page(job: Job) -> dict[str, Any]:
-    return {"slurm_job": SlurmJob.objects.filter(job=job).first()}
+    record = SlurmJob.objects.filter(job=job).first()
+    factors = None
+    if record is not None and record.state == "PENDING" and record.ended_at is None:
+        factors = _priority_factors(record.slurm_job_id)
+    return {"slurm_job": record, "slurm_priority": factors}
+
+
+def _priority_factors(slurm_job_id: int) -> PriorityFactors | None:
+    """sprio's breakdown of a pending job, cached briefly; None where Slurm gives none."""
+    key = f"slurm:sprio:{slurm_job_id}"
+    try:
+        cached = cache.get(key)
+    except Exception:  # the cache is down: ask Slurm
+        cached = None
+    if cached is not None:
+        return PriorityFactors(**cached) if cached else None
+    try:
+        factors = SlurmAdmin().priority_factors([slurm_job_id]).get(slurm_job_id)
+    except SlurmError:
+        return None  # Slurm unreachable: the page says so in its banner
+    with contextlib.suppress(Exception):
+        cache.set(key, asdict(factors) if factors else {}, timeout=PRIORITY_CACHE_S)
+    return factors
 
 
 def _api_field() -> Field[Any, Any, Any, Any]:

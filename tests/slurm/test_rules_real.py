@@ -221,6 +221,17 @@ def test_a_member_at_zero_credit_starts_after_a_member_with_credit(
 
         assert squeue(broke).strip() != "" and not squeue(broke).strip().endswith("|0")
         assert squeue(rich).strip().endswith("|0")
+        # The job page's breakdown (sprio) says why: alice's job carries the nice value,
+        # and its parts less the nice are the priority squeue reports.
+        parts = wait_for(
+            "sprio listing both pending jobs",
+            lambda: (f := admin.priority_factors([broke, rich])) and len(f) == 2 and f,
+        )
+        assert parts[broke].nice > 0 and parts[rich].nice == 0
+        assert parts[rich].qos > 0  # the normal QOS's priority, weighted
+        for job_id in (broke, rich):
+            shown = int(local_slurm._run("squeue", "-h", "-j", str(job_id), "-o", "%Q").strip())
+            assert parts[job_id].priority == shown
         local_slurm._run("scancel", str(blocker))
         ran_broke = wait_for("alice's job ran", lambda: _accounted(broke), timeout_s=120)
         ran_rich = wait_for("bob's job ran", lambda: _accounted(rich), timeout_s=60)
