@@ -164,7 +164,7 @@ class JobSubmitForm(forms.Form):
         else:
             self.fields["preemptible"].help_text = _(
                 "May be stopped (SIGTERM, then %(grace)s to checkpoint) and requeued for an "
-                "emergency, a booking or a starving job; it pays %(pct)s%% of the queue's rate."
+                "emergency or a booking; it pays %(pct)s%% of the queue's rate."
             ) % {
                 "grace": hours_minutes(SchedulingPolicy.current().stop_grace_s),
                 "pct": CreditPolicy.current().preemptible_rate_pct,
