@@ -7,10 +7,13 @@ the test, as a refused inline handler or style silently breaks what it was for."
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.core.signals import request_finished, request_started
 
 # Runs in every document before its own scripts: each refusal goes to the test.
 REPORT_VIOLATIONS = """
@@ -21,6 +24,35 @@ document.addEventListener("securitypolicyviolation", (event) => {
   );
 });
 """
+
+
+class _InFlight:
+    """Requests the live server is still answering. A closed browser leaves its last
+    request (an htmx poll, a page's first read of a one-row policy) running in the server's
+    thread; flushing the database under it fails on SQLite ("database table is locked")."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def started(self, **_: Any) -> None:
+        with self.lock:
+            self.count += 1
+
+    def finished(self, **_: Any) -> None:
+        with self.lock:
+            self.count = max(0, self.count - 1)
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until the server has answered every request it took."""
+        deadline = time.monotonic() + timeout_s
+        while self.count and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+IN_FLIGHT = _InFlight()
+request_started.connect(IN_FLIGHT.started, dispatch_uid="tests.browser.in_flight.started")
+request_finished.connect(IN_FLIGHT.finished, dispatch_uid="tests.browser.in_flight.finished")
 
 
 def watch_content_security_policy(context: Any) -> list[str]:
@@ -51,6 +83,7 @@ def page(browser: Any, transactional_db: Any) -> Iterator[Any]:
     page.set_default_timeout(15000)
     yield page
     context.close()
+    IN_FLIGHT.drain()
     assert refused == [], f"the Content-Security-Policy refused: {refused}"
 
 
@@ -70,6 +103,7 @@ def open_context(browser: Any, transactional_db: Any) -> Iterator[Callable[..., 
     for context, found in opened:
         context.close()
         refused += found
+    IN_FLIGHT.drain()
     assert refused == [], f"the Content-Security-Policy refused: {refused}"
 
 
