@@ -24,6 +24,8 @@ from jobqueue.submit import CheckedJob, job_checked, submit_events
 ARRAY_INDEX_ENV = "LABPORTAL_ARRAY_INDEX"
 # The most tasks in one array (Slurm's MaxArraySize is 1001 by default: indices 0-1000).
 MAX_ARRAY = 1000
+# The largest index (Slurm's: MaxArraySize may be at most 4000001).
+MAX_INDEX = 4_000_000
 
 
 def array_indices(text: str) -> list[int]:
@@ -47,6 +49,11 @@ def array_indices(text: str) -> list[int]:
             raise ValueError(
                 _("An array holds at most %(max)d jobs; “%(text)s” has more.")
                 % {"max": MAX_ARRAY, "text": text}
+            )
+        if last > MAX_INDEX:
+            raise ValueError(
+                _("An array index is at most %(max)d; “%(part)s” goes past it.")
+                % {"max": MAX_INDEX, "part": part}
             )
         indices.extend(range(first, last + 1))
     return list(dict.fromkeys(indices))

@@ -73,6 +73,9 @@ def test_a_task_spec_the_rules_refuse_refuses_the_whole_array_and_writes_nothing
         ("0-1001", "at most 1000 jobs"),
         ("5-2", "counts down; write it as 2-5"),
         ("a-b", "is not an array range"),
+        # Past what a job stores, which PostgreSQL refused with a 500.
+        ("99999999999", "An array index is at most 4000000"),
+        ("3999999-4000001", "An array index is at most 4000000"),
     ],
 )
 def test_a_bad_array_is_a_clear_400(
