@@ -157,7 +157,7 @@ def _insert_copies_postgresql(
     if model.name:
         name_sql = "left(%s || '[' || task.i || ']', 120)"
         params.append(model.name)
-    same = [f for f in Job._meta.concrete_fields if f.attname not in _PER_TASK]
+    same = [f for f in Job._meta.concrete_fields if f.attname not in _PER_TASK and not f.generated]
     params += [_value(f, model) for f in same]
     statements = [
         ids,
