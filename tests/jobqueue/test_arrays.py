@@ -15,6 +15,7 @@ from credits.services import credits_charge_running_jobs
 from jobqueue.arrays import ARRAY_INDEX_ENV, MAX_ARRAY, array_indices
 from jobqueue.models import Job, JobEvent, Queue, VolumeMount
 from tests.conftest import api_as
+from tests.slurm.test_services import ScriptedSlurm, scripted  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +73,9 @@ def test_a_task_spec_the_rules_refuse_refuses_the_whole_array_and_writes_nothing
         ("0-1001", "at most 1000 jobs"),
         ("5-2", "counts down; write it as 2-5"),
         ("a-b", "is not an array range"),
+        # Past what a job stores, which PostgreSQL refused with a 500.
+        ("99999999999", "An array index is at most 4000000"),
+        ("3999999-4000001", "An array index is at most 4000000"),
     ],
 )
 def test_a_bad_array_is_a_clear_400(
@@ -105,16 +109,27 @@ def test_the_statements_of_an_array_submit_do_not_grow_with_its_size(
     alice.category.save()
     VolumeMount.objects.create(name="data", source_template="/srv/data/{username}", target="/data")
 
-    def statements(array: str) -> tuple[int, int]:
-        """(statements other than INSERTs, INSERTs)."""
+    def statements(array: str) -> tuple[int, int, int]:
+        """(statements other than INSERTs, INSERTs, characters of SQL sent)."""
         with CaptureQueriesContext(connection) as queries:
             assert post_array(alice, array, mounts=["data"]).status_code == 201
-        inserts = sum(q["sql"].startswith("INSERT") for q in queries.captured_queries)
-        return len(queries) - inserts, inserts
+        sql = [q["sql"] for q in queries.captured_queries]
+        inserts = sum(s.startswith("INSERT") for s in sql)
+        return len(queries) - inserts, inserts, sum(map(len, sql))
 
     statements("0")  # warm: the first request loads what later ones find cached
     small, large = statements("0-1"), statements(f"0-{MAX_ARRAY - 1}")
     assert large[0] == small[0]
+    assert Job.objects.count() == 1 + 2 + MAX_ARRAY
+    assert JobEvent.objects.count() == Job.mounts.through.objects.count() == Job.objects.count()
+    last = Job.objects.order_by("-pk").first()
+    assert last is not None and [m.name for m in last.mounts.all()] == ["data"]
+    if connection.vendor == "postgresql":
+        # One statement writes the tasks, their events and mounts, and each task costs
+        # it its index ("999,"), not a row of values converted in Python.
+        assert large[1] == small[1]
+        assert large[2] - small[2] < 5 * MAX_ARRAY
+        return
     # One INSERT per table (jobs, events, mounts), or per batch where the database
     # caps a statement's parameters (SQLite's 999: the bound the backend states).
     fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
@@ -127,9 +142,6 @@ def test_the_statements_of_an_array_submit_do_not_grow_with_its_size(
         -(-MAX_ARRAY // connection.ops.bulk_batch_size(list(f), objs)) for f, objs in tables
     )
     assert large[1] <= batches + 1  # and the token's
-    assert Job.objects.count() == 1 + 2 + MAX_ARRAY
-    last = Job.objects.order_by("-pk").first()
-    assert last is not None and [m.name for m in last.mounts.all()] == ["data"]
 
 
 def test_cancel_one_task_or_the_whole_array(alice: Any, bob: Any, cluster: Any, image: Any) -> None:
@@ -190,3 +202,86 @@ def test_every_task_of_an_array_waits_for_the_arrays_dependency(
         assert [j.pk for j in task.depends_on.all()] == [first.pk]
     listed = body(api_as(alice).get(f"/api/jobs/{ids[1]}/"))
     assert listed["dependency"] == f"afterok:{first.pk}"
+
+
+# What a task's row may differ in from a job submitted alone with the same spec.
+PER_TASK = {"id", "env", "name", "array_id", "array_index", "submitted_at"}
+
+
+def _row(job: Job) -> dict[str, Any]:
+    values = Job.objects.filter(pk=job.pk).values().get()
+    return {k: v for k, v in values.items() if k not in PER_TASK}
+
+
+def test_every_task_is_the_job_a_single_submit_of_its_spec_makes(
+    alice: Any, cluster: Any, image: Any
+) -> None:
+    from accounts.models import Project
+    from jobqueue.arrays import jobs_submit_array
+    from jobqueue.submit import job_submit
+
+    Project.objects.create(name="vision", title="Vision grant", pi=alice)
+    VolumeMount.objects.create(name="data", source_template="/srv/data/{username}", target="/data")
+    first = job_submit(owner=alice, queue="normal", image=IMAGE, command="true")
+    spec: dict[str, Any] = {
+        "queue": "normal",
+        "image": IMAGE,
+        "command": "python sweep.py --lr 'a b'",
+        "gpus": 2,
+        "env": {"LR": "0.1", "NOTE": "ünïcode"},
+        "mounts": ["data"],
+        "time_limit_s": 5400,
+        "min_gpu_memory_mb": 1024,
+        "gpu_model": "A100",
+        "cpus": Decimal("0.5"),
+        "memory_mb": 2048,
+        "name": "n" * 118,
+        "preemptible": True,
+        "depends_on": [first.pk],
+        "dependency": "afterany",
+        "project": "vision",
+    }
+    alone = job_submit(owner=alice, **spec)
+    tasks = jobs_submit_array(owner=alice, spec=spec, indices=[3, 12])
+
+    for task, index in zip(tasks, (3, 12), strict=True):
+        stored = Job.objects.get(pk=task.pk)
+        assert _row(stored) == _row(alone)
+        assert stored.env == {**alone.env, ARRAY_INDEX_ENV: str(index)}
+        assert stored.name == f"{'n' * 118}[{index}]"[:120]
+        assert (stored.array_id, stored.array_index) == (tasks[0].pk, index)
+        assert [m.name for m in stored.mounts.all()] == ["data"]
+        assert [d.pk for d in stored.depends_on.all()] == [first.pk]
+        events = [(e.kind, e.message, e.data, e.actor_id, e.step) for e in stored.events.all()]
+        assert events == [
+            (e.kind, e.message, e.data, e.actor_id, e.step) for e in alone.events.all()
+        ]
+    # What the service hands back is what was stored (the API and the form read it).
+    assert [t.pk for t in tasks] == sorted(t.pk for t in tasks)
+    assert [t.array_id for t in tasks] == [tasks[0].pk] * 2
+    assert not tasks[1]._state.adding
+
+
+def test_an_unnamed_arrays_tasks_stay_unnamed(alice: Any, cluster: Any, image: Any) -> None:
+    ids = body(post_array(alice, "0-1"))["ids"]
+    assert list(Job.objects.filter(pk__in=ids).values_list("name", flat=True)) == ["", ""]
+
+
+def test_each_task_of_an_array_is_sent_to_slurm_on_its_own(
+    scripted: ScriptedSlurm,  # noqa: F811
+    alice: Any,
+    image: Any,
+) -> None:
+    from cluster.models import Gpu
+
+    Gpu.objects.update(memory_mb=0)  # Slurm's GRES: the minimum is left to Slurm, and said
+    ids = body(post_array(alice, "0-2", min_gpu_memory_mb=1024))["ids"]
+    assert len(scripted.submitted) == 3
+    for pk in ids:
+        task = Job.objects.select_related("slurm").get(pk=pk)
+        assert task.slurm.slurm_job_id > 1000
+        assert [e.kind for e in task.events.all()] == [
+            "submitted",
+            "gpu_memory_unchecked",
+            "dispatched",
+        ]
