@@ -23,7 +23,7 @@ from reports.periods import period_of
 from reports.selectors import usage_report
 from reservations.models import Reservation
 from slurm.accounting import accounting_sync
-from slurm.admin_commands import SlurmAdmin
+from slurm.admin_commands import PriorityFactors, SlurmAdmin
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob
 from slurm.policy import slurm_policy_sync
@@ -106,7 +106,7 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     today = timezone.localdate()
     report = usage_report(
         period=period_of("custom", today - timedelta(days=1), today),
-        viewer=UserFactory(username="dora", is_staff=True),
+        viewer=UserFactory.create(username="dora", is_staff=True),
     )
     hours = {line.name: line.gpu_hours for line in report.tables["user"]}
     assert hours["alice"] == pytest.approx(portal.elapsed_s / 3600, abs=1.5 / 3600)
@@ -221,12 +221,14 @@ def test_a_member_at_zero_credit_starts_after_a_member_with_credit(
 
         assert squeue(broke).strip() != "" and not squeue(broke).strip().endswith("|0")
         assert squeue(rich).strip().endswith("|0")
+
         # The job page's breakdown (sprio) says why: alice's job carries the nice value,
         # and its parts less the nice are the priority squeue reports.
-        parts = wait_for(
-            "sprio listing both pending jobs",
-            lambda: (f := admin.priority_factors([broke, rich])) and len(f) == 2 and f,
-        )
+        def both_listed() -> dict[int, PriorityFactors] | None:
+            found = admin.priority_factors([broke, rich])
+            return found if len(found) == 2 else None
+
+        parts = wait_for("sprio listing both pending jobs", both_listed)
         assert parts[broke].nice > 0 and parts[rich].nice == 0
         assert parts[rich].qos > 0  # the normal QOS's priority, weighted
         for job_id in (broke, rich):
