@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -30,6 +31,12 @@ def lazy_text(msgid: str, /, **params: Any) -> Any:
 def reader_reads_chinese() -> bool:
     """Whether the active language is Chinese (zh-hans and its variants)."""
     return (get_language() or "").lower().startswith("zh")
+
+
+def join_sentences(parts: Iterable[str]) -> str:
+    """Sentences one after another in the reader's language: a space between them in
+    English, none in Chinese (GLOSSARY.md); empty ones left out."""
+    return ("" if reader_reads_chinese() else " ").join(part for part in parts if part)
 
 
 def in_reader_language(english: str, chinese: str) -> str:

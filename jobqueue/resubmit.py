@@ -11,6 +11,12 @@ from jobqueue.models import Job
 from jobqueue.submit import job_submit
 
 
+def _open_project_name(job: Job) -> str:
+    """The project the job was charged to, while it still takes jobs ("" otherwise)."""
+    project = job.project
+    return project.name if project is not None and project.active else ""
+
+
 def job_spec(job: Job) -> dict[str, Any]:
     """The submit service's arguments that ask for this job again (a booking is not
     carried over: it was for one time slot)."""
@@ -29,7 +35,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "memory_mb": job.memory_mb,
         "name": job.name,
         "preemptible": job.preemptible,
-        "project": job.project.name if job.project_id and job.project.active else "",  # type: ignore[union-attr]
+        "project": _open_project_name(job),
     }
 
 
@@ -50,7 +56,7 @@ def job_form_initial(job: Job) -> dict[str, Any]:
         "env": "\n".join(f"{k}={v}" for k, v in (job.env or {}).items()),
         "mounts": [m.name for m in job.mounts.all()],
         "preemptible": job.preemptible,
-        "project": job.project.name if job.project_id and job.project.active else "",  # type: ignore[union-attr]
+        "project": _open_project_name(job),
     }
 
 

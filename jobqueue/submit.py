@@ -22,6 +22,7 @@ from accounts.models import Category, Project, User
 from cluster.models import Gpu, Node
 from core.durations import hours_minutes
 from core.errors import DomainError
+from core.i18n import join_sentences
 from jobqueue import executor
 from jobqueue.dependencies import AFTEROK, dependencies_for_submit
 from jobqueue.errors import (
@@ -432,8 +433,7 @@ def project_for_submit(owner: User, name: str) -> Project:
         hint = _("Your projects: %(projects)s.") % {"projects": mine}
     else:
         hint = _("You belong to no project: leave the project empty.")
-    # Two sentences: a space between them in English, none in Chinese.
-    raise JobRefused(_("%(reason)s %(hint)s") % {"reason": reason, "hint": hint})
+    raise JobRefused(join_sentences([reason, hint]))
 
 
 MAX_BATCH = 500

@@ -22,6 +22,7 @@ from django.utils.translation import gettext
 
 from accounts.models import Project, User
 from cluster.models import Gpu, Node
+from jobqueue import executor
 from jobqueue.models import Allocation, Job, Queue
 from reports.lines import FINAL_STATES, NO_CATEGORY, NO_PROJECT
 from reports.periods import Period
@@ -209,8 +210,6 @@ def outside_rows(period: Period, names: LabNames) -> np.ndarray:
     """The executor's jobs that the portal did not submit (plain sbatch), as rows of the job
     table, so every figure of the report (totals, tables, weeks, waits, unmet demand)
     counts their GPU time as the cluster's accounting does."""
-    from jobqueue import executor
-
     jobs = executor.current().jobs_outside_portal(start=period.start, end=period.end)
     if not jobs:
         return np.empty((0, len(ID_COLUMNS) + len(SWEEP_COLUMNS)))

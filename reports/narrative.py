@@ -18,11 +18,12 @@ from django.utils.translation import ngettext
 from accounts.models import User
 from cluster.models import Gpu, Node
 from core.durations import hours_minutes
-from core.i18n import reader_reads_chinese
+from core.i18n import join_sentences
 from reports.forecast import Forecast
 from reports.lines import UsageReport
 from reports.models import LabProfile
 from reports.periods import Period, period_of
+from reports.selectors import usage_report
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Narrative:
     @property
     def paragraph(self) -> str:
         # Chinese sentences follow each other without a space; English ones with one.
-        return ("" if reader_reads_chinese() else " ").join(self.sentences)
+        return join_sentences(self.sentences)
 
     @property
     def purchases_known(self) -> bool:
@@ -156,8 +157,6 @@ def comparison(
 ) -> Comparison | None:
     """The period after `since` (the rules' first day) against as many days just before it;
     None when the period ends before that day, or nothing ran in the days before it."""
-    from reports.selectors import usage_report
-
     period = report.period
     today = timezone.localdate(now) if now else timezone.localdate()
     last = min(period.last_day, today)

@@ -17,7 +17,7 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from core.i18n import reader_reads_chinese
+from core.i18n import join_sentences
 from reports.lines import FINAL_STATES, NO_PROJECT, UsageReport
 
 STATE_LABELS: dict[str, Promise] = {
@@ -169,7 +169,7 @@ def _table_note(report: UsageReport, slug: str) -> str:
     notes = [_credits_note(report, slug)]
     if slug == "project" and any(line.name == NO_PROJECT for line in report.tables[slug]):
         notes.append(gettext("“—” is the work charged to no project."))
-    return ("" if reader_reads_chinese() else " ").join(note for note in notes if note)
+    return join_sentences(notes)
 
 
 def _credits_note(report: UsageReport, slug: str) -> str:

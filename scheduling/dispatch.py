@@ -12,6 +12,7 @@ from django.db import transaction
 from cluster.models import Node
 from cluster.signing import command_auth
 from files.places import job_directory
+from jobqueue.models import SchedulingPolicy
 from protocol.messages import Mount, StartJob
 from sessions.launch import session_dispatch
 
@@ -41,8 +42,6 @@ def _preemption_env(job: Any) -> dict[str, str]:
     (docs/jobs.md, "Preemptible jobs")."""
     if not job.preemptible:
         return {}
-    from jobqueue.models import SchedulingPolicy
-
     return {"LABPORTAL_PREEMPT_GRACE_S": str(int(SchedulingPolicy.current().stop_grace_s))}
 
 

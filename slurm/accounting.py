@@ -39,6 +39,7 @@ from jobqueue.models import Job, Queue
 from slurm.cli import CommandsClient, JobInfo
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import SlurmCharge
+from slurm.services import portal_state_of
 
 log = logging.getLogger(__name__)
 
@@ -388,8 +389,6 @@ def plain_jobs_between(*, start: datetime, end: datetime) -> list[OutsideJob]:
     """The plain-sbatch jobs that ran in [start, end), as the accounting charged them (the
     same seconds `sacct` reports): the usage report counts their GPU time with the
     portal's jobs. The node and the final state come from the last squeue/sacct view."""
-    from slurm.services import portal_state_of
-
     charges = list(
         SlurmCharge.objects.filter(
             job__isnull=True, started_at__lt=end, started_at__gte=start - PLAIN_JOB_LOOKBACK

@@ -6,6 +6,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slurm import services
+from slurm.accounting import plain_jobs_between
+from slurm.reservations import booking_refusal
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -27,13 +29,9 @@ class SlurmExecutor:
         services.slurm_job_submit(job=job)
 
     def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
-        from slurm.reservations import booking_refusal
-
         return booking_refusal(user=user, gpu_ids=gpu_ids, maintenance=maintenance)
 
     def jobs_outside_portal(self, *, start: datetime, end: datetime) -> list[OutsideJob]:
-        from slurm.accounting import plain_jobs_between
-
         return plain_jobs_between(start=start, end=end)
 
     def live_jobs_outside_portal(self) -> list[OutsideLiveJob]:

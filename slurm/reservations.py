@@ -34,7 +34,9 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 
+from cluster.models import Gpu
 from reservations.models import Reservation
+from reservations.services import reservation_refund_unhonoured
 from slurm.admin_commands import SlurmAdmin, slurm_time
 from slurm.cli import SlurmError
 from slurm.models import UnixLogin
@@ -148,8 +150,6 @@ def booking_refusal(*, user: Any, gpu_ids: list[int], maintenance: bool) -> str 
     Slurm 22.05 reserves whole nodes (a share of a node's cores holds none of its GPUs:
     another member's job could take them, and the booking would be charged for nothing),
     and a reservation names the unix user whose jobs may enter it."""
-    from cluster.models import Gpu
-
     if not maintenance and not UnixLogin.objects.filter(user=user).exists():
         return gettext(
             "Your account has no unix user name on the Slurm cluster yet, so Slurm cannot "
@@ -287,8 +287,6 @@ def _record(
         now = timezone.now()
         if reservation.start <= now - UNHONOURED_AFTER:
             # Slurm never held it: the booking ends and everything it cost comes back.
-            from reservations.services import reservation_refund_unhonoured
-
             reservation_refund_unhonoured(reservation_id=reservation.pk, reason=error)
             return
     defaults: dict[str, object] = {"error": error, "synced_at": timezone.now()}

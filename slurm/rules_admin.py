@@ -19,6 +19,7 @@ from slurm.rules_models import (
     SlurmCharge,
     SlurmReservation,
 )
+from slurm.setup_check import record_host_problem_seen
 
 
 @admin.register(SlurmCharge)
@@ -123,8 +124,6 @@ class SetupProblemAdmin(admin.ModelAdmin[SetupProblem]):
         return format_html('<pre class="setup-fix">{}</pre>', problem.fix)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SetupProblem]:
-        from slurm.setup_check import record_host_problem_seen
-
         record_host_problem_seen()  # a command the portal host could not run, noted since
         return super().get_queryset(request)
 

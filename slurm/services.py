@@ -23,6 +23,7 @@ from cluster.models import Gpu, Node
 from joblogs.models import JobLog
 from joblogs.services import job_log_append
 from jobqueue.errors import JobRefused
+from jobqueue.executor import OutsideLiveJob
 from jobqueue.models import Job
 from protocol.messages import MAX_LOG_CHUNK_BYTES
 from sessions.launch import TOKEN_ENV, session_token
@@ -40,10 +41,10 @@ from slurm.cli import (
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import grant_qos_names, member_account, top_qos_name
+from slurm.setup_check import close_host_problems
 
 if TYPE_CHECKING:
     from accounts.models import User
-    from jobqueue.executor import OutsideLiveJob
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +267,6 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         )
     ):
         slurm_job_id = client.submit(request)
-    from slurm.setup_check import close_host_problems
-
     close_host_problems()  # sbatch ran as the member: the portal host is set up
     record = SlurmJob.objects.create(
         slurm_job_id=slurm_job_id,
@@ -816,8 +815,6 @@ def _sync_partitions(
 
 def plain_jobs_live(limit: int = 200) -> list[OutsideLiveJob]:
     """The plain-sbatch jobs waiting or running as the last sync saw them (the queue page)."""
-    from jobqueue.executor import OutsideLiveJob
-
     records = (
         SlurmJob.objects.unfinished()
         .filter(job__isnull=True)

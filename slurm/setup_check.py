@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from slurm.cli import slurm_host_problem_take
 from slurm.rules_models import SetupProblem
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,6 @@ def close_unseen(failed_keys: Iterable[str]) -> int:
 def record_host_problem_seen() -> None:
     """Keep the command the portal host last could not run (noted in the cache by the
     Slurm client, since the member's request that met it was rolled back)."""
-    from slurm.cli import slurm_host_problem_take
-
     message = slurm_host_problem_take()
     if message:
         record_host_problem(message)
