@@ -87,7 +87,16 @@ _HOST_PROBLEM = "labportal:slurm:host-problem"
 _ANSWERED_AT = "labportal:slurm:answered-at"
 
 
-def _note(*, answered: bool) -> None:
+# A member's submit or cancel within this many seconds of a call that could not reach Slurm
+# is answered at once with that call's error (503, try again) instead of waiting out
+# slurmrestd's own retries (about 9 s a call) again: one call at most every RETRY_AFTER_S
+# tries Slurm, and the first that answers ends the outage for everybody. The periodic sync
+# and /healthz always try (``member_call`` is only for what a member waits on).
+RETRY_AFTER_S = 10.0
+_FAILED = "labportal:slurm:failed"  # the last failed call: its time and error
+
+
+def _note(*, answered: bool, error: str = "") -> None:
     """Record that Slurm answered (or could not be reached) now, for pages and /healthz.
 
     A cache that is down must not fail the Slurm call it only reports on."""
@@ -95,11 +104,29 @@ def _note(*, answered: bool) -> None:
     try:
         if answered:
             cache.set(_ANSWERED_AT, now, timeout=None)
-            cache.delete(_UNREACHABLE_SINCE)
+            cache.delete_many([_UNREACHABLE_SINCE, _FAILED])
         else:
             cache.add(_UNREACHABLE_SINCE, now, timeout=None)
+            cache.set(_FAILED, {"at": time.time(), "error": error}, timeout=RETRY_AFTER_S)
     except Exception:  # any cache failure: the Slurm call itself stands
         pass
+
+
+def member_call() -> None:
+    """Before a call a member waits on: during an outage, raise the last call's
+    SlurmUnavailable at once when a call found Slurm unreachable less than RETRY_AFTER_S
+    ago; else return, and this call tries Slurm (and may end the outage)."""
+    try:
+        failed = cache.get(_FAILED)  # kept RETRY_AFTER_S after the failed call
+    except Exception:  # the cache is down: not known, so the call tries Slurm
+        return
+    if not failed:
+        return
+    raise SlurmUnavailable(
+        f"{failed['error'] or 'Slurm could not be reached'} "
+        f"(the last try, {max(0, round(time.time() - float(failed['at'])))} s ago; "
+        f"the portal tries Slurm again at most every {RETRY_AFTER_S:g} s)"
+    )
 
 
 def _read_time(key: str) -> datetime | None:
@@ -575,8 +602,9 @@ class CommandsClient:
             _note_host_problem(message)
             raise SlurmSetupError(message) from exc
         except subprocess.TimeoutExpired as exc:
-            _note(answered=False)
-            raise SlurmUnavailable(f"{' '.join(argv[:2])} did not answer in {timeout} s") from exc
+            message = f"{' '.join(argv[:2])} did not answer in {timeout} s"
+            _note(answered=False, error=message)
+            raise SlurmUnavailable(message) from exc
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
             if (
@@ -587,7 +615,7 @@ class CommandsClient:
                 _note_host_problem(message)
                 raise SlurmSetupError(message)
             if means_unreachable(message):
-                _note(answered=False)
+                _note(answered=False, error=message)
                 raise SlurmUnavailable(message)
             _note(answered=True)
             raise SlurmError(message.removeprefix("sbatch: error: "))
@@ -663,8 +691,9 @@ class RestClient:
                 method, self.url + path, json=body, headers=headers, timeout=60
             )
         except requests.RequestException as exc:
-            _note(answered=False)
-            raise SlurmUnavailable(f"slurmrestd at {self.url} did not answer: {exc}") from exc
+            message = f"slurmrestd at {self.url} did not answer: {exc}"
+            _note(answered=False, error=message)
+            raise SlurmUnavailable(message) from exc
         try:
             data: dict[str, Any] = response.json()
         except ValueError:
@@ -685,8 +714,9 @@ class RestClient:
             or any(means_unreachable(text, e.get("error_code")) for e in errors)
         )
         if unreachable:
-            _note(answered=False)
-            raise SlurmUnavailable(text or f"slurmrestd answered {response.status_code}")
+            message = text or f"slurmrestd answered {response.status_code}"
+            _note(answered=False, error=message)
+            raise SlurmUnavailable(message)
         _note(answered=True)
         if response.status_code >= 400 or messages:
             raise SlurmError(text or f"slurmrestd answered {response.status_code}")

@@ -37,6 +37,7 @@ from slurm.cli import (
     SlurmUnavailable,
     SubmitRequest,
     client_from_settings,
+    member_call,
     slurm_unreachable_since,
 )
 from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
@@ -216,8 +217,10 @@ def slurm_dependency(job: Job) -> str:
 @contextmanager
 def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
     """Slurm's failures as the member's refusals: unreachable (503, since when, try again) or
-    refused (400, why)."""
+    refused (400, why). Within a few seconds of a call that found Slurm unreachable, the
+    member is answered at once, without waiting on Slurm again (``member_call``)."""
     try:
+        member_call()
         yield
     except SlurmSetupError as exc:
         raise SlurmNotSetUp(

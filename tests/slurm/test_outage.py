@@ -10,6 +10,7 @@ import json
 import os
 import pwd
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from django.test import Client
 from benchmarks.local_slurm import LocalSlurm
 from jobqueue.models import Job
 from labportal.devstack import free_port, wait_for_port
+from slurm import cli
 from slurm.services import slurm_inventory_sync
 from tests.conftest import api_as
 
@@ -72,7 +74,13 @@ def controller_away(local_slurm: LocalSlurm) -> Iterator[tuple[Path, str]]:
 def _submit(user: Any) -> Any:
     return api_as(user).post(
         "/api/jobs/",
-        {"image": "labportal/busybox:test", "command": "true", "gpus": 1, "cpus": 1},
+        {
+            "image": "labportal/busybox:test",
+            "command": "true",
+            "gpus": 1,
+            "cpus": 1,
+            "memory_mb": 64,
+        },
         format="json",
     )
 
@@ -131,3 +139,47 @@ def test_without_slurmrestd_an_unreachable_controller_is_a_503_too(
     assert response.status_code == 503, response.content
     assert "Unable to contact slurm controller" in json.loads(response.content)["detail"]
     assert not Job.objects.filter(owner=alice).exists()
+
+
+def test_during_an_outage_the_next_members_are_answered_at_once_and_it_retries_after_the_window(
+    members: tuple[Any, Any],
+    queues: Any,
+    image: Any,
+    settings: Any,
+    controller_away: tuple[Path, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """slurmrestd retries an unreachable controller for about 9 s per call: the second member
+    within the window is not made to wait that out again, and is told the same reason."""
+    alice, bob = members
+    slurm_inventory_sync()
+    reachable = settings.LABPORTAL_SLURM_REST_URL
+    settings.LABPORTAL_SLURM_REST_URL = controller_away[1]
+    monkeypatch.setattr(cli, "RETRY_AFTER_S", 1.0)
+    calls: list[str] = []
+    real_call = cli.RestClient._call
+
+    def counted(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        calls.append(f"{method} {path}")
+        return real_call(self, method, path, **kwargs)
+
+    monkeypatch.setattr(cli.RestClient, "_call", counted)
+
+    first = _submit(alice)
+    tried = len(calls)
+    second = _submit(bob)
+
+    assert first.status_code == second.status_code == 503
+    assert tried >= 1 and len(calls) == tried  # the second never reached slurmrestd
+    detail = json.loads(second.content)["detail"]
+    assert "Unable to contact slurm controller" in detail
+    assert "the portal tries Slurm again at most every 1 s" in detail
+    assert not Job.objects.exists()
+
+    time.sleep(1.2)  # the window is over: the next member's call tries Slurm, which is back
+    settings.LABPORTAL_SLURM_REST_URL = reachable
+    third = _submit(alice)
+
+    assert third.status_code == 201, third.content
+    assert len(calls) > tried
+    assert cli.slurm_unreachable_since() is None
