@@ -81,9 +81,12 @@ def jobs_submit_array(*, owner: User, spec: dict[str, Any], indices: list[int]) 
     else:
         _insert_in_bulk(checked, tasks, events)
     queued = executor.current()
-    for task in tasks:
-        # Agents: a pass request, asked once per transaction; Slurm: its sbatch.
-        queued.job_queued(task)
+    if hasattr(queued, "jobs_queued"):
+        # Agents: one pass request; Slurm: one sbatch --array.
+        queued.jobs_queued(tasks)
+    else:  # a lab's own executor from before arrays were sent together
+        for task in tasks:
+            queued.job_queued(task)
     return tasks
 
 

@@ -67,6 +67,10 @@ class Executor(Protocol):
     def job_queued(self, job: Job) -> None:
         """A validated job was saved (same transaction): send it on its way, or raise a JobRefused."""
 
+    def jobs_queued(self, jobs: list[Job]) -> None:
+        """A job array's tasks were saved (same transaction): send them on their way
+        together (Slurm: one ``sbatch --array``), or raise a JobRefused."""
+
     def job_cancel(self, job: Job, *, actor: User) -> None:
         """Cancel a job that has not ended (locked by the caller)."""
 

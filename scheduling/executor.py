@@ -19,6 +19,9 @@ class AgentsExecutor:
     def job_queued(self, job: Job) -> None:
         self.wake()
 
+    def jobs_queued(self, jobs: list[Job]) -> None:
+        self.wake()  # one pass request for the whole array
+
     def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
         return None  # the portal's engine keeps booked GPUs for their booking, one by one
 

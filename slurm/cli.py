@@ -193,6 +193,11 @@ class JobInfo:
     tres: dict[str, int] = field(default_factory=dict)
     # For a running job: the node's GPU indices Slurm gave it (``gres_detail``'s IDX).
     gpu_indices: tuple[int, ...] = ()
+    # A task of a job array: the array's id and the task's index. The array's one record
+    # of tasks not yet started has no index: ``array_pending`` lists them ("1-9", "0x3fe").
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_pending: str = ""
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,8 @@ class SubmitRequest:
     # Slurm's --dependency over Slurm job ids ("afterok:101:102"); a dependency that can
     # never be met cancels the job (--kill-on-invalid-dep), as LabPortal does.
     dependency: str = ""
+    # A job array's indices ("0-9,15"): one sbatch, one task per index.
+    array: str = ""
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -377,7 +384,43 @@ def parse_live_job(raw: dict[str, Any]) -> JobInfo:
             str(raw.get("standard_output") or ""), job_id=job_id, user=user
         ),
         gpu_indices=gres_indices(raw.get("gres_detail")) if state == "RUNNING" else (),
+        **_array_fields(
+            raw.get("array_job_id"), raw.get("array_task_id"), raw.get("array_task_string")
+        ),
     )
+
+
+def _array_fields(array_job_id: Any, task_id: Any, pending: Any) -> dict[str, Any]:
+    """A record's place in a job array (squeue's and sacct's fields), {} for a plain job."""
+    if not isinstance(array_job_id, int) or array_job_id <= 0:
+        return {}
+    # 22.05 prints NO_VAL (0xfffffffe) or null for the record of the tasks not yet started.
+    index = task_id if isinstance(task_id, int) and 0 <= task_id < 0xFFFFFFF0 else None
+    return {
+        "array_job_id": array_job_id,
+        "array_task_id": index,
+        "array_pending": str(pending or "") if index is None else "",
+    }
+
+
+def array_task_indices(text: str) -> set[int]:
+    """The indices of Slurm's task list: "1-3,7", "[1-3]", "0-9:2", "1-9%2" (squeue) or a
+    hex bitmap "0x3fe" (sacct); an unreadable list is empty."""
+    text = text.strip().strip("[]").split("%", 1)[0]
+    if text.lower().startswith("0x"):
+        try:
+            bits = int(text, 16)
+        except ValueError:
+            return set()
+        return {i for i in range(bits.bit_length()) if bits >> i & 1}
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        span, _colon, step = part.partition(":")
+        low, _dash, high = span.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()) or (step and not step.isdigit()):
+            return set()
+        found.update(range(int(low), int(high or low) + 1, int(step or 1) or 1))
+    return found
 
 
 def parse_jobs_json(text: str | dict[str, Any]) -> list[JobInfo]:
@@ -397,6 +440,7 @@ def parse_accounting_job(raw: dict[str, Any]) -> JobInfo:
         if isinstance(item.get("count"), int):
             tres[key] = item["count"]
     exit_info = raw.get("exit_code") or {}
+    array = raw.get("array") or {}
     derived = raw.get("derived_exit_code") or {}
     code = exit_info.get("return_code")
     # 22.05 leaves the job's return_code 0 for a failed batch script; the batch step has it.
@@ -422,6 +466,7 @@ def parse_accounting_job(raw: dict[str, Any]) -> JobInfo:
         time_limit_s=_minutes_s(times.get("limit")),
         elapsed_s=times.get("elapsed") if isinstance(times.get("elapsed"), int) else None,
         tres=tres,
+        **_array_fields(array.get("job_id"), array.get("task_id"), array.get("task")),
     )
 
 
@@ -531,7 +576,7 @@ def parse_squeue_start(text: str) -> dict[int, datetime]:
 
 class SlurmClient(Protocol):
     def submit(self, request: SubmitRequest) -> int: ...
-    def cancel(self, job_id: int, *, unix_user: str) -> None: ...
+    def cancel(self, job_id: int | str, *, unix_user: str) -> None: ...
     def jobs(self) -> list[JobInfo]: ...
     def accounting_jobs(self, *, since: datetime) -> list[JobInfo]: ...
     def nodes(self) -> list[NodeInfo]: ...
@@ -572,6 +617,8 @@ def _sbatch_flags(request: SubmitRequest) -> list[str]:
         flags.append("--hold")
     if request.dependency:
         flags += [f"--dependency={request.dependency}", "--kill-on-invalid-dep=yes"]
+    if request.array:
+        flags.append(f"--array={request.array}")
     return flags
 
 
@@ -640,7 +687,8 @@ class CommandsClient:
         )
         return int(out.strip().split(";")[0])
 
-    def cancel(self, job_id: int, *, unix_user: str) -> None:
+    def cancel(self, job_id: int | str, *, unix_user: str) -> None:
+        # A number, or one task of an array ("41_3").
         self._run([*self._as(unix_user), "scancel", str(job_id)])
 
     def jobs(self) -> list[JobInfo]:
@@ -743,6 +791,8 @@ class RestClient:
         if request.dependency:
             job["dependency"] = request.dependency
             job["kill_on_invalid_dependency"] = True
+        if request.array:
+            job["array"] = request.array
         data = self._call(
             "POST",
             f"/slurm/{REST_VERSION}/job/submit",
@@ -756,7 +806,7 @@ class RestClient:
             )
         return int(data["job_id"])
 
-    def cancel(self, job_id: int, *, unix_user: str) -> None:
+    def cancel(self, job_id: int | str, *, unix_user: str) -> None:
         self._call("DELETE", f"/slurm/{REST_VERSION}/job/{job_id}", user=unix_user)
 
     def jobs(self) -> list[JobInfo]:

@@ -28,6 +28,9 @@ class SlurmExecutor:
     def job_queued(self, job: Job) -> None:
         services.slurm_job_submit(job=job)
 
+    def jobs_queued(self, jobs: list[Job]) -> None:
+        services.slurm_array_submit(tasks=jobs)  # one sbatch --array
+
     def booking_refusal(self, *, user: User, gpu_ids: list[int], maintenance: bool) -> str | None:
         return booking_refusal(user=user, gpu_ids=gpu_ids, maintenance=maintenance)
 

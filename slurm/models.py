@@ -132,6 +132,35 @@ class SlurmJob(models.Model):
         return f"slurm:{self.slurm_job_id}"
 
 
+class SlurmArray(models.Model):
+    """A portal job array submitted as one ``sbatch --array``: Slurm's ArrayJobId for the
+    portal's array. A task gets its own SlurmJob row once Slurm reports it on its own (it
+    started, or ended); until then it waits in the array's one pending record."""
+
+    array_job_id = models.PositiveBigIntegerField(_("Slurm array job id"), unique=True)
+    # The portal's array (Job.array_id: its first task's id).
+    portal_array_id = models.PositiveBigIntegerField(_("portal array id"), unique=True)
+    unix_user = models.CharField(_("unix user"), max_length=32)
+    # The tasks' output file, with Slurm's %A (array job id) and %a (task index).
+    output_pattern = models.CharField(_("output file"), max_length=500)
+    submitted_at = models.DateTimeField(_("submitted"), default=timezone.now)
+
+    class Meta:
+        ordering = ["-array_job_id"]
+        verbose_name = _("Slurm job array")
+        verbose_name_plural = _("Slurm job arrays")
+
+    def __str__(self) -> str:
+        return f"slurm:{self.array_job_id}_[…] (array {self.portal_array_id})"
+
+    def task_spec(self, index: int) -> str:
+        """Slurm's id of one task (``scancel 41_3``, ``--dependency=afterok:41_3``)."""
+        return f"{self.array_job_id}_{index}"
+
+    def output_path(self, index: int) -> str:
+        return self.output_pattern.replace("%A", str(self.array_job_id)).replace("%a", str(index))
+
+
 # The lab's rules in Slurm mode (accounting, policy, reservations) keep their tables here.
 from slurm.rules_models import (  # noqa: E402, F401
     ManagedValue,

@@ -7,13 +7,14 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -22,9 +23,10 @@ from accounts.models import CreditAccount
 from cluster.models import Gpu, Node
 from joblogs.models import JobLog
 from joblogs.services import job_log_append
+from jobqueue.arrays import ARRAY_INDEX_ENV
 from jobqueue.errors import JobRefused
 from jobqueue.executor import OutsideLiveJob
-from jobqueue.models import Job
+from jobqueue.models import Job, JobEvent
 from protocol.messages import MAX_LOG_CHUNK_BYTES
 from sessions.launch import TOKEN_ENV, session_token
 from slurm.cli import (
@@ -36,11 +38,12 @@ from slurm.cli import (
     SlurmSetupError,
     SlurmUnavailable,
     SubmitRequest,
+    array_task_indices,
     client_from_settings,
     member_call,
     slurm_unreachable_since,
 )
-from slurm.models import Partition, QueueMapping, SlurmJob, UnixLogin
+from slurm.models import Partition, QueueMapping, SlurmArray, SlurmJob, UnixLogin
 from slurm.policy import grant_qos_names, member_account, top_qos_name
 from slurm.setup_check import close_host_problems
 
@@ -200,9 +203,20 @@ def slurm_dependency(job: Job) -> str:
     wanted = sorted(job.depends_on.values_list("pk", flat=True))
     if not wanted:
         return ""
-    slurm_ids = dict(
+    slurm_ids: dict[int, int | str] = dict(
         SlurmJob.objects.filter(job_id__in=wanted).values_list("job_id", "slurm_job_id")
     )
+    # A task still waiting in its array: Slurm waits for it by its task id ("41_3").
+    tasks = Job.objects.filter(pk__in=[pk for pk in wanted if pk not in slurm_ids])
+    arrays = {
+        a.portal_array_id: a
+        for a in SlurmArray.objects.filter(
+            portal_array_id__in=tasks.exclude(array_id=None).values("array_id")
+        )
+    }
+    for pk, array_id, index in tasks.values_list("pk", "array_id", "array_index"):
+        if array_id in arrays:
+            slurm_ids[pk] = arrays[array_id].task_spec(int(index or 0))
     missing = [pk for pk in wanted if pk not in slurm_ids]
     if missing:
         raise JobRefused(
@@ -243,8 +257,8 @@ def _slurm_errors(refused: Callable[[SlurmError], str]) -> Iterator[None]:
         raise SlurmRefused(refused(exc)) from exc
 
 
-def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
-    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+def _prepared(job: Job, client: SlurmClient) -> SubmitRequest:
+    """The sbatch request for ``job`` as its owner's unix user (refusals: JobRefused)."""
     if job.kind == Job.Kind.TERMINAL:
         raise JobRefused(
             _(
@@ -252,7 +266,6 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
             )
         )
     unix_user = unix_user_for(job.owner)
-    client = client or client_from_settings()
     gpu_type = ""
     if job.gpu_model:  # Slurm's own GRES types now, not the portal's last inventory
         with _slurm_errors(
@@ -262,20 +275,31 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         gpu_type = slurm_gpu_type(job.gpu_model, {t for n in nodes for t, _n in n.gpu_types})
     # In the category's account, whose association carries the category's limits.
     account = member_account(category_id=job.owner.category_id, unix_user=unix_user)
-    request = submit_request(job, unix_user=unix_user, gpu_type=gpu_type, account=account)
+    return submit_request(job, unix_user=unix_user, gpu_type=gpu_type, account=account)
+
+
+def _sbatch(client: SlurmClient, request: SubmitRequest) -> int:
     with _slurm_errors(
         lambda exc: (
             _("Slurm refused the job as unix user %(user)s: %(error)s")
-            % {"user": unix_user, "error": exc}
+            % {"user": request.unix_user, "error": exc}
         )
     ):
         slurm_job_id = client.submit(request)
     close_host_problems()  # sbatch ran as the member: the portal host is set up
+    return slurm_job_id
+
+
+def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob:
+    """sbatch the saved job as its owner's unix user; a refusal rolls the submission back."""
+    client = client or client_from_settings()
+    request = _prepared(job, client)
+    slurm_job_id = _sbatch(client, request)
     record = SlurmJob.objects.create(
         slurm_job_id=slurm_job_id,
         job=job,
         user=job.owner,
-        unix_user=unix_user,
+        unix_user=request.unix_user,
         name=request.name,
         partition=request.partition,
         qos=request.qos,
@@ -290,9 +314,85 @@ def slurm_job_submit(*, job: Job, client: SlurmClient | None = None) -> SlurmJob
         job,
         "dispatched",
         gettext_noop("Submitted to Slurm as job %(slurm_id)s, run as unix user %(user)s."),
-        params={"slurm_id": slurm_job_id, "user": unix_user},
+        params={"slurm_id": slurm_job_id, "user": request.unix_user},
     )
     return record
+
+
+def array_spec(indices: Iterable[int]) -> str:
+    """The indices as sbatch's --array ranges: [0, 1, 2, 5] → "0-2,5"."""
+    spans: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def array_script(script: str, tasks: list[Job]) -> str:
+    """The first task's batch script, each task told its portal job id and its index: from
+    the index where the ids follow the indices (one INSERT numbers them so), else a table."""
+    offsets = {t.pk - int(t.array_index or 0) for t in tasks}
+    if len(offsets) == 1:
+        (offset,) = offsets
+        lookup = f"LABPORTAL_JOB_ID=$((SLURM_ARRAY_TASK_ID + {offset}))\n"
+    else:
+        cases = "".join(f"  {t.array_index}) LABPORTAL_JOB_ID={t.pk} ;;\n" for t in tasks)
+        lookup = f'case "$SLURM_ARRAY_TASK_ID" in\n{cases}esac\n'
+    tell = f'{lookup}export LABPORTAL_JOB_ID {ARRAY_INDEX_ENV}="$SLURM_ARRAY_TASK_ID"\n'
+    head, _newline, body = script.partition("\n")
+    comment, _newline, rest = body.partition("\n") if body.startswith("#") else ("", "", body)
+    return f"{head}\n{comment + chr(10) if comment else ''}{tell}{rest}"
+
+
+def slurm_array_submit(*, tasks: list[Job], client: SlurmClient | None = None) -> SlurmArray:
+    """A portal job array (its tasks saved, in the same transaction) as one ``sbatch
+    --array``: Slurm keeps one record for the tasks not started, as for its own arrays."""
+    client = client or client_from_settings()
+    first = tasks[0]
+    request = _prepared(first, client)
+    output = Path(settings.LABPORTAL_SLURM_OUTPUT_DIR) / f"labportal-{first.array_id}-%A_%a.out"
+    name = first.name.rsplit("[", 1)[0] if first.name else ""
+    environment = {
+        k: v
+        for k, v in request.environment.items()
+        if k not in (ARRAY_INDEX_ENV, "LABPORTAL_JOB_ID")
+    }
+    request = replace(
+        request,
+        name=(name or f"labportal-array-{first.array_id}")[:100],
+        output_path=str(output),
+        script=array_script(request.script, tasks),
+        environment=environment,
+        array=array_spec(int(t.array_index or 0) for t in tasks),
+    )
+    array_job_id = _sbatch(client, request)
+    array = SlurmArray.objects.create(
+        array_job_id=array_job_id,
+        portal_array_id=first.array_id or first.pk,
+        unix_user=request.unix_user,
+        output_pattern=str(output),
+    )
+    from jobqueue.events import event_for
+
+    message = gettext_noop(
+        "Submitted to Slurm as task %(slurm_id)s of array %(array)s, run as unix user %(user)s."
+    )
+    JobEvent.objects.bulk_create(
+        event_for(
+            task,
+            "dispatched",
+            message,
+            params={
+                "slurm_id": array.task_spec(int(task.array_index or 0)),
+                "array": array_job_id,
+                "user": request.unix_user,
+            },
+        )
+        for task in tasks
+    )
+    return array
 
 
 def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None) -> None:
@@ -300,10 +400,19 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
     from jobqueue.events import record_event
 
     record = SlurmJob.objects.filter(job=job).first()
-    if record is None:  # never reached Slurm (refused): nothing runs anywhere
+    array = _waiting_in_array(job) if record is None else None
+    if record is None and array is None:  # never reached Slurm (refused): nothing runs
         _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
         return
     with _slurm_errors(lambda exc: _("Slurm could not cancel the job: %(error)s") % {"error": exc}):
+        if array is not None:
+            # A task not started yet: Slurm forgets it at once (no record, no accounting).
+            (client or client_from_settings()).cancel(
+                array.task_spec(int(job.array_index or 0)), unix_user=array.unix_user
+            )
+            _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
+            return
+        assert record is not None
         (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
     job.stop_requested_at = timezone.now()
     job.end_reason = "cancelled"
@@ -326,12 +435,24 @@ def slurm_job_stop(*, job: Job, client: SlurmClient | None = None) -> None:
     stays, so an admin sees it asked.
     """
     record = SlurmJob.objects.filter(job=job).first()
-    if record is None:
+    array = _waiting_in_array(job) if record is None else None
+    if record is not None:
+        target, unix_user = str(record.slurm_job_id), record.unix_user
+    elif array is not None:
+        target, unix_user = array.task_spec(int(job.array_index or 0)), array.unix_user
+    else:
         return
     try:
-        (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
+        (client or client_from_settings()).cancel(target, unix_user=unix_user)
     except SlurmError as exc:
-        log.warning("Slurm could not stop job %s (Slurm %s): %s", job.pk, record.slurm_job_id, exc)
+        log.warning("Slurm could not stop job %s (Slurm %s): %s", job.pk, target, exc)
+
+
+def _waiting_in_array(job: Job) -> SlurmArray | None:
+    """The Slurm array a task waits in, before Slurm reported it on its own."""
+    if job.array_id is None:
+        return None
+    return SlurmArray.objects.filter(portal_array_id=job.array_id).first()
 
 
 def slurm_job_output(*, job: Job, lines: int = 200) -> str:
@@ -423,24 +544,32 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
 
     Live jobs come from squeue/slurmrestd; a portal job Slurm has already forgotten is
     looked up in accounting. Jobs submitted with plain sbatch are recorded too (their
-    member found through the unix logins), so pages and accounting see them.
+    member found through the unix logins), so pages and accounting see them. A portal
+    array's task gets its record once Slurm reports it on its own (``_ArrayTasks``).
     """
     client = client or client_from_settings()
     result = SyncResult()
-    live = client.jobs()
+    arrays = _ArrayTasks.open()
+    live = [info for info in client.jobs() if not arrays.take_pending(info)]
     seen_ids = {info.job_id for info in live}
     missing = SlurmJob.objects.unfinished().exclude(slurm_job_id__in=seen_ids)
     oldest = missing.order_by("submitted_at").values_list("submitted_at", flat=True).first()
+    unseen = arrays.unseen(live)
+    if unseen:
+        oldest = min(filter(None, [oldest, *(arrays.submitted_at(a) for a in unseen)]))
     accounted: list[JobInfo] = []
-    if missing.exists():
+    accounting_answered = False
+    if missing.exists() or unseen:
         since = oldest or timezone.now() - timedelta(days=1)
         wanted = set(missing.values_list("slurm_job_id", flat=True))
         try:
             accounted = [
                 info
                 for info in client.accounting_jobs(since=since - timedelta(minutes=5))
-                if info.job_id in wanted
+                if (info.job_id in wanted or info.array_job_id in unseen)
+                and not arrays.take_pending(info)
             ]
+            accounting_answered = True
         except SlurmError:
             accounted = []  # no accounting: the jobs stay as last seen until Slurm reports them
     result.from_accounting = len(accounted)
@@ -460,14 +589,20 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
         record = known.get(job_id)
         if record is None:
             record = SlurmJob(slurm_job_id=job_id, name=info.name[:200])
+            arrays.link(record, info)
             _copy_info(record, info, logins)
             new.append(record)
-        elif _copy_info(record, info, logins):
-            changed.append(record)
+        else:
+            # Recorded before its array was (a sync that ran while the submit committed).
+            relinked = record.job_id is None and arrays.link(record, info)
+            if _copy_info(record, info, logins) or relinked:
+                changed.append(record)
     SlurmJob.objects.bulk_create(new, batch_size=SYNC_CHUNK, ignore_conflicts=True)
-    SlurmJob.objects.bulk_update(changed, _SYNCED_FIELDS, batch_size=SYNC_CHUNK)
+    SlurmJob.objects.bulk_update(changed, [*_SYNCED_FIELDS, "job"], batch_size=SYNC_CHUNK)
+    arrays.forget_pending_records()
     result.created, result.changed = len(new), len(changed)
-    linked = {r.job_id: r.slurm_job_id for r in known.values() if r.job_id is not None}
+    records = {**known, **{r.slurm_job_id: r for r in new}}
+    linked = {r.job_id: r.slurm_job_id for r in records.values() if r.job_id is not None}
     open_jobs = Job.objects.filter(pk__in=list(linked)).exclude(state__in=Job.FINAL_STATES)
     job_ids = list(open_jobs.values_list("pk", flat=True))
     # One transaction per chunk of jobs, not per job: the first pass after a switch to
@@ -477,12 +612,118 @@ def slurm_jobs_sync(*, client: SlurmClient | None = None) -> SyncResult:
             for job_id in job_ids[chunk : chunk + APPLY_CHUNK]:
                 if _apply_to_job(job_id, infos[linked[job_id]]):
                     result.changed += 1
+    result.changed += arrays.apply_waiting(set(linked), forgotten=accounting_answered)
     started = Job.objects.filter(pk__in=job_ids).exclude(started_at=None)
     for job_id, ended in started.values_list("pk", "ended_at"):
-        record = known[linked[job_id]]
+        record = records[linked[job_id]]
         slurm_job_log_sync(job_id=job_id, record=record, final=ended is not None)
-    _sync_gpu_holders(live, logins, {r.slurm_job_id: r.job_id for r in known.values()})
+    _sync_gpu_holders(live, logins, {r.slurm_job_id: r.job_id for r in records.values()})
     return result
+
+
+# An array whose tasks have all ended is still matched this long, for the record of a task
+# that started just as the portal cancelled it.
+ARRAY_LOOKBACK = timedelta(days=2)
+
+
+class _ArrayTasks:
+    """The portal's arrays in Slurm during one sync: their tasks by index, and the pending
+    record that holds the tasks Slurm has not started."""
+
+    def __init__(self, arrays: list[SlurmArray]) -> None:
+        self.arrays = {a.array_job_id: a for a in arrays}
+        by_portal = {a.portal_array_id: a.array_job_id for a in arrays}
+        self.tasks: dict[tuple[int, int], tuple[int, bool]] = {}  # → (job pk, ended)
+        rows = Job.objects.filter(array_id__in=list(by_portal)).values_list(
+            "pk", "array_id", "array_index", "state"
+        )
+        for pk, array_id, index, state in rows:
+            if array_id is not None:
+                ended = state in Job.FINAL_STATES
+                self.tasks[(by_portal[array_id], int(index or 0))] = (pk, ended)
+        self.pending: dict[int, JobInfo] = {}  # job pk → the pending record it waits in
+        self.pending_ids: set[int] = set()  # the pending records' own Slurm job ids
+
+    @classmethod
+    def open(cls) -> _ArrayTasks:
+        waiting = Job.objects.filter(array_id=OuterRef("portal_array_id")).exclude(
+            state__in=Job.FINAL_STATES
+        )
+        recent = timezone.now() - ARRAY_LOOKBACK
+        return cls(
+            list(SlurmArray.objects.filter(Q(Exists(waiting)) | Q(submitted_at__gte=recent)))
+        )
+
+    def take_pending(self, info: JobInfo) -> bool:
+        """True for a portal array's record of tasks not started (kept here, not a job)."""
+        if info.array_job_id not in self.arrays or info.array_task_id is not None:
+            return False
+        self.pending_ids.add(info.job_id)
+        for index in array_task_indices(info.array_pending):
+            task = self.tasks.get((info.array_job_id, index))
+            if task is not None:
+                self.pending[task[0]] = info
+        return True
+
+    def unseen(self, live: list[JobInfo]) -> set[int]:
+        """The arrays with a waiting task that Slurm reports neither on its own nor pending."""
+        reported = {(i.array_job_id, i.array_task_id) for i in live if i.array_job_id}
+        return {
+            array_job_id
+            for (array_job_id, index), (pk, ended) in self.tasks.items()
+            if not ended and pk not in self.pending and (array_job_id, index) not in reported
+        }
+
+    def submitted_at(self, array_job_id: int) -> datetime:
+        return self.arrays[array_job_id].submitted_at
+
+    def link(self, record: SlurmJob, info: JobInfo) -> bool:
+        """A task's first record: its portal job, and its output file. True if linked."""
+        if info.array_job_id not in self.arrays or info.array_task_id is None:
+            return False
+        task = self.tasks.get((info.array_job_id, info.array_task_id))
+        if task is None:
+            return False
+        array = self.arrays[info.array_job_id]
+        record.job_id = task[0]
+        record.output_path = array.output_path(info.array_task_id)[:500]
+        return True
+
+    def forget_pending_records(self) -> None:
+        """A pending record recorded as a plain job before its array was known goes: its
+        tasks are the portal's, and the id comes back as a task's own record."""
+        if self.pending_ids:
+            SlurmJob.objects.filter(slurm_job_id__in=self.pending_ids, job=None).delete()
+
+    def apply_waiting(self, linked: set[int], *, forgotten: bool) -> int:
+        """Tasks with no record of their own yet take the pending record's reason and
+        estimate; one Slurm reports nowhere (not pending, not in accounting) was cancelled
+        in Slurm before it started (``scancel 41_3``). Returns the jobs changed."""
+        changed = 0
+        waiting = [pk for pk, ended in self.tasks.values() if not ended and pk not in linked]
+        for chunk in range(0, len(waiting), APPLY_CHUNK):
+            with transaction.atomic():
+                for pk in waiting[chunk : chunk + APPLY_CHUNK]:
+                    if pk in self.pending:
+                        changed += _apply_to_job(pk, self.pending[pk])
+                    elif forgotten:
+                        job = Job.objects.select_for_update().get(pk=pk)
+                        if not job.is_final:
+                            from jobqueue.events import record_event
+
+                            record_event(
+                                job,
+                                "cancelled",
+                                gettext_noop(
+                                    "Cancelled in Slurm before it started (scancel outside "
+                                    "the portal)."
+                                ),
+                            )
+                            _apply_state(
+                                job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled"
+                            )
+                            changed += 1
+        return changed
 
 
 def _sync_gpu_holders(

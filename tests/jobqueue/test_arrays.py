@@ -267,7 +267,7 @@ def test_an_unnamed_arrays_tasks_stay_unnamed(alice: Any, cluster: Any, image: A
     assert list(Job.objects.filter(pk__in=ids).values_list("name", flat=True)) == ["", ""]
 
 
-def test_each_task_of_an_array_is_sent_to_slurm_on_its_own(
+def test_an_array_is_sent_to_slurm_as_one_sbatch_array(
     scripted: ScriptedSlurm,  # noqa: F811
     alice: Any,
     image: Any,
@@ -276,10 +276,10 @@ def test_each_task_of_an_array_is_sent_to_slurm_on_its_own(
 
     Gpu.objects.update(memory_mb=0)  # Slurm's GRES: the minimum is left to Slurm, and said
     ids = body(post_array(alice, "0-2", min_gpu_memory_mb=1024))["ids"]
-    assert len(scripted.submitted) == 3
+    (request,) = scripted.submitted
+    assert request.array == "0-2"
     for pk in ids:
-        task = Job.objects.select_related("slurm").get(pk=pk)
-        assert task.slurm.slurm_job_id > 1000
+        task = Job.objects.get(pk=pk)
         assert [e.kind for e in task.events.all()] == [
             "submitted",
             "gpu_memory_unchecked",

@@ -5,6 +5,9 @@ member never sees; a terminal session is refused with what to do instead."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,27 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 VENV_BIN = Path(settings.BASE_DIR) / ".venv" / "bin"
 
 
+@pytest.fixture
+def jupyter_for_members() -> Iterator[Path]:
+    """This checkout's jupyter, runnable by the members' unix users for the test: a
+    directory above the venv's interpreter that others may not enter (a Python installed
+    under /root, mode 700) gets o+x (enter, not list) until the test ends."""
+    jupyter = VENV_BIN / "jupyter"
+    assert jupyter.exists(), jupyter
+    opened: list[tuple[Path, int]] = []
+    for target in (jupyter, Path(os.path.realpath(VENV_BIN / "python"))):
+        for folder in reversed(target.parents):
+            mode = folder.stat().st_mode
+            if not mode & stat.S_IXOTH and folder not in dict(opened):
+                folder.chmod(mode | stat.S_IXOTH)
+                opened.append((folder, mode))
+    try:
+        yield jupyter
+    finally:
+        for folder, mode in reversed(opened):
+            folder.chmod(stat.S_IMODE(mode))
+
+
 def start(user: Any, kind: str) -> Any:
     """A session of ``kind`` that fits the private Slurm's small node."""
     session = {"kind": kind, "image": BUSYBOX, "queue": "debug", "gpus": 1}
@@ -33,11 +57,14 @@ def start(user: Any, kind: str) -> Any:
 
 
 def test_a_jupyter_session_runs_as_a_batch_job_and_the_proxy_reaches_its_server(
-    slurm_lab: Any, alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+    slurm_lab: Any,
+    alice: Any,
+    bob: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    jupyter_for_members: Path,
 ) -> None:
     # The node's jupyter is this checkout's (the member's batch job has only a plain PATH).
-    jupyter = VENV_BIN / "jupyter"
-    assert jupyter.exists(), jupyter
+    jupyter = jupyter_for_members
     monkeypatch.setattr(
         launch,
         "JUPYTER_COMMAND",
