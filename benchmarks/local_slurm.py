@@ -275,6 +275,8 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         conf.write_text(
             f"""AuthType=auth/munge
 AuthInfo=socket={d / "munge.sock"}
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key={self.jwt_key}
 DbdHost={self.node}
 DbdAddr=127.0.0.1
 DbdPort={self.port.slurmdbd}

@@ -529,6 +529,14 @@ LABPORTAL_SLURM_JWT_LIFETIME_S = env_int("LABPORTAL_SLURM_JWT_LIFETIME_S", 300, 
 # The Slurm user the portal reads the queue, nodes and accounting as (an operator).
 LABPORTAL_SLURM_SERVICE_USER = env_str("LABPORTAL_SLURM_SERVICE_USER", "slurm") or "slurm"
 LABPORTAL_SLURM_CONF = env_str("LABPORTAL_SLURM_CONF", "") or ""
+# How the Slurm commands the portal runs as itself (sacctmgr, scontrol, squeue, sacct,
+# sprio) authenticate: munge (the host's munged and key), or jwt: a short-lived token for
+# LABPORTAL_SLURM_SERVICE_USER signed with LABPORTAL_SLURM_JWT_KEY_FILE in SLURM_JWT, for a
+# portal in a container with no munge (docker-compose.slurm.yml). Commands run as a member
+# (sbatch/scancel through LABPORTAL_SLURM_RUN_AS) never carry it.
+LABPORTAL_SLURM_COMMANDS_AUTH = env_choice(
+    "LABPORTAL_SLURM_COMMANDS_AUTH", "munge", ("munge", "jwt")
+)
 # The command prefix that runs sbatch/scancel as the member ({user}); never run as root.
 LABPORTAL_SLURM_RUN_AS = env_str("LABPORTAL_SLURM_RUN_AS", "sudo -n -u {user} --") or ""
 # How a job's container image runs: pyxis (srun --container-image), apptainer, or none.
@@ -570,6 +578,12 @@ if LABPORTAL_EXECUTOR == "slurm" and LABPORTAL_SLURM_REST_URL and not LABPORTAL_
     raise ImproperlyConfigured(
         "LABPORTAL_SLURM_REST_URL is set but LABPORTAL_SLURM_JWT_KEY_FILE is not: give the path "
         "of Slurm's JWT key (slurm.conf AuthAltParameters=jwt_key=...), readable by the portal."
+    )
+if LABPORTAL_SLURM_COMMANDS_AUTH == "jwt" and not LABPORTAL_SLURM_JWT_KEY_FILE:
+    raise ImproperlyConfigured(
+        "LABPORTAL_SLURM_COMMANDS_AUTH=jwt needs LABPORTAL_SLURM_JWT_KEY_FILE: give the path of "
+        "Slurm's JWT key (slurm.conf and slurmdbd.conf AuthAltParameters=jwt_key=...), "
+        "readable by the portal, or set LABPORTAL_SLURM_COMMANDS_AUTH=munge."
     )
 
 # --- Files (docs/files.md) ----------------------------------------------------

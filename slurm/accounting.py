@@ -36,7 +36,7 @@ from accounts.services import Posting, ledger_post, ledger_post_batch
 from credits.services import charge_window_floor, charged_for_run, credits_settle_job, gpu_cost
 from jobqueue.executor import OutsideJob
 from jobqueue.models import Job, Queue
-from slurm.cli import CommandsClient, JobInfo
+from slurm.cli import JobInfo, portal_commands
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.rules_models import SlurmCharge
 from slurm.services import portal_state_of
@@ -375,8 +375,7 @@ def accounting_sync(
     since = since or now - timedelta(hours=lookback_h)
     # sacct on the portal host, as the other rules use the commands: slurmrestd's slurmdb
     # endpoints need slurmdbd to accept JWT as well, which many sites do not configure.
-    client = CommandsClient(slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""), run_as="")
-    records = client.accounting_jobs(since=since)
+    records = portal_commands().accounting_jobs(since=since)
     return accounting_reconcile(records=records, now=now)
 
 

@@ -15,9 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
-
-from slurm.cli import CommandsClient
+from slurm.cli import portal_commands
 
 Runner = Callable[[Sequence[str]], str]
 
@@ -303,5 +301,5 @@ class SlurmAdmin:
 
 def command_runner() -> Runner:
     """The commands with the portal's slurm.conf (LABPORTAL_SLURM_CONF), as the portal's own user."""
-    client = CommandsClient(slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""), run_as="")
+    client = portal_commands()
     return lambda argv: client._run(list(argv), timeout=120)

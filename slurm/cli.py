@@ -20,7 +20,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -625,19 +625,37 @@ def _sbatch_flags(request: SubmitRequest) -> list[str]:
 class CommandsClient:
     """The Slurm commands on the portal host (munge and slurm.conf configured there)."""
 
-    def __init__(self, *, slurm_conf: str = "", run_as: str = "sudo -n -u {user} --"):
+    def __init__(
+        self,
+        *,
+        slurm_conf: str = "",
+        run_as: str = "sudo -n -u {user} --",
+        service_token: Callable[[], str] | None = None,
+    ):
         self.env = {**os.environ}
         self.env.pop("SLURM_JWT", None)
         if slurm_conf:
             self.env["SLURM_CONF"] = slurm_conf
         self.run_as = run_as
+        # LABPORTAL_SLURM_COMMANDS_AUTH=jwt: the portal's own commands carry a fresh token.
+        self.service_token = service_token
 
-    def _run(self, argv: list[str], *, stdin: str | None = None, timeout: float = 60) -> str:
+    def _run(
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        timeout: float = 60,
+        as_member: bool = False,
+    ) -> str:
+        env = self.env
+        if self.service_token is not None and not as_member:
+            env = {**self.env, "SLURM_JWT": self.service_token()}
         try:
             done = subprocess.run(
                 argv,
                 input=stdin,
-                env=self.env,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -684,12 +702,13 @@ class CommandsClient:
         out = self._run(
             [*self._as(request.unix_user), "sbatch", "--parsable", *env_flags],
             stdin=_sbatch_script(request),
+            as_member=True,
         )
         return int(out.strip().split(";")[0])
 
     def cancel(self, job_id: int | str, *, unix_user: str) -> None:
         # A number, or one task of an array ("41_3").
-        self._run([*self._as(unix_user), "scancel", str(job_id)])
+        self._run([*self._as(unix_user), "scancel", str(job_id)], as_member=True)
 
     def jobs(self) -> list[JobInfo]:
         jobs = parse_jobs_json(self._run(["squeue", "-a", "--json"]))
@@ -843,5 +862,28 @@ def client_from_settings() -> SlurmClient:
             lifetime_s=settings.LABPORTAL_SLURM_JWT_LIFETIME_S,
         )
     return CommandsClient(
-        slurm_conf=settings.LABPORTAL_SLURM_CONF, run_as=settings.LABPORTAL_SLURM_RUN_AS
+        slurm_conf=settings.LABPORTAL_SLURM_CONF,
+        run_as=settings.LABPORTAL_SLURM_RUN_AS,
+        service_token=service_token_from_settings(),
     )
+
+
+def portal_commands() -> CommandsClient:
+    """The Slurm commands the portal runs as itself (no member), with the portal's
+    slurm.conf and, with LABPORTAL_SLURM_COMMANDS_AUTH=jwt, the service user's token."""
+    return CommandsClient(
+        slurm_conf=getattr(settings, "LABPORTAL_SLURM_CONF", ""),
+        run_as="",
+        service_token=service_token_from_settings(),
+    )
+
+
+def service_token_from_settings() -> Callable[[], str] | None:
+    """With LABPORTAL_SLURM_COMMANDS_AUTH=jwt: a maker of LABPORTAL_SLURM_SERVICE_USER's
+    token (the key read once); None with munge."""
+    if getattr(settings, "LABPORTAL_SLURM_COMMANDS_AUTH", "munge") != "jwt":
+        return None
+    key = Path(settings.LABPORTAL_SLURM_JWT_KEY_FILE).read_bytes()
+    user = settings.LABPORTAL_SLURM_SERVICE_USER
+    lifetime_s = settings.LABPORTAL_SLURM_JWT_LIFETIME_S
+    return lambda: mint_token(key=key, unix_user=user, lifetime_s=lifetime_s)

@@ -13,6 +13,7 @@ import logging
 import shlex
 from collections.abc import Iterable, Sequence
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -26,7 +27,10 @@ PERMISSION_WORDS = ("permission denied", "access/permission", "not authorized", 
 
 
 def portal_slurm_user() -> str:
-    """The unix user the portal's Slurm commands run as (whose admin level counts)."""
+    """The Slurm user the portal's own commands act as (whose admin level counts): its
+    unix user with munge, the service user whose token they carry with JWT."""
+    if getattr(settings, "LABPORTAL_SLURM_COMMANDS_AUTH", "munge") == "jwt":
+        return str(settings.LABPORTAL_SLURM_SERVICE_USER)
     return getpass.getuser()
 
 
