@@ -26,6 +26,7 @@ from accounts.models import (
     Project,
     User,
 )
+from accounts.services import grant_when_committed
 
 
 @admin.register(Category)
@@ -59,11 +60,20 @@ class UserAdmin(DjangoUserAdmin):
     )
     actions = ("approve_signups", "reject_signups", "send_invitations")
 
+    def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and {"approval", "is_active"} & set(form.changed_data):
+            grant_when_committed([obj.pk])  # approved here: this month's credits now
+
     @admin.action(description=_("Approve the selected sign-ups"))
     def approve_signups(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
-        count = queryset.exclude(approval=User.Approval.APPROVED).update(
+        approved = list(
+            queryset.exclude(approval=User.Approval.APPROVED).values_list("pk", flat=True)
+        )
+        count = User.objects.filter(pk__in=approved).update(
             approval=User.Approval.APPROVED, is_active=True
         )
+        grant_when_committed(approved)  # their first credits now, not at the hourly pass
         self.message_user(
             request,
             ngettext("%d sign-up approved.", "%d sign-ups approved.", count) % count,

@@ -395,6 +395,27 @@ def credits_monthly_grant(*, month: date | None = None) -> int:
     )
 
 
+def credits_grant_joined(user_ids: Sequence[int]) -> int:
+    """This month's grant, at once, for members who just joined or were just approved
+    (the hourly pass would give it within the hour; until then a Slurm member at zero
+    credit is niced). Members who already have it, inactive or pending ones get nothing.
+    Returns how many were granted."""
+    first = timezone.localdate().replace(day=1)
+    policy = CreditPolicy.current()
+    members = User.objects.filter(
+        pk__in=list(user_ids), is_active=True, approval=User.Approval.APPROVED
+    ).select_related("category")
+    return sum(1 for user in members if _grant_month(user=user, first=first, policy=policy))
+
+
+def grant_when_committed(user_ids: Sequence[int]) -> None:
+    """credits_grant_joined once the transaction that made the members commits; a failure
+    is logged (the hourly pass grants them), never the request's."""
+    ids = list(user_ids)
+    if ids:
+        transaction.on_commit(partial(credits_grant_joined, ids), robust=True)
+
+
 @transaction.atomic
 def _grant_month(*, user: User, first: date, policy: CreditPolicy) -> bool:
     key = f"grant:{first:%Y-%m}:user:{user.pk}"
