@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone, translation
 from django.utils.functional import Promise
@@ -385,14 +385,7 @@ def credits_monthly_grant(*, month: date | None = None) -> int:
     """
     if month is not None and not isinstance(month, date):
         raise InvalidMonth(_("The month must be a date, e.g. 2025-03-01."))
-    first = (month or timezone.localdate()).replace(day=1)
-    policy = CreditPolicy.current()
-    members = User.objects.filter(is_active=True, approval=User.Approval.APPROVED).select_related(
-        "category"
-    )
-    return sum(
-        1 for user in members.iterator() if _grant_month(user=user, first=first, policy=policy)
-    )
+    return _grant_members(User.objects.all(), first=(month or timezone.localdate()).replace(day=1))
 
 
 def credits_grant_joined(user_ids: Sequence[int]) -> int:
@@ -400,12 +393,19 @@ def credits_grant_joined(user_ids: Sequence[int]) -> int:
     (the hourly pass would give it within the hour; until then a Slurm member at zero
     credit is niced). Members who already have it, inactive or pending ones get nothing.
     Returns how many were granted."""
-    first = timezone.localdate().replace(day=1)
+    members = User.objects.filter(pk__in=list(user_ids))
+    return _grant_members(members, first=timezone.localdate().replace(day=1))
+
+
+def _grant_members(users: QuerySet[User], *, first: date) -> int:
+    """The month's grant for the active, approved members among ``users``."""
     policy = CreditPolicy.current()
-    members = User.objects.filter(
-        pk__in=list(user_ids), is_active=True, approval=User.Approval.APPROVED
-    ).select_related("category")
-    return sum(1 for user in members if _grant_month(user=user, first=first, policy=policy))
+    members = users.filter(is_active=True, approval=User.Approval.APPROVED)
+    return sum(
+        1
+        for user in members.select_related("category").iterator()
+        if _grant_month(user=user, first=first, policy=policy)
+    )
 
 
 def grant_when_committed(user_ids: Sequence[int]) -> None:

@@ -399,21 +399,16 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
     """scancel as the job's unix user; the sync records the end Slurm reports."""
     from jobqueue.events import record_event
 
-    record = SlurmJob.objects.filter(job=job).first()
-    array = _waiting_in_array(job) if record is None else None
-    if record is None and array is None:  # never reached Slurm (refused): nothing runs
+    target = _slurm_target(job)
+    if target is None:  # never reached Slurm (refused): nothing runs
         _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
         return
+    slurm_id, unix_user, waiting = target
     with _slurm_errors(lambda exc: _("Slurm could not cancel the job: %(error)s") % {"error": exc}):
-        if array is not None:
-            # A task not started yet: Slurm forgets it at once (no record, no accounting).
-            (client or client_from_settings()).cancel(
-                array.task_spec(int(job.array_index or 0)), unix_user=array.unix_user
-            )
-            _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
-            return
-        assert record is not None
-        (client or client_from_settings()).cancel(record.slurm_job_id, unix_user=record.unix_user)
+        (client or client_from_settings()).cancel(slurm_id, unix_user=unix_user)
+    if waiting:  # a task not started yet: Slurm forgets it at once (no record, no accounting)
+        _apply_state(job, Job.State.CANCELLED, at=timezone.now(), reason="cancelled")
+        return
     job.stop_requested_at = timezone.now()
     job.end_reason = "cancelled"
     job.save(update_fields=["stop_requested_at", "end_reason"])
@@ -421,7 +416,7 @@ def slurm_job_cancel(*, job: Job, actor: User, client: SlurmClient | None = None
         job,
         "stop_requested",
         gettext_noop("Cancel requested; Slurm is ending job %(slurm_id)s."),
-        params={"slurm_id": record.slurm_job_id},
+        params={"slurm_id": slurm_id},
         actor=actor,
     )
 
@@ -434,25 +429,31 @@ def slurm_job_stop(*, job: Job, client: SlurmClient | None = None) -> None:
     force end): a Slurm that refuses or is away is logged, and the job's record of the stop
     stays, so an admin sees it asked.
     """
-    record = SlurmJob.objects.filter(job=job).first()
-    array = _waiting_in_array(job) if record is None else None
-    if record is not None:
-        target, unix_user = str(record.slurm_job_id), record.unix_user
-    elif array is not None:
-        target, unix_user = array.task_spec(int(job.array_index or 0)), array.unix_user
-    else:
+    target = _slurm_target(job)
+    if target is None:
         return
+    slurm_id, unix_user, _waiting = target
     try:
-        (client or client_from_settings()).cancel(target, unix_user=unix_user)
+        (client or client_from_settings()).cancel(slurm_id, unix_user=unix_user)
     except SlurmError as exc:
-        log.warning("Slurm could not stop job %s (Slurm %s): %s", job.pk, target, exc)
+        log.warning("Slurm could not stop job %s (Slurm %s): %s", job.pk, slurm_id, exc)
 
 
-def _waiting_in_array(job: Job) -> SlurmArray | None:
-    """The Slurm array a task waits in, before Slurm reported it on its own."""
-    if job.array_id is None:
+def _slurm_target(job: Job) -> tuple[int | str, str, bool] | None:
+    """What scancel names for ``job`` and as whom: its Slurm job, or, for an array task
+    Slurm has not reported on its own, its task id ("41_3", waiting: True); None when
+    the job never reached Slurm."""
+    record = SlurmJob.objects.filter(job=job).first()
+    if record is not None:
+        return record.slurm_job_id, record.unix_user, False
+    array = (
+        SlurmArray.objects.filter(portal_array_id=job.array_id).first()
+        if job.array_id is not None
+        else None
+    )
+    if array is None:
         return None
-    return SlurmArray.objects.filter(portal_array_id=job.array_id).first()
+    return array.task_spec(int(job.array_index or 0)), array.unix_user, True
 
 
 def slurm_job_output(*, job: Job, lines: int = 200) -> str:
