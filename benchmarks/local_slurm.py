@@ -189,6 +189,8 @@ AccountingStoragePort={self.port.slurmdbd}
 AccountingStoragePass={self.dir / "munge.sock"}
 AccountingStorageEnforce=associations,limits,qos
 AccountingStorageTRES=gres/gpu
+# A portal project is the job's --wckey; sacct and sreport report by it.
+TrackWCKey=yes
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 PriorityType=priority/multifactor
@@ -288,6 +290,7 @@ StorageHost=127.0.0.1
 StoragePort={self.port.mariadb}
 StorageUser=root
 StorageLoc=slurm_acct_db
+TrackWCKey=yes
 """
         )
         conf.chmod(0o600)

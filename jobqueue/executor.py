@@ -38,6 +38,7 @@ class OutsideJob:
     started_at: datetime
     ended_at: datetime | None  # None: still running
     final_state: str  # a Job.State value once ended, else ""
+    project_id: int | None = None  # the portal project its --wckey named, if any
 
 
 @dataclass(frozen=True)

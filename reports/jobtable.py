@@ -227,7 +227,7 @@ def outside_rows(period: Period, names: LabNames) -> np.ndarray:
                 node_ids.get(job.node, nan),
                 nan,  # no first GPU: the node's model names it
                 FINAL_STATES.index(job.final_state) if job.final_state in FINAL_STATES else -1,
-                nan,  # no project
+                job.project_id if job.project_id is not None else nan,
                 float(job.gpus),
                 float(job.gpus),
                 0.0,

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.models import CreditPolicy, LedgerEntry, User
+from accounts.models import CreditPolicy, LedgerEntry, Project, User
 from accounts.services import Posting, ledger_post, ledger_post_batch
 from credits.services import charge_window_floor, charged_for_run, credits_settle_job, gpu_cost
 from jobqueue.executor import OutsideJob
@@ -138,6 +138,13 @@ class _Lookups:
     mappings: list[tuple[str, str, int]]
     default_queue_id: int | None
     interval_minutes: int
+    # Active project name → (its id, the ids of who may charge it: the PI and members).
+    projects: dict[str, tuple[int, frozenset[int]]]
+
+    def project_for(self, record: JobInfo, member: User) -> int | None:
+        """The project a plain job's --wckey names, where its member may charge it."""
+        found = self.projects.get(record.wckey) if record.wckey else None
+        return found[0] if found and member.pk in found[1] else None
 
 
 def _lookups(records: list[JobInfo]) -> _Lookups:
@@ -166,7 +173,20 @@ def _lookups(records: list[JobInfo]) -> _Lookups:
         .values_list("id", flat=True)
         .first(),
         interval_minutes=CreditPolicy.current().charge_interval_minutes,
+        projects=_projects_by_name({r.wckey for r in records if r.wckey}),
     )
+
+
+def _projects_by_name(names: set[str]) -> dict[str, tuple[int, frozenset[int]]]:
+    if not names:
+        return {}
+    found: dict[str, tuple[int, set[int]]] = {}
+    for pk, name, pi_id, member_id in Project.objects.filter(
+        active=True, name__in=names
+    ).values_list("pk", "name", "pi_id", "members"):
+        _pk, who = found.setdefault(name, (pk, set()))
+        who.update(i for i in (pi_id, member_id) if i is not None)
+    return {name: (pk, frozenset(who)) for name, (pk, who) in found.items()}
 
 
 def accounting_reconcile(*, records: list[JobInfo], now: datetime | None = None) -> ReconcileResult:
@@ -291,6 +311,7 @@ def _charge_plain_jobs(
                 submitted_at=submitted,
                 user=member,
                 queue_id=queue_id,
+                project_id=look.project_for(record, member),
                 gpus=record.gpus,
                 started_at=record.started_at,
                 charged=already + owed,
@@ -303,7 +324,15 @@ def _charge_plain_jobs(
         rows,
         update_conflicts=True,
         unique_fields=["slurm_job_id", "submitted_at"],
-        update_fields=["charged", "charged_seconds", "final", "gpus", "queue", "updated_at"],
+        update_fields=[
+            "charged",
+            "charged_seconds",
+            "final",
+            "gpus",
+            "queue",
+            "project",
+            "updated_at",
+        ],
     )
     return moved, settled
 
@@ -411,6 +440,7 @@ def plain_jobs_between(*, start: datetime, end: datetime) -> list[OutsideJob]:
             OutsideJob(
                 user_id=charge.user_id,
                 queue_id=charge.queue_id,
+                project_id=charge.project_id,
                 node=(record.nodes.split(",")[0] if record and record.nodes else ""),
                 gpus=charge.gpus,
                 submitted_at=charge.submitted_at,

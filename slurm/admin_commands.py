@@ -25,6 +25,7 @@ ASSOC_FORMAT = "Account,User,Share,QOS,DefaultQOS,ParentName,GrpTRES"
 # The queue limits the portal sets on a queue's QOS (slurm.policy._sync_queue_limits).
 QOS_LIMITS_FORMAT = "Name,MaxJobsPU,MaxTRESPU,MaxTRES,MaxWall"
 USER_FORMAT = "User,DefaultAccount"
+WCKEY_FORMAT = "WCKey,User"
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,16 @@ def parse_users(text: str) -> dict[str, str]:
     return {r[0]: (r[1] if len(r) > 1 else "") for r in _rows(text)}
 
 
+def parse_wckeys(text: str) -> set[tuple[str, str]]:
+    """``sacctmgr -Pn show wckey format=WCKey,User``: the (user, wckey) pairs. Slurm lists a
+    user's default wckey a second time with a leading ``*``; that row is the same pair."""
+    pairs = set()
+    for row in _rows(text):
+        if len(row) > 1 and row[1] and row[0].lstrip("*"):
+            pairs.add((row[1], row[0].lstrip("*")))
+    return pairs
+
+
 def parse_pending_jobs(text: str) -> list[PendingJob]:
     """``squeue -h -t PD -o '%i|%u|%y|%q'``: id, user, nice, QOS of every pending job."""
     jobs = []
@@ -264,6 +275,21 @@ class SlurmAdmin:
 
     def users(self) -> dict[str, str]:
         return parse_users(self.run(["sacctmgr", "-Pn", "show", "user", f"format={USER_FORMAT}"]))
+
+    def wckeys(self) -> set[tuple[str, str]]:
+        """Every (user, wckey) the cluster's accounting has."""
+        return parse_wckeys(
+            self.run(
+                [
+                    "sacctmgr",
+                    "-Pn",
+                    "show",
+                    "wckey",
+                    *self.where_cluster(),
+                    f"format={WCKEY_FORMAT}",
+                ]
+            )
+        )
 
     def qos_priorities(self) -> dict[str, int]:
         """Every QOS and its priority."""

@@ -178,6 +178,9 @@ class JobInfo:
     partition: str = ""
     qos: str = ""
     account: str = ""
+    # The job's --wckey: LabPortal gives a portal job its project's name (a plain sbatch
+    # job may name one too); "" for none.
+    wckey: str = ""
     nodes: str = ""
     gpus: int = 0
     submitted_at: datetime | None = None
@@ -243,6 +246,9 @@ class SubmitRequest:
     partition: str = ""
     qos: str = ""
     account: str = ""
+    # The portal project the job is charged to, as Slurm's wckey (TrackWCKey: sreport and
+    # sacct report by it); "" for none.
+    wckey: str = ""
     environment: dict[str, str] = field(default_factory=dict)
     hold: bool = False
     # Slurm's --dependency over Slurm job ids ("afterok:101:102"); a dependency that can
@@ -371,6 +377,7 @@ def parse_live_job(raw: dict[str, Any]) -> JobInfo:
         partition=str(raw.get("partition") or ""),
         qos=str(raw.get("qos") or ""),
         account=str(raw.get("account") or ""),
+        wckey=_wckey(raw.get("wckey")),
         nodes=str(raw.get("nodes") or ""),
         gpus=gpus,
         submitted_at=_epoch(raw.get("submit_time")),
@@ -388,6 +395,18 @@ def parse_live_job(raw: dict[str, Any]) -> JobInfo:
             raw.get("array_job_id"), raw.get("array_task_id"), raw.get("array_task_string")
         ),
     )
+
+
+def _wckey(value: Any) -> str:
+    """The wckey a job named: squeue prints the name, sacct ``{"wckey": name, "flags": [...]}``.
+    A wckey Slurm gave a job that named none (its user's default: the ``ASSIGNED_DEFAULT``
+    flag, or a leading ``*``) is "": such a job was not charged to a project by its member."""
+    if isinstance(value, dict):
+        if "ASSIGNED_DEFAULT" in (value.get("flags") or ()):
+            return ""
+        value = value.get("wckey")
+    text = str(value or "")
+    return "" if text.startswith("*") else text
 
 
 def _array_fields(array_job_id: Any, task_id: Any, pending: Any) -> dict[str, Any]:
@@ -457,6 +476,7 @@ def parse_accounting_job(raw: dict[str, Any]) -> JobInfo:
         partition=str(raw.get("partition") or ""),
         qos=str(raw.get("qos") or ""),
         account=str(raw.get("account") or ""),
+        wckey=_wckey(raw.get("wckey")),
         nodes=str(raw.get("nodes") or ""),
         gpus=tres.get("gres/gpu", 0),
         submitted_at=_epoch(times.get("submission")),
@@ -610,7 +630,7 @@ def _sbatch_flags(request: SubmitRequest) -> list[str]:
         flags.append(f"--gres={gres_request(request)}")
     if request.memory_mb:
         flags.append(f"--mem={request.memory_mb}M")
-    for option in ("partition", "qos", "account"):
+    for option in ("partition", "qos", "account", "wckey"):
         if value := getattr(request, option):
             flags.append(f"--{option}={value}")
     if request.hold:
@@ -802,7 +822,7 @@ class RestClient:
             job["gres"] = gres_request(request)
         if request.memory_mb:
             job["memory_per_node"] = request.memory_mb
-        for option in ("partition", "qos", "account"):
+        for option in ("partition", "qos", "account", "wckey"):
             if value := getattr(request, option):
                 job[option] = value
         if request.hold:

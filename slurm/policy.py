@@ -48,7 +48,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from accounts.models import Category, CreditAccount
+from accounts.models import Category, CreditAccount, Project
 from jobqueue.models import EmergencyRequest, PriorityGrant, Queue
 from slurm.admin_commands import QosLimits, SlurmAdmin, SlurmAssociation, tres_gpus, wall_minutes
 from slurm.cli import SlurmError
@@ -171,6 +171,8 @@ class PolicyResult:
     shares_pulled: int = 0
     associations_added: int = 0
     associations_removed: int = 0
+    wckeys_added: int = 0
+    wckeys_removed: int = 0
     qos_added: int = 0
     qos_removed: int = 0
     jobs_moved: int = 0
@@ -320,6 +322,13 @@ def _sync_accounts(
     return by_category
 
 
+def _delete_user_row(admin: SlurmAdmin, result: PolicyResult, unix: str, which: str) -> bool:
+    """``sacctmgr delete user where name=<unix> <which>``: one association or wckey."""
+    return _run(
+        admin, result, "delete", "user", "where", f"name={unix}", which, *admin.where_cluster()
+    )
+
+
 def _sync_memberships(
     admin: SlurmAdmin, result: PolicyResult, managed: dict[str, str], by_category: dict[int, str]
 ) -> None:
@@ -357,18 +366,39 @@ def _sync_memberships(
                     "set",
                     f"defaultaccount={wanted}",
                 )
-            if _run(
-                admin,
-                result,
-                "delete",
-                "user",
-                "where",
-                f"name={unix}",
-                f"account={account}",
-                *admin.where_cluster(),
-            ):
+            if _delete_user_row(admin, result, unix, f"account={account}"):
                 result.associations_removed += 1
                 _forget(f"assoc:{unix}:{account}")
+
+
+def _sync_wckeys(admin: SlurmAdmin, result: PolicyResult, managed: dict[str, str]) -> None:
+    """Each active project is a wckey of every member who may charge it (its PI and members
+    with a unix login), so Slurm keeps their ``--wckey=<project>`` and sacct and sreport
+    report the GPU time per project. A wckey the portal added goes when the member leaves
+    the project or the project ends; the admin's own wckeys are never touched."""
+    logins = dict(UnixLogin.objects.values_list("user_id", "username"))
+    wanted: set[tuple[str, str]] = set()
+    for project in Project.objects.filter(active=True).prefetch_related("members"):
+        who = {m.pk for m in project.members.all()} | ({project.pi_id} if project.pi_id else set())
+        wanted.update((logins[pk], project.name) for pk in who if pk in logins)
+    have = admin.wckeys()
+    for unix, wckey in sorted(wanted):
+        key = f"wckey:{unix}:{wckey}"
+        if (unix, wckey) in have:
+            continue  # the portal's from an earlier pass, or one Slurm had: left as it is
+        if _run(admin, result, "add", "user", unix, f"wckey={wckey}", *admin.where_cluster()):
+            result.wckeys_added += 1
+            _remember(key, "1")
+    for key in sorted(k for k in managed if k.startswith("wckey:")):
+        _prefix, unix, wckey = key.split(":", 2)
+        if (unix, wckey) in wanted:
+            continue
+        if (unix, wckey) not in have:
+            _forget(key)
+            continue
+        if _delete_user_row(admin, result, unix, f"wckey={wckey}"):
+            result.wckeys_removed += 1
+            _forget(key)
 
 
 def grant_qos_names() -> dict[int, str]:
@@ -771,6 +801,7 @@ def slurm_policy_sync(
     by_category = _sync_accounts(admin, result, managed)
     _sync_account_qos(admin, result, by_category)
     _sync_memberships(admin, result, _managed(), by_category)
+    _sync_wckeys(admin, result, _managed())
     _sync_member_limits(admin, result, _managed(), by_category)
     _sync_queue_limits(admin, result, _managed())
     _sync_qos(admin, result, now)

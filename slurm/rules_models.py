@@ -33,6 +33,16 @@ class SlurmCharge(models.Model):
     queue = models.ForeignKey(
         "jobqueue.Queue", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # A plain-sbatch job's --wckey naming a portal project its member may charge: the usage
+    # report's project table counts it (a portal job's project is the job's own).
+    project = models.ForeignKey(
+        "accounts.Project",
+        verbose_name=_("project"),
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
     gpus = models.PositiveSmallIntegerField(_("GPUs"), default=0)
     started_at = models.DateTimeField(_("started"))
     charged_seconds = models.PositiveBigIntegerField(_("seconds charged"), default=0)

@@ -191,6 +191,8 @@ def submit_request(
         partition=options.get("partition", ""),
         qos=options.get("qos", ""),
         account=account,
+        # The project as Slurm's wckey: sacct and sreport show the GPU time per project.
+        wckey=job.project.name if job.project is not None else "",
         environment={**job.env, "LABPORTAL_JOB_ID": str(job.pk), **_session_env(job)},
         dependency=slurm_dependency(job),
     )

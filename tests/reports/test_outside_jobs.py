@@ -94,3 +94,16 @@ def test_agents_mode_has_no_jobs_outside_the_portal(
 ) -> None:
     report = usage_report(period=week["period"], viewer=admin_user, now=NOW)
     assert report.totals.gpu_hours == pytest.approx(36)
+
+
+def test_a_plain_job_that_named_a_project_counts_in_that_projects_line(
+    settings: Any, week: Any, plain_job: SlurmCharge, admin_user: Any, bob: Any
+) -> None:
+    from accounts.models import Project
+
+    settings.LABPORTAL_EXECUTOR = "slurm"
+    vision = Project.objects.create(name="vision", title="Vision grant", pi=bob)
+    SlurmCharge.objects.filter(pk=plain_job.pk).update(project=vision)
+    report = usage_report(period=week["period"], viewer=admin_user, now=NOW)
+    assert _line(report, "project", "vision").gpu_hours == pytest.approx(6)
+    assert report.totals.gpu_hours == pytest.approx(36 + 6)  # counted once, not twice

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from accounts.models import LedgerEntry
+from accounts.models import LedgerEntry, Project
 from accounts.services import ledger_post
 from benchmarks.local_slurm import LocalSlurm
 from cluster.models import Gpu
@@ -112,6 +112,77 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     assert hours["alice"] == pytest.approx(portal.elapsed_s / 3600, abs=1.5 / 3600)
     assert hours["bob"] == pytest.approx(2 * plain.elapsed_s / 3600, abs=3 / 3600)
     assert report.totals.gpu_hours == pytest.approx(hours["alice"] + hours["bob"])
+
+
+def _wckey_kept(local_slurm: LocalSlurm, unix: str, wckey: str) -> bool:
+    """Whether slurmctld keeps ``--wckey`` for ``unix`` now (a held probe job, cancelled)."""
+    out = local_slurm.run_as(
+        unix, "sbatch", "--parsable", "--hold", f"--wckey={wckey}", "-o/dev/null", "--wrap=true"
+    ).strip()
+    shown = local_slurm._run("scontrol", "show", "job", out)
+    local_slurm._run("scancel", out)
+    return f"WCKey={wckey}" in shown.split()
+
+
+def test_a_project_is_the_jobs_wckey_and_plain_sbatch_jobs_naming_it_count_for_it(
+    local_slurm: LocalSlurm, members: tuple[Any, Any], admin: SlurmAdmin
+) -> None:
+    from slurm.rules_models import SlurmCharge
+
+    alice, bob = members
+    vision = Project.objects.create(name="vision", title="Vision grant", pi=alice)
+    vision.members.add(bob)
+    slurm_policy_sync(admin=admin)
+    assert {("nobody", "vision"), ("daemon", "vision")} <= admin.wckeys()
+    wait_for("slurmctld keeps daemon's wckey", lambda: _wckey_kept(local_slurm, "daemon", "vision"))
+
+    slurm_inventory_sync()
+    job = job_submit(
+        owner=alice,
+        queue="normal",
+        image=ContainerImageFactory().reference,
+        command="sleep 1",
+        time_limit_s=300,
+        cpus=1,
+        memory_mb=64,
+        project="vision",
+    )
+    plain_id = int(
+        local_slurm.run_as(
+            "daemon",
+            "sbatch",
+            "--parsable",
+            "--gres=gpu:1",
+            "--wckey=vision",
+            "-o/dev/null",
+            "--wrap=sleep 1",
+        ).strip()
+    )
+    portal = wait_for("the portal job in accounting", lambda: _accounted(job.slurm.slurm_job_id))
+    plain = wait_for("the sbatch job in accounting", lambda: _accounted(plain_id))
+    assert (portal.wckey, plain.wckey) == ("vision", "vision")  # as sacct has them
+    slurm_jobs_sync()
+    accounting_sync()
+    assert SlurmCharge.objects.get(slurm_job_id=plain_id).project == vision
+
+    today = timezone.localdate()
+    report = usage_report(
+        period=period_of("custom", today - timedelta(days=1), today),
+        viewer=UserFactory.create(username="dora", is_staff=True),
+    )
+    line = next(line for line in report.tables["project"] if line.name == "vision")
+    assert portal.elapsed_s is not None and plain.elapsed_s is not None
+    assert line.gpu_hours == pytest.approx(
+        (portal.elapsed_s + plain.elapsed_s) / 3600, abs=3 / 3600
+    )
+
+    # bob leaves the project, then it ends: the wckeys the portal added go.
+    vision.members.remove(bob)
+    slurm_policy_sync(admin=admin)
+    assert ("daemon", "vision") not in admin.wckeys()
+    Project.objects.filter(pk=vision.pk).update(active=False)
+    slurm_policy_sync(admin=admin)
+    assert ("nobody", "vision") not in admin.wckeys()
 
 
 def _can_submit_high(local_slurm: LocalSlurm) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from accounts.models import CreditAccount, LedgerEntry
+from accounts.models import CreditAccount, LedgerEntry, Project
 from accounts.services import ledger_post
 from credits.services import credits_charge_running_jobs
 from jobqueue.models import EmergencyRequest, Job, PriorityGrant, Queue
@@ -27,10 +27,11 @@ from slurm.admin_commands import (
     parse_associations,
     parse_pending_jobs,
     parse_reservations,
+    parse_wckeys,
     tres_gpus,
     wall_minutes,
 )
-from slurm.cli import JobInfo
+from slurm.cli import JobInfo, parse_accounting_job
 from slurm.models import QueueMapping, SlurmJob, UnixLogin
 from slurm.policy import (
     Merge,
@@ -355,6 +356,7 @@ class FakeSlurm:
         self.grp_tres: dict[tuple[str, str], str] = {}  # a member association's GrpTRES
         self.qos_limits: dict[str, dict[str, str]] = {}  # QOS → sacctmgr keyword → value
         self.pending: list[tuple[int, str, int]] = []
+        self.wckeys: set[tuple[str, str]] = set()  # (user, wckey)
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str]) -> str:
@@ -372,6 +374,10 @@ class FakeSlurm:
                 return "\n".join(rows) + "\n"
             if what == "user":
                 return "".join(f"{u}|lab\n" for (_a, u) in self.assocs)
+            if what == "wckey":  # the first of a user's wckeys is their default, twice
+                first = {u: w for u, w in sorted(self.wckeys, reverse=True)}
+                rows = [f"{w}|{u}|labportal" for u, w in sorted(self.wckeys)]
+                return "\n".join(rows + [f"*{w}|{u}|labportal" for u, w in first.items()])
             if what == "qos" and "MaxJobsPU" in argv[-1]:
                 names = ("MaxJobsPerUser", "MaxTRESPerUser", "MaxTRESPerJob", "MaxWall")
                 return "".join(
@@ -403,6 +409,10 @@ class FakeSlurm:
         elif argv[2:4] == ["modify", "user"] and "GrpTRES" in kv:
             value = kv["GrpTRES"]
             self.grp_tres[(kv["account"], kv["name"])] = "" if value.endswith("=-1") else value
+        elif argv[2:4] == ["add", "user"] and "wckey" in kv:
+            self.wckeys.add((argv[4], kv["wckey"]))
+        elif argv[2:4] == ["delete", "user"] and "wckey" in kv:
+            self.wckeys.discard((kv["name"], kv["wckey"]))
         elif argv[2:4] == ["add", "user"]:
             self.assocs[(kv["account"], argv[4])] = {"normal"}
         elif argv[2:4] == ["add", "qos"]:
@@ -702,3 +712,64 @@ def test_a_member_without_a_portal_association_submits_under_their_default_accou
 ) -> None:
     assert member_account(category_id=phd_category.pk, unix_user="nobody") == ""
     assert member_account(category_id=None, unix_user="nobody") == ""
+
+
+# -- projects as wckeys -------------------------------------------------------------------
+
+
+def test_sacctmgr_wckeys_are_parsed_with_the_default_marker_read_as_the_same_pair() -> None:
+    text = "vision|nobody|labportal\n*vision|nobody|labportal\nnlp|daemon|labportal\n*|root|x\n"
+    assert parse_wckeys(text) == {("nobody", "vision"), ("daemon", "nlp")}
+
+
+def test_a_wckey_slurm_assigned_by_default_is_not_a_project_the_member_named() -> None:
+    base = {"job_id": 7, "time": {}, "state": {"current": "COMPLETED"}}
+    named = parse_accounting_job({**base, "wckey": {"wckey": "vision", "flags": []}})
+    default = parse_accounting_job(
+        {**base, "wckey": {"wckey": "vision", "flags": ["ASSIGNED_DEFAULT"]}}
+    )
+    assert (named.wckey, default.wckey) == ("vision", "")
+
+
+@pytest.mark.django_db
+def test_project_members_get_its_wckey_and_lose_only_what_the_portal_added(
+    alice: Any, bob: Any, charlie: Any
+) -> None:
+    UnixLogin.objects.create(user=alice, username="nobody")
+    UnixLogin.objects.create(user=bob, username="daemon")
+    vision = Project.objects.create(name="vision", title="Vision grant", pi=alice)
+    vision.members.add(bob, charlie)  # charlie has no unix login: nothing to add in Slurm
+    slurm = FakeSlurm()
+    slurm.wckeys.add(("daemon", "thesis"))  # the Slurm admin's own
+    result = slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert result.wckeys_added == 2
+    assert slurm.wckeys == {("nobody", "vision"), ("daemon", "vision"), ("daemon", "thesis")}
+    assert slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0).wckeys_added == 0  # repeatable
+
+    vision.members.remove(bob)  # bob leaves the project
+    assert slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0).wckeys_removed == 1
+    assert slurm.wckeys == {("nobody", "vision"), ("daemon", "thesis")}
+    Project.objects.filter(pk=vision.pk).update(active=False)  # the project ends
+    slurm_policy_sync(admin=SlurmAdmin(slurm), now=T0)
+    assert slurm.wckeys == {("daemon", "thesis")}  # the admin's wckey stays
+
+
+@pytest.mark.django_db
+def test_a_plain_job_is_charged_to_the_project_its_wckey_names_only_where_its_member_may(
+    alice: Any, bob: Any
+) -> None:
+    UnixLogin.objects.create(user=alice, username="alice")
+    vision = Project.objects.create(name="vision", title="Vision grant", pi=bob)
+    vision.members.add(alice)
+    Project.objects.create(name="other", title="Someone else's grant", pi=bob)
+    records = [
+        replace(_ended(51, "alice", gpus=1, seconds=600), wckey="vision"),
+        replace(_ended(52, "alice", gpus=1, seconds=600), wckey="other"),
+        replace(_ended(53, "alice", gpus=1, seconds=600), wckey="no-such-project"),
+        _ended(54, "alice", gpus=1, seconds=600),
+    ]
+    accounting_reconcile(records=records, now=T0 + timedelta(hours=1))
+    projects = dict(SlurmCharge.objects.values_list("slurm_job_id", "project__name"))
+    assert projects == {51: "vision", 52: None, 53: None, 54: None}
+    # Each is charged to alice as before, whatever its wckey.
+    assert LedgerEntry.objects.filter(account__user=alice, kind="charge").count() == 4
