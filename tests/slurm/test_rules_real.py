@@ -67,6 +67,12 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     local_slurm: LocalSlurm, members: tuple[Any, Any]
 ) -> None:
     alice, bob = members
+    # The Slurm is the session's: what earlier tests ran as daemon (bob's unix user) stays in
+    # its accounting. Read it only from this test's start, once nothing of theirs still runs.
+    wait_for("earlier tests' jobs to end", lambda: not local_slurm._run("squeue", "-h").strip())
+    time.sleep(1)  # sacct's -S has whole seconds: their ends fall before it, this test's
+    since = timezone.now().replace(microsecond=0)  # submits after it
+    time.sleep(1)
     # One credit per GPU-second, so the charge reads as GPUs × Slurm's elapsed seconds.
     Queue.objects.filter(name="normal").update(credit_rate=Decimal("3600"))
     slurm_inventory_sync()  # the core's inventory: Slurm's node and GPUs in the portal
@@ -90,7 +96,7 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     plain = wait_for("the sbatch job in accounting", lambda: _accounted(plain_id))
     slurm_jobs_sync()  # the core's state sync: the portal job ends as Slurm ended it
 
-    first = accounting_sync()
+    first = accounting_sync(since=since)
 
     assert first.settled >= 2
     assert portal.elapsed_s is not None and plain.elapsed_s is not None
@@ -99,7 +105,7 @@ def test_credits_come_from_accounting_for_portal_and_plain_sbatch_jobs(
     job.refresh_from_db()
     assert job.efficiency.verdict == "unknown"  # judged by the portal's efficiency rule
     entries = LedgerEntry.objects.count()
-    accounting_sync()  # a second pass changes nothing
+    accounting_sync(since=since)  # a second pass changes nothing
     assert LedgerEntry.objects.count() == entries
 
     # The usage report agrees with sacct, the plain sbatch job's GPU time included.
