@@ -5,6 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 UV     := $(VENV)/bin/uv
 PYTEST_ARGS ?=
+# Tests spread over one xdist worker per core; those that share one of the machine's services
+# (the private Slurm, Redis's queues, Docker, real worker/agent processes) stay on one worker
+# (tests/conftest.py puts them in one xdist group). PYTEST_WORKERS=0 runs them all in-process.
+PYTEST_WORKERS ?= auto
 
 # Python caches bytecode (in .venv and the checkout's __pycache__/ folders, which git ignores)
 # for these commands even where the environment sets PYTHONDONTWRITEBYTECODE: uv installs
@@ -65,7 +69,7 @@ demo: install
 	$(PY) manage.py rundemo --skip-checks
 
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,7 @@ from kombu.exceptions import ChannelError, DecodeError
 from kombu.transport import TRANSPORT_ALIASES, filesystem, redis
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+from redis.exceptions import ConnectionError as RedisConnectionError
 from vine import promise
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,16 @@ class RedisChannel(_DropsUnreadable, redis.Channel):
             items = getattr(self._queue_cycle, "items", None) or ["?"]
             self._drop_undecodable(str(items[-1]), exc)
             return True
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # After the connection to Redis is lost, Celery closes it, and kombu forgets the
+        # connection's parameters; an ack or a restore of unacked messages that comes after
+        # (a task finishing at that moment) then failed on them with AttributeError, which
+        # Celery takes as unrecoverable: the worker exited. Raised as the connection error it
+        # is, Celery logs it and reconnects, and Redis gives the message back (it is unacked).
+        if self.connection is None or self.connection.client is None:
+            raise RedisConnectionError("the connection to the broker is closed")
+        return super()._connparams(asynchronous=asynchronous)
 
 
 class RedisTransport(redis.Transport):

@@ -19,10 +19,61 @@ PASSWORD = "correct-horse-battery"
 CHROMIUM = os.environ.get("LABPORTAL_CHROMIUM", "/usr/bin/chromium")
 
 
+# Tests that share one of this machine's services by a fixed name (the private Slurm's
+# ports, Redis's queues, the Docker engine, real worker and agent processes on one broker)
+# run one after another on one xdist worker (`-n 2 --dist loadgroup`); the rest spread.
+MACHINE_MARKERS = ("slurm", "e2e", "redis", "docker")
+MACHINE_FIXTURES = ("local_slurm",)
+# What a test needs of the database, so that the PostgreSQL pass can leave out the rest.
+DATABASE_FIXTURES = (
+    "db",
+    "transactional_db",
+    "django_db_setup",
+    "live_server",
+    "django_db_blocker",
+)
+# LABPORTAL_TEST_PASS=database (pass 2 of .ci/run): only tests that reach the database or
+# the broker; the backend-neutral rest ran, unchanged, in pass 1 on the embedded defaults.
+DATABASE_PASS_SKIPS_MARKERS = ("browser",)
+DATABASE_PASS_SKIPS_DIRS = ("tests/handbook/", "tests/architecture/")
+
+
+def uses_machine(item: Any) -> bool:
+    fixtures = getattr(item, "fixturenames", ())
+    return any(m in item.keywords for m in MACHINE_MARKERS) or any(
+        f in fixtures for f in MACHINE_FIXTURES
+    )
+
+
+def in_database_pass(item: Any) -> bool:
+    """Whether a test says something about the database or broker it runs on."""
+    path = item.nodeid.replace("\\", "/")
+    if any(path.startswith(d) for d in DATABASE_PASS_SKIPS_DIRS):
+        return False
+    if any(m in item.keywords for m in DATABASE_PASS_SKIPS_MARKERS):
+        return False
+    if any(m in item.keywords for m in ("postgres", "redis", "e2e", "slurm")):
+        return True
+    fixtures = getattr(item, "fixturenames", ())
+    return item.get_closest_marker("django_db") is not None or any(
+        f in fixtures for f in DATABASE_FIXTURES
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Real-service tests run where their service is; under CI=true they never silently skip."""
     on_postgres = settings.DATABASE_IS_POSTGRES
+    if os.environ.get("LABPORTAL_TEST_PASS", "") == "database":
+        kept = [item for item in items if in_database_pass(item)]
+        left = [item for item in items if not in_database_pass(item)]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = kept
     for item in items:
+        # Before xdist's own hook, which reads the group into the test's id.
+        if uses_machine(item):
+            item.add_marker(pytest.mark.xdist_group("machine"))
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(
                 pytest.mark.skip(
