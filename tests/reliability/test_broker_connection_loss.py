@@ -17,7 +17,7 @@ import pytest
 from kombu import Connection, Exchange, Queue
 from kombu.common import ignore_errors
 
-from protocol.broker import RedisTransport, install
+from protocol.broker import RedisChannel, RedisTransport, install
 from tests.reliability.private_services import PrivateRedis
 
 pytestmark = pytest.mark.redis
@@ -44,6 +44,7 @@ def test_an_ack_or_restore_once_kombu_forgot_the_connection_is_a_connection_erro
     with conn.Producer() as producer:
         producer.publish({"n": 1}, exchange=queue.exchange, routing_key=name, declare=[queue])
     channel = conn.default_channel  # the consumer's channel
+    assert isinstance(channel, RedisChannel)
     message = queue(channel).get(no_ack=False)
     assert message is not None and message.payload == {"n": 1}
     errors = conn.connection_errors
