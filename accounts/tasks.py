@@ -37,7 +37,9 @@ def credits_check_ledger_task() -> int:
     return len(broken)
 
 
-@shared_task(name="control.notification_email", time_limit=120, ignore_result=True)
+@shared_task(
+    name="control.notification_email", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def notification_email_task(notification_id: int) -> None:
     # Idempotent: a notification already emailed (emailed_at set) is not sent again.
     services.notification_email_send(notification_id)

@@ -17,7 +17,9 @@ def credits_charge_running_jobs_task() -> int:
     return services.credits_charge_running_jobs()
 
 
-@shared_task(name="control.credits_settle_job", time_limit=120, ignore_result=True)
+@shared_task(
+    name="control.credits_settle_job", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def credits_settle_job_task(job_id: int) -> None:
     services.credits_settle_job(job_id=job_id)
 
@@ -33,6 +35,8 @@ def credits_settle_ended_jobs_task() -> int:
     return services.credits_settle_ended_jobs()
 
 
-@shared_task(name="control.credits_refund_job", time_limit=120, ignore_result=True)
+@shared_task(
+    name="control.credits_refund_job", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def credits_refund_job_task(job_id: int, reason: str) -> None:
     services.credits_refund_job(job_id=job_id, reason=reason)

@@ -22,6 +22,8 @@ def backup_nightly_task() -> str:
     return str(archive.path)
 
 
-@shared_task(name="control.backup_check_freshness", time_limit=120, ignore_result=True)
+@shared_task(
+    name="control.backup_check_freshness", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def backup_check_freshness_task() -> int:
     return backups.backup_notify_if_stale(now=timezone.now())

@@ -30,7 +30,9 @@ def scheduling_pass_task() -> dict[str, Any]:
     }
 
 
-@shared_task(name="control.jobs_enforce_time_limits", time_limit=120, ignore_result=True)
+@shared_task(
+    name="control.jobs_enforce_time_limits", time_limit=120, soft_time_limit=100, ignore_result=True
+)
 def jobs_enforce_time_limits_task() -> dict[str, int]:
     if not executor.portal_schedules():  # Slurm enforces --time itself
         return {}
