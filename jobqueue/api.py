@@ -111,7 +111,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def cancel_array(self, request: Request, pk: str | None = None) -> Response:
         """Cancel every job of the array this job belongs to that has not ended."""
         job = self.get_object()
-        jobs = arrays.array_cancel(job=job, actor=request_user(request))
+        cancelled = arrays.array_cancel(job=job, actor=request_user(request))
+        jobs = self.get_queryset().filter(pk__in=cancelled).order_by("pk")
         return Response(JobSerializer(jobs, many=True).data)
 
     @extend_schema(request=None, responses=JobSerializer)

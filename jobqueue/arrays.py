@@ -219,18 +219,26 @@ def _cast(field: Any) -> str:
 
 
 @transaction.atomic
-def array_cancel(*, job: Job, actor: User) -> list[Job]:
-    """Cancel every job of ``job``'s array that has not ended (each as ``job_cancel`` does)."""
+def array_cancel(*, job: Job, actor: User) -> list[int]:
+    """Cancel every job of ``job``'s array that has not ended (each as ``job_cancel`` does,
+    together: one lock of the tasks, and the executor's ``jobs_cancel``); their ids."""
     if job.array_id is None:
         raise JobRefused(
             _("Job %(id)d is not part of an array; cancel it on its own.") % {"id": job.pk}
         )
     if job.owner_id != actor.pk and not actor.is_staff:
         raise NotJobOwner(_("Only the job's owner or an admin can cancel it."))
-    waiting = (
-        Job.objects.filter(array_id=job.array_id)
+    tasks = list(
+        Job.objects.select_for_update()
+        .only("id", "state", "owner_id")  # the executor loads the rest of a job it stops
+        .filter(array_id=job.array_id)
         .exclude(state__in=Job.FINAL_STATES)
         .order_by("pk")
-        .values_list("pk", flat=True)
     )
-    return [services.job_cancel(job_id=pk, actor=actor) for pk in list(waiting)]
+    cancelling = executor.current()
+    if hasattr(cancelling, "jobs_cancel"):
+        cancelling.jobs_cancel(tasks, actor=actor)
+    else:  # a lab's own executor from before arrays were cancelled together
+        for task in tasks:
+            cancelling.job_cancel(services.job_locked(task.pk), actor=actor)
+    return [task.pk for task in tasks]

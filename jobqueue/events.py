@@ -47,6 +47,29 @@ def record_event(job: Job, kind: str, message: str = "", **fields: Unpack[EventF
     return event
 
 
+def record_events(
+    jobs: list[Job], kind: str, message: str = "", **fields: Unpack[EventFields]
+) -> list[JobEvent]:
+    """``record_event`` for many jobs at once (the same event for each), in two statements
+    whatever their number: one read of each job's latest event of an earlier step, one
+    INSERT, each event dated no earlier than that."""
+    events = [event_for(job, kind, message, **fields) for job in jobs]
+    if not events:
+        return events
+    step = events[0].step
+    floors = dict(
+        JobEvent.objects.filter(job_id__in=[job.pk for job in jobs], step__lt=step)
+        .values("job_id")
+        .annotate(latest=Max("created_at"))
+        .values_list("job_id", "latest")
+    )
+    for event in events:
+        floor = floors.get(event.job_id)
+        if floor is not None and floor > event.created_at:
+            event.created_at = floor
+    return JobEvent.objects.bulk_create(events)
+
+
 def event_for(
     job: Job,
     kind: str,

@@ -75,6 +75,11 @@ class Executor(Protocol):
     def job_cancel(self, job: Job, *, actor: User) -> None:
         """Cancel a job that has not ended (locked by the caller)."""
 
+    def jobs_cancel(self, jobs: list[Job], *, actor: User) -> None:
+        """Cancel several jobs that have not ended (locked by the caller), each as
+        ``job_cancel`` would: a whole array at once. The jobs may hold only their id,
+        state and owner; the executor loads what else it needs."""
+
     def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
         """Ask a running job to stop: SIGTERM, then SIGKILL after ``grace_s`` seconds."""
 

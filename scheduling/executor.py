@@ -36,6 +36,11 @@ class AgentsExecutor:
 
         cancel_on_agents(job, actor=actor)
 
+    def jobs_cancel(self, jobs: list[Job], *, actor: User) -> None:
+        from jobqueue.services import cancel_many_on_agents
+
+        cancel_many_on_agents(jobs, actor=actor)
+
     def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
         from scheduling import dispatch
 

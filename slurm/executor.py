@@ -43,6 +43,12 @@ class SlurmExecutor:
     def job_cancel(self, job: Job, *, actor: User) -> None:
         services.slurm_job_cancel(job=job, actor=actor)
 
+    def jobs_cancel(self, jobs: list[Job], *, actor: User) -> None:
+        from jobqueue.services import job_locked
+
+        for job in jobs:  # scancel of each task: Slurm answers for each on its own
+            services.slurm_job_cancel(job=job_locked(job.pk), actor=actor)
+
     def job_stop(self, job: Job, *, grace_s: int, reason: str) -> None:
         # Slurm signals the job itself (SIGTERM, then SIGKILL after its KillWait).
         services.slurm_job_stop(job=job)

@@ -285,3 +285,78 @@ def test_an_array_is_sent_to_slurm_as_one_sbatch_array(
             "gpu_memory_unchecked",
             "dispatched",
         ]
+
+
+def test_cancelling_a_whole_array_takes_the_same_statements_at_any_size(
+    alice: Any, cluster: Any, image: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling an array of 1,000 waiting tasks is one UPDATE and one INSERT of their
+    events (in batches where the database caps a statement), not 1,000 cancels."""
+    alice.category.max_queued_jobs = 2 * MAX_ARRAY
+    alice.category.save()
+    warm = body(post_array(alice, "0"))["ids"]
+    small = body(post_array(alice, "0-1"))["ids"]
+    large = body(post_array(alice, f"0-{MAX_ARRAY - 1}"))["ids"]
+    api = api_as(alice)
+    assert api.post(f"/api/jobs/{warm[0]}/cancel-array/").status_code == 200  # caches filled
+
+    def statements(first: int) -> tuple[int, list[Any]]:
+        with CaptureQueriesContext(connection) as queries:
+            response = api.post(f"/api/jobs/{first}/cancel-array/")
+        assert response.status_code == 200, response.content
+        inserts = sum(q["sql"].startswith("INSERT") for q in queries.captured_queries)
+        return len(queries) - inserts, body(response)
+
+    from jobqueue import services
+
+    wakes: list[None] = []
+    monkeypatch.setattr(services, "request_scheduling_pass", lambda: wakes.append(None))
+    small_count, _ = statements(small[0])
+    large_count, cancelled = statements(large[0])
+    assert large_count == small_count
+    assert [j["id"] for j in cancelled] == large
+    assert {j["state"] for j in cancelled} == {"cancelled"}
+    assert {j["end_reason"] for j in cancelled} == {"cancelled"}
+    assert not Job.objects.filter(pk__in=large).exclude(state=Job.State.CANCELLED).exists()
+    assert not Job.objects.filter(pk__in=large, ended_at=None).exists()
+    # Each task has its own "cancelled" event after its submit, by the member who cancelled.
+    events = JobEvent.objects.filter(job_id__in=large, kind="cancelled")
+    assert events.count() == MAX_ARRAY
+    assert set(events.values_list("actor_id", flat=True)) == {alice.pk}
+    # One pass request per cancel, not one per task.
+    assert len(wakes) == 2
+
+
+def test_cancelling_an_array_stops_its_running_tasks_and_ends_its_waiting_ones(
+    alice: Any, cluster: Any, image: Any, sent_tasks: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from cluster.models import Node
+
+    ids = body(post_array(alice, "0-3"))["ids"]
+    node = Node.objects.first()
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    Job.objects.filter(pk=ids[0]).update(state=Job.State.RUNNING, node=node, started_at=started)
+    Job.objects.filter(pk=ids[1]).update(state=Job.State.COMPLETED, ended_at=started)
+    Job.objects.filter(pk=ids[2]).update(state=Job.State.HELD, hold_reason="disk full")
+    # An event of the waiting task dated ahead of the portal's clock (an agent's, say).
+    ahead = datetime.now(UTC) + timedelta(minutes=3)
+    JobEvent.objects.create(job_id=ids[3], kind="queued", step=20, created_at=ahead)
+    with django_capture_on_commit_callbacks(execute=True):
+        cancelled = body(api_as(alice).post(f"/api/jobs/{ids[0]}/cancel-array/"))
+    assert [j["id"] for j in cancelled] == [ids[0], ids[2], ids[3]]
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    # The running task is asked to stop (SIGTERM, grace, SIGKILL) and ends when it exits;
+    # the completed one keeps its end; the held and the pending ones end now.
+    assert states == {
+        ids[0]: Job.State.RUNNING,
+        ids[1]: Job.State.COMPLETED,
+        ids[2]: Job.State.CANCELLED,
+        ids[3]: Job.State.CANCELLED,
+    }
+    running = Job.objects.get(pk=ids[0])
+    assert running.stop_requested_at is not None and running.end_reason == "cancelled"
+    assert JobEvent.objects.filter(job_id=ids[0], kind="stop_requested").exists()
+    assert [args[0] for _, args, _ in sent_tasks.named("agent.stop_job")] == [ids[0]]
+    # An event is never dated before an event of an earlier step.
+    event = JobEvent.objects.get(job_id=ids[3], kind="cancelled")
+    assert event.created_at >= ahead

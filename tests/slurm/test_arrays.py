@@ -161,6 +161,26 @@ def test_an_array_is_one_sbatch_and_each_task_is_followed_in_slurm(
     assert "before it started" in tasks[2].events.get(kind="cancelled").text
 
 
+def test_cancelling_the_whole_array_scancels_each_task_that_has_not_ended(
+    scripted: ScriptedSlurm,  # noqa: F811
+    alice: Any,
+    image: Any,
+) -> None:
+    CreditAccount.objects.update_or_create(user=alice, defaults={"balance": 100})
+    ids = json.loads(post_array(alice, "0-2").content)["ids"]
+    Job.objects.filter(pk=ids[0]).update(state=Job.State.COMPLETED)
+    response = api_as(alice).post(f"/api/jobs/{ids[1]}/cancel-array/")
+    assert response.status_code == 200, response.content
+    assert [j["id"] for j in json.loads(response.content)] == ids[1:]
+    assert scripted.cancelled == [("1001_1", "alice_u"), ("1001_2", "alice_u")]
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    assert states == {
+        ids[0]: Job.State.COMPLETED,
+        ids[1]: Job.State.CANCELLED,
+        ids[2]: Job.State.CANCELLED,
+    }
+
+
 @pytest.mark.slurm
 def test_an_array_runs_in_the_real_slurm_each_task_as_itself(
     members: tuple[Any, Any], queues: Any, image: Any, local_slurm: Any
