@@ -33,20 +33,29 @@ class _InFlight:
 
     def __init__(self) -> None:
         self.count = 0
+        self.last_change = time.monotonic()
         self.lock = threading.Lock()
 
     def started(self, **_: Any) -> None:
         with self.lock:
             self.count += 1
+            self.last_change = time.monotonic()
 
     def finished(self, **_: Any) -> None:
         with self.lock:
             self.count = max(0, self.count - 1)
+            self.last_change = time.monotonic()
 
-    def drain(self, timeout_s: float = 10.0) -> None:
-        """Wait (bounded) until the server has answered every request it took."""
+    def drain(self, timeout_s: float = 10.0, quiet_s: float = 0.3) -> None:
+        """Wait (bounded) until the server has answered every request it took and has
+        taken none for `quiet_s`: a request the browser sent just before it closed can
+        reach the server's thread after the count last read zero."""
         deadline = time.monotonic() + timeout_s
-        while self.count and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with self.lock:
+                idle = self.count == 0 and time.monotonic() - self.last_change >= quiet_s
+            if idle:
+                return
             time.sleep(0.02)
 
 

@@ -74,6 +74,9 @@ def new_page(open_context: Any, viewport: dict[str, int], language: str = "en") 
 
 
 def switch_language(page: Any, language: str) -> None:
+    # The select submits itself from portal.js: a change before the page's scripts ran
+    # (a busy machine) would change nothing.
+    page.wait_for_load_state("load")
     page.select_option("select[name=language]", language)
     page.wait_for_selector(f"html[lang='{language}']")
 

@@ -22,6 +22,7 @@ def test_a_member_logs_in_sees_the_dashboard_and_switches_to_chinese(
     page.click("nav >> text=GPUs")
     page.wait_for_selector("text=GPU servers")
     assert "NVIDIA H200" in page.content()
+    page.wait_for_load_state("load")  # portal.js submits the select once it has run
     page.select_option("select[name=language]", "zh-hans")
     page.wait_for_selector("text=GPU 服务器")
     assert page.get_attribute("html", "lang") == "zh-hans"
