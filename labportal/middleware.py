@@ -6,7 +6,14 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseBase,
+    JsonResponse,
+)
+from django.middleware.gzip import GZipMiddleware
 from django.urls import Resolver404, resolve
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
@@ -152,3 +159,27 @@ def _maybe_signed_in(request: HttpRequest) -> bool:
         return user is not None and user.is_authenticated
     except DatabaseError:
         return True
+
+
+class CompressedPagesMiddleware(GZipMiddleware):
+    """Gzip for pages and API answers whose client accepts it: a day of the calendar on
+    64 GPUs is 650 KB of repetitive markup and 26 KB compressed, for about 3 ms of CPU.
+
+    Django's own middleware, with two limits: a streaming answer (a live log, a file
+    download, a session's events) is sent as it is, since gzip would hold its small
+    chunks back until enough of them arrive; and only text is compressed (an image or
+    an archive does not shrink). Compression follows Django's mitigation of BREACH (a
+    random-length file name in each gzip header) and CSRF tokens are masked per request."""
+
+    COMPRESSIBLE = ("text/", "application/json", "application/javascript", "image/svg+xml")
+    MIN_BYTES = 1024
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        if response.streaming or len(getattr(response, "content", b"")) < self.MIN_BYTES:
+            return response
+        content_type = response.get("Content-Type", "")
+        if not content_type.startswith(self.COMPRESSIBLE):
+            return response
+        return super().process_response(request, response)

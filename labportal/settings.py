@@ -123,6 +123,8 @@ INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
 MIDDLEWARE = [
     # First: every log record of the request carries its id (and the member, once known).
     "core.log_context.RequestContextMiddleware",
+    # Compresses what every later middleware has written (text only, never a stream).
+    "labportal.middleware.CompressedPagesMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "labportal.middleware.SecurityHeadersMiddleware",
     "core.api_versioning.UnversionedApiDeprecationMiddleware",

@@ -70,8 +70,21 @@ class Bar:
     left_pct: float
     width_pct: float
     title: str
-    reservation: Reservation | None = None
+    reservation: BarBooking | None = None
     job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class BarBooking:
+    """What a booking's bar shows (read as values: no Reservation or User instances)."""
+
+    pk: int
+    start: datetime
+    end: datetime
+    note: str
+    is_maintenance: bool
+    user_id: int
+    who: str  # its member's display name (full name, else user name)
 
 
 @dataclass
@@ -206,6 +219,13 @@ def _busy_seconds_by_hour_of_week(
     return totals
 
 
+# A booking's fields that the calendar's bars read (calendar_cells.calendar_bars).
+_BAR_FIELDS = (
+    "id", "start", "end", "note", "is_maintenance", "user_id",
+    "user__username", "user__first_name", "user__last_name",
+)  # fmt: skip
+
+
 def calendar_view(
     *, user: Any, start: datetime, days: int, now: datetime, step: timedelta = timedelta(hours=1)
 ) -> dict[str, Any]:
@@ -251,12 +271,21 @@ def calendar_view(
         )
         for g in gpus
     }
-    bookings = (
-        Reservation.objects.live()
-        .filter(start__lt=end, end__gt=start)
-        .select_related("user")
-        .prefetch_related("gpus")
-    )
+    # What the bars show, and only that: a busy week holds hundreds of bookings, and whole
+    # users, bookings and GPUs for each were most of the page's time.
+    bookings = [
+        BarBooking(pk, begins, ends, note, maintenance, user_id, f"{first} {last}".strip() or name)
+        for pk, begins, ends, note, maintenance, user_id, name, first, last in (
+            Reservation.objects.live()
+            .filter(start__lt=end, end__gt=start)
+            .order_by("start", "pk")
+            .values_list(*_BAR_FIELDS)
+        )
+    ]
+    gpus_of: dict[int, list[int]] = defaultdict(list)
+    booked = Reservation.gpus.through.objects.filter(reservation_id__in=[b.pk for b in bookings])
+    for reservation_id, gpu_id in booked.values_list("reservation_id", "gpu_id"):
+        gpus_of[reservation_id].append(gpu_id)
     for reservation in bookings:
         if reservation.is_maintenance:
             kind = "maintenance"
@@ -266,10 +295,10 @@ def calendar_view(
             kind = "other"
         left, width = position(reservation.start, reservation.end)
         # Like the queue, the calendar says whose a booking is: members plan around each other.
-        who = reservation.user.display_name
-        for gpu in reservation.gpus.all():
-            if gpu.pk in rows:
-                rows[gpu.pk].bars.append(
+        who = reservation.who
+        for gpu_id in gpus_of[reservation.pk]:
+            if gpu_id in rows:
+                rows[gpu_id].bars.append(
                     Bar(
                         kind=kind,
                         left_pct=left,
@@ -280,15 +309,14 @@ def calendar_view(
                 )
     allocations = Allocation.objects.filter(
         active=True, job__state__in=Job.ACTIVE_STATES
-    ).select_related("job")
-    for allocation in allocations:
-        job = allocation.job
-        began = job.started_at or allocation.allocated_at
-        expected_end = began + timedelta(seconds=job.time_limit_s)
-        if expected_end > start and began < end and allocation.gpu_id in rows:
+    ).values_list("gpu_id", "job_id", "job__started_at", "allocated_at", "job__time_limit_s")
+    for gpu_id, job_id, started_at, allocated_at, time_limit_s in allocations:
+        began = started_at or allocated_at
+        expected_end = began + timedelta(seconds=time_limit_s)
+        if expected_end > start and began < end and gpu_id in rows:
             left, width = position(began, expected_end)
-            rows[allocation.gpu_id].bars.append(
-                Bar(kind="job", left_pct=left, width_pct=width, title=f"#{job.pk}", job_id=job.pk)
+            rows[gpu_id].bars.append(
+                Bar(kind="job", left_pct=left, width_pct=width, title=f"#{job_id}", job_id=job_id)
             )
     groups: list[NodeGroup] = []
     for gpu in gpus:

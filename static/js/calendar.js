@@ -47,8 +47,10 @@
     let end = null;
     cells.forEach((cell) => {
       gpus.add(cell.closest(".cal-row").dataset.gpu);
-      if (start === null || cell.dataset.start < start) start = cell.dataset.start;
-      if (end === null || cell.dataset.end > end) end = cell.dataset.end;
+      // Each cell's start and end are in its link (local ISO minutes: they sort as text).
+      const link = new URL(cell.href).searchParams;
+      if (start === null || link.get("start") < start) start = link.get("start");
+      if (end === null || link.get("end") > end) end = link.get("end");
     });
     const params = new URLSearchParams();
     gpus.forEach((gpu) => params.append("gpus", gpu));

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 
 from jobqueue.models import Job
+from jobqueue.templatetags.queue_rows import estimated_start_text
 from scheduler.predict import (
     RANGE_EARLY,
     RANGE_FROM_S,
@@ -96,6 +96,6 @@ def test_a_running_job_has_no_range(alice: Any, cluster: Any, image: Any) -> Non
 def test_the_range_is_translated(alice: Any, cluster: Any, image: Any) -> None:
     job = _waiting(alice, timedelta(hours=20))
     with translation.override("zh-hans"):
-        html = render_to_string("jobqueue/_estimated_start.html", {"job": job})
+        html = estimated_start_text(job)
     assert "很可能在" in html
     assert "比预测提前或推迟结束" in html
