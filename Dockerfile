@@ -39,7 +39,9 @@ WORKDIR /opt/labportal/app
 # Dependencies first, in their own layer: a code change does not re-download them. They come
 # from the lock (requirements/portal.txt: the portal and its reports extra, made by
 # `make lock`), every file checked against its hash; the project itself follows, without
-# dependencies.
+# dependencies. The lock is the whole closure, so pip installs it with --no-deps and `pip check`
+# proves nothing is missing: pip 23 (Debian bookworm's) otherwise refuses a dependency asked
+# for with an extra, such as weasyprint's fonttools[woff], as "not pinned with ==".
 COPY requirements/portal.txt package-lock.json deploy/docker/fetch_npm_assets.py ./
 # python-ldap (LDAP sign-in) has no wheel: it builds here with a compiler and the OpenLDAP and
 # SASL headers, which are removed again; the image keeps only the run-time libraries.
@@ -47,7 +49,8 @@ RUN set -eux; \
     apt-get update; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       gcc libc6-dev libldap2-dev libsasl2-dev python3-dev; \
-    pip install --require-hashes -r portal.txt; \
+    pip install --require-hashes --no-deps -r portal.txt; \
+    pip check; \
     apt-mark manual libldap-2.5-0 libsasl2-2; \
     DEBIAN_FRONTEND=noninteractive apt-get purge -y --auto-remove \
       gcc libc6-dev libldap2-dev libsasl2-dev python3-dev; \

@@ -98,8 +98,11 @@ SPEC="$SOURCE"
 "$PREFIX/venv/bin/pip" uninstall -q -y labportal >/dev/null 2>&1 || true
 if [ -f "$SOURCE/requirements/agent.txt" ]; then
   # A checkout's libraries come from its lock, hash-checked (the versions the tests ran).
-  "$PREFIX/venv/bin/pip" install -q --require-hashes -r "$SOURCE/requirements/agent.txt"
+  # The lock is the whole closure: --no-deps, then pip check (older pips refuse a dependency
+  # asked for with an extra in hash-checking mode).
+  "$PREFIX/venv/bin/pip" install -q --require-hashes --no-deps -r "$SOURCE/requirements/agent.txt"
   "$PREFIX/venv/bin/pip" install -q --upgrade --no-deps "$SPEC"
+  "$PREFIX/venv/bin/pip" check
 else
   "$PREFIX/venv/bin/pip" install -q --upgrade "$SPEC"
 fi

@@ -152,3 +152,24 @@ def test_the_installers_install_from_the_lock_with_hashes(installer: str, lock: 
     # Local distributions only without dependencies: everything else comes from the lock.
     for line in re.findall(r"(?:pip|uv pip) install[^\n]*", text):
         assert "--require-hashes" in line or "--no-deps" in line, line
+
+
+@pytest.mark.parametrize(
+    ("installer", "lock"),
+    [
+        ("Dockerfile", "portal.txt"),
+        ("Dockerfile.agent", "agent.txt"),
+        ("deploy/agent/install.sh", "requirements/agent.txt"),
+    ],
+)
+def test_plain_pip_installs_a_lock_as_its_whole_closure(installer: str, lock: str) -> None:
+    # An image's pip is the base image's (Debian bookworm's pip 23): resolving a lock's
+    # dependencies, it refuses one asked for with an extra (weasyprint's fonttools[woff]) as
+    # "not pinned with ==". The lock already is the closure: install it as it stands, then
+    # let pip check that nothing is missing.
+    text = (ROOT / installer).read_text()
+    (line,) = [ln for ln in re.findall(r"pip\"? install[^\n]*", text) if lock in ln]
+    assert "--require-hashes" in line and "--no-deps" in line, line
+    assert re.search(r"pip\"? check", text[text.index(line) :]), (
+        f"{installer}: no pip check after {line}"
+    )
