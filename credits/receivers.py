@@ -1,6 +1,9 @@
 """A job's end settles its credits right after its commit: a charge for the work done, a
 full refund for a job lost with its node.
 
+A preempted run that goes back to the queue is charged for the time it ran, up to the
+moment it was asked to stop (the checkpoint grace is the lab's), at its preemptible rate.
+
 A settle lost here (the worker died after the commit, or it failed) is made up by beat's
 ``credits_settle_ended_jobs``; both are idempotent.
 """
@@ -15,7 +18,7 @@ from django.utils.translation import gettext_noop
 
 from credits import services
 from jobqueue.models import Job
-from jobqueue.signals import job_ended
+from jobqueue.signals import job_ended, run_requeued
 
 
 @receiver(job_ended, dispatch_uid="credits.settle_after_end")
@@ -31,3 +34,24 @@ def settle_after_end(sender: Any, job: Job, **kwargs: Any) -> None:
             services.credits_settle_job(job_id=job_id)
 
     transaction.on_commit(settle, robust=True)
+
+
+@receiver(run_requeued, dispatch_uid="credits.charge_preempted_run")
+def charge_preempted_run(
+    sender: Any,
+    job: Job,
+    started_at: Any,
+    stop_requested_at: Any,
+    preempted: bool,
+    **kwargs: Any,
+) -> None:
+    if not preempted or stop_requested_at is None:
+        return
+    job_id = job.pk
+
+    def charge() -> None:
+        services.credits_settle_preempted_run(
+            job_id=job_id, started_at=started_at, until=stop_requested_at
+        )
+
+    transaction.on_commit(charge, robust=True)

@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 def _run_tag(job: Job) -> str:
     """Charges are counted per run, so a requeued job's new run starts from zero."""
     assert job.started_at is not None
-    return f"job:{job.pk}:run:{int(job.started_at.timestamp())}"
+    return _run_tag_at(job.pk, job.started_at)
+
+
+def _run_tag_at(job_id: int, started_at: datetime) -> str:
+    return f"job:{job_id}:run:{int(started_at.timestamp())}"
 
 
 def gpu_cost(*, gpus: int, seconds: int, rate: Decimal) -> Decimal:
@@ -206,6 +210,37 @@ def credits_settle_job(*, job_id: int) -> None:
             )
     if not JobEfficiency.objects.filter(job=job).exists():
         _judge_efficiency(job, ended)
+
+
+@transaction.atomic
+def credits_settle_preempted_run(*, job_id: int, started_at: datetime, until: datetime) -> None:
+    """Charge a preempted run, now back in the queue, for its GPUs from `started_at` to
+    `until` at the job's rate, less what the running charges already took; idempotent.
+
+    Its next run is a new run (``_run_tag``) and is charged from zero."""
+    job = Job.objects.select_related("queue", "owner").filter(pk=job_id).first()
+    if job is None:
+        return
+    account_locked(job.owner)
+    tag = _run_tag_at(job.pk, started_at)
+    key = f"{tag}:preempted"
+    if LedgerEntry.objects.filter(idempotency_key=key).exists():
+        return
+    seconds = int((until - started_at).total_seconds())
+    rate = job_rate(job)
+    owed = gpu_cost(gpus=job.gpus, seconds=seconds, rate=rate) - charged_for_run(tag)
+    if owed == 0:
+        return
+    hours = max(0.0, seconds / 3600)
+    ledger_entry_post(
+        user=job.owner,
+        amount=-owed,
+        kind=LedgerEntry.Kind.CHARGE,
+        idempotency_key=key,
+        job=job,
+        note=f"{job.gpus} GPU × {hours:.3f} h × {rate}/GPU-h (preempted)",
+        watch_thresholds=True,
+    )
 
 
 def _mean_utilisation(job: Job, ended: datetime) -> tuple[float | None, int]:

@@ -188,6 +188,9 @@ class SchedulingPolicyAdmin(HumanDurationAdminMixin, admin.ModelAdmin[Scheduling
     duration_labels = {
         "hard_limit_grace_s": gettext_lazy("hard limit: grace after the time limit"),
         "stop_grace_s": gettext_lazy("time between SIGTERM and SIGKILL"),
+        "preempt_starving_after_s": gettext_lazy("preempt for a job waiting longer than"),
+        "preempt_share_after_s": gettext_lazy("preempt to restore a member's share after"),
+        "preempt_min_run_s": gettext_lazy("a preemptible job runs at least"),
     }
 
     def has_add_permission(self, request: object) -> bool:

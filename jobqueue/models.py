@@ -469,7 +469,10 @@ class Job(models.Model):
     preemptible = models.BooleanField(
         _("preemptible"),
         default=False,
-        help_text=_("May be stopped and requeued to make room for an emergency or a reservation."),
+        help_text=_(
+            "May be stopped and requeued to make room for an emergency, a booking, a job that "
+            "has waited past the lab's limit, or a member under their fair share (see the rules)."
+        ),
     )
     reservation = models.ForeignKey(
         "reservations.Reservation",
@@ -927,6 +930,36 @@ class SchedulingPolicy(models.Model):
         help_text=_("Empty means warn only: jobs past their time limit are never stopped."),
     )
     stop_grace_s = models.PositiveIntegerField(_("seconds between SIGTERM and SIGKILL"), default=30)
+    # Issue 31: preemption beyond emergencies and bookings. Only jobs their owners marked
+    # preemptible (at the lower rate) are ever stopped; the defaults are the lab's.
+    preempt_starving_after_s = models.PositiveIntegerField(
+        _("preempt for a job waiting longer than (seconds)"),
+        null=True,
+        blank=True,
+        default=12 * 3600,
+        help_text=_(
+            "A job that has waited this long may requeue other members' preemptible jobs to "
+            "start (a wide job that backfill keeps passing over). Empty turns this off."
+        ),
+    )
+    preempt_share_after_s = models.PositiveIntegerField(
+        _("preempt to restore a member's share after (seconds)"),
+        null=True,
+        blank=True,
+        default=10 * 60,
+        help_text=_(
+            "A job of a member at or under their fair share that has waited this long may "
+            "requeue preemptible jobs of members over their share. Empty turns this off."
+        ),
+    )
+    preempt_min_run_s = models.PositiveIntegerField(
+        _("a preemptible job runs at least (seconds)"),
+        default=15 * 60,
+        help_text=_(
+            "Before a waiting job or a member's share may preempt it (emergencies and "
+            "bookings do not wait)."
+        ),
+    )
     # Issue 15's terms; the defaults are the engine's (scheduler.model.Policy).
     weight_attained = models.FloatField(
         _("weight: least attained service"),
@@ -969,6 +1002,20 @@ class SchedulingPolicy(models.Model):
     def current(cls) -> SchedulingPolicy:
         policy, _created = cls.objects.get_or_create(pk=1)
         return policy
+
+    @property
+    def preempt_starving_after_hours(self) -> float | None:
+        value = self.preempt_starving_after_s
+        return value / 3600 if value is not None else None
+
+    @property
+    def preempt_share_after_minutes(self) -> float | None:
+        value = self.preempt_share_after_s
+        return value / 60 if value is not None else None
+
+    @property
+    def preempt_min_run_minutes(self) -> float:
+        return self.preempt_min_run_s / 60
 
     def attained_thresholds_gpus(self) -> tuple[float, ...]:
         """The attained-service thresholds as numbers; the engine's default if the row's

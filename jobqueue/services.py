@@ -38,7 +38,7 @@ from jobqueue.models import (
     SchedulingPolicy,
     command_text,
 )
-from jobqueue.signals import job_ended
+from jobqueue.signals import job_ended, run_requeued
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +244,14 @@ def requeue_locked(
 ) -> None:
     """Back to pending with its original submit time; everything about the last run is cleared.
     `message` is an untranslated msgid (see `record_event`)."""
+    if job.started_at is not None:
+        run_requeued.send(
+            sender=Job,
+            job=job,
+            started_at=job.started_at,
+            stop_requested_at=job.stop_requested_at,
+            preempted=job.end_reason == "preempted",
+        )
     allocations_release(job, at)
     job.move_to(Job.State.PENDING)
     job.node = None

@@ -9,7 +9,12 @@ A pass has two halves:
    ``policy.backfill_depth`` jobs that do not fit get a guarantee: the earliest start
    the time limits allow, on named GPUs, which later jobs may not delay (EASY).
    Emergency jobs and reservation jobs inside their window may requeue preemptible
-   jobs, and nothing else may.
+   jobs. Where the policy allows it, so may a job that has starved (waited past
+   ``preempt_starving_after_s``) and a job of a member at or under their fair share
+   (waited past ``preempt_share_after_s``; only jobs of members over their share, and
+   further over it, are stopped for it); those two stop only other members' preemptible
+   jobs that have run ``preempt_min_run_s``. Nothing else is ever preempted, and a job
+   marked preemptible never preempts for a reason of its own.
 2. **Estimates**, judged by predicted run times. Every job that stays pending is
    played forward in order onto the earliest GPUs that free up (``scheduler.forecast``).
 """
@@ -18,7 +23,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 
+from scheduler.fairshare import fairshare_factors
 from scheduler.forecast import GUARANTEE, INF, Block, LimitKey, _Forecast
 from scheduler.model import (
     ClusterState,
@@ -34,6 +41,7 @@ from scheduler.model import (
     Preemption,
     Reason,
     Reservation,
+    RunningJob,
     Start,
 )
 from scheduler.priority import TIER_RESERVATION, rank_pending
@@ -41,6 +49,8 @@ from scheduler.priority import TIER_RESERVATION, rank_pending
 # Reasons a job of a user with credit, waiting ahead in the same tier, also has: there a
 # job at zero credit waits because credit orders the tier (scheduler/priority.py).
 CREDIT_ORDERED = frozenset({Reason.RESOURCES, Reason.PRIORITY})
+# The fair-share factor 2^(-usage/share) of a member whose usage equals their share.
+AT_SHARE = 0.5
 
 
 def plan(state: ClusterState, policy: Policy, now: float, *, estimates: bool = True) -> Plan:
@@ -594,10 +604,12 @@ class _Pass:
         k: int,
         restrict: Iterable[int] | None,
         owner: int,
+        cause: str = "emergency",
     ) -> tuple[list[int], list[int]] | None:
         """Units for ``job`` if preemptible jobs on them were requeued: (units, victims).
 
-        Picks the node needing the fewest victims, then the fewest victim GPUs."""
+        Only jobs ``may_stop`` allows for ``cause`` are victims. Picks the node needing the
+        fewest victims, then the fewest victim GPUs."""
         allowed = set(classes)
         end = self.now + job.time_limit_s
         best: tuple[tuple[int, int, int], list[int], list[int]] | None = None
@@ -617,6 +629,7 @@ class _Pass:
                     or not running.preemptible
                     or (owner >= 0 and running.reservation_id == owner)
                     or holder in self.victims
+                    or not self.may_stop(running, job, cause)
                 ):
                     continue
                 usable.append(u)
@@ -645,6 +658,54 @@ class _Pass:
         if best is None or not best[2]:
             return None
         return best[1], best[2]
+
+    @cached_property
+    def share_factors(self) -> dict[str, float]:
+        """Each member's fair-share factor (empty without a share tree); asked for only when
+        a job may preempt for a member's share."""
+        tree = self.state.share_tree
+        return fairshare_factors(tree, self.state.usage) if tree is not None else {}
+
+    def preemption_cause(self, job: PendingJob, restrict: list[int] | None) -> str | None:
+        """Why ``job``, which cannot start now, may requeue preemptible jobs; None: it may not."""
+        if job.emergency:
+            return "emergency"
+        if restrict is not None:
+            return "reservation"
+        if job.preemptible:
+            return None
+        policy = self.policy
+        waited = self.now - job.submit_time
+        starving = policy.preempt_starving_after_s
+        if starving is not None and waited >= starving:
+            return "starving"
+        share_after = policy.preempt_share_after_s
+        if share_after is not None and waited >= share_after:
+            factor = self.share_factors.get(job.user)
+            if factor is not None and factor >= AT_SHARE:
+                return "share"
+        return None
+
+    def may_stop(self, victim: RunningJob, job: PendingJob, cause: str) -> bool:
+        """Whether ``victim`` (preemptible) may be requeued for ``job`` for ``cause``.
+
+        Emergencies and bookings take any preemptible job, as before. A starving job or a
+        member's share takes only another member's job that has run its minimum, outside
+        any booking or emergency; for a share, only one of a member over their share and
+        further over it than ``job``'s owner."""
+        if cause in ("emergency", "reservation"):
+            return True
+        if (
+            victim.user == job.user
+            or victim.emergency
+            or victim.reservation_id is not None
+            or self.now - victim.start_time < self.policy.preempt_min_run_s
+        ):
+            return False
+        if cause == "share":
+            theirs = self.share_factors.get(victim.user, 0.0)
+            return theirs < AT_SHARE and theirs < self.share_factors.get(job.user, 0.0)
+        return True
 
     # ----------------------------------------------------------------- limits
     def per_job_limit(self, job: PendingJob, k: int) -> Reason | None:
@@ -794,17 +855,14 @@ class _Pass:
                 starts.append(Start(job.id, tuple(self.unit_ids[u] for u in units)))
                 continue
 
-            if job.emergency or restrict is not None:
-                found = self.preempt_for(job, classes, k, restrict, owner)
+            cause = self.preemption_cause(job, restrict)
+            if cause is not None:
+                found = self.preempt_for(job, classes, k, restrict, owner, cause)
                 if found is not None:
                     units, victims = found
                     for victim in victims:
                         self.victims.add(victim)
-                        preemptions.append(
-                            Preemption(
-                                victim, "emergency" if job.emergency else "reservation", job.id
-                            )
-                        )
+                        preemptions.append(Preemption(victim, cause, job.id))
                     ready = now + policy.preemption_grace_s
                     self.take(units, ready + limit, ready + limit, job.id)
                     self.count(job.user, job.queue, job.category, k)

@@ -213,6 +213,12 @@ class Policy:
     # run, which overshot). Decisions never read it.
     overrun_predicted_s: float = 600.0
     preemption_grace_s: float = 60.0
+    # Preemption beyond emergencies and bookings (docs/scheduler.md, "Preemption"); None
+    # turns each off. Only jobs marked preemptible are stopped, never a job's own owner's,
+    # and only once they have run ``preempt_min_run_s``.
+    preempt_starving_after_s: float | None = None  # a job waiting this long may preempt
+    preempt_share_after_s: float | None = None  # a member at or under share, waiting this long
+    preempt_min_run_s: float = 900.0
     unknown_queue_tier: int = 100
     # Least attained service (Tiresias-style, per user, discretised; see priority.py).
     weight_attained: float = 3000.0
@@ -247,8 +253,8 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Requeue ``job_id`` (SIGTERM, grace, requeue); ``reason`` is ``emergency`` or
-    ``reservation``; ``for_job_id`` is the job that needs its GPUs."""
+    """Requeue ``job_id`` (SIGTERM, grace, requeue); ``reason`` is ``emergency``,
+    ``reservation``, ``starving`` or ``share``; ``for_job_id`` is the job that needs its GPUs."""
 
     job_id: int
     reason: str

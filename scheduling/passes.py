@@ -437,6 +437,9 @@ def engine_policy(
         weight_attained=settings_row.weight_attained,
         attained_thresholds=settings_row.attained_thresholds_gpus(),
         weight_short=settings_row.weight_short,
+        preempt_starving_after_s=_seconds_or_none(settings_row.preempt_starving_after_s),
+        preempt_share_after_s=_seconds_or_none(settings_row.preempt_share_after_s),
+        preempt_min_run_s=float(settings_row.preempt_min_run_s),
         queues={
             q.name: sm.QueuePolicy(
                 name=q.name,
@@ -460,6 +463,10 @@ def engine_policy(
             for c in categories
         },
     )
+
+
+def _seconds_or_none(value: int | None) -> float | None:
+    return float(value) if value is not None else None
 
 
 def _queue_allowances(categories: list[Category]) -> dict[int, dict[str, sm.QueueAllowance]]:
@@ -878,6 +885,25 @@ def _apply_starts(starts: list[sm.Start], gpu_by_uuid: dict[str, Gpu], now: date
     return started
 
 
+# What a preempted job's owner reads in its events, by the engine's reason.
+PREEMPTION_MESSAGES = {
+    "emergency": gettext_noop(
+        "Preempted for an emergency; it will be requeued with its original place."
+    ),
+    "reservation": gettext_noop(
+        "Preempted for a reservation; it will be requeued with its original place."
+    ),
+    "starving": gettext_noop(
+        "Preempted for a job that had waited past the lab's limit; it will be requeued with "
+        "its original place."
+    ),
+    "share": gettext_noop(
+        "Preempted for a member under their fair share, as you are over yours; it will be "
+        "requeued with its original place."
+    ),
+}
+
+
 def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
     from jobqueue.services import job_request_stop
 
@@ -889,15 +915,7 @@ def _apply_preemptions(preemptions: list[sm.Preemption]) -> list[int]:
         if job is None or job.stop_requested_at is not None:
             continue
         job_request_stop(job_id=job.pk, reason="preempted")
-        record_event(
-            job,
-            "preempting",
-            gettext_noop("Preempted for an emergency; it will be requeued with its original place.")
-            if preemption.reason == "emergency"
-            else gettext_noop(
-                "Preempted for a reservation; it will be requeued with its original place."
-            ),
-        )
+        record_event(job, "preempting", PREEMPTION_MESSAGES[preemption.reason])
         done.append(job.pk)
     return done
 

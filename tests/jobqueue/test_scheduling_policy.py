@@ -1,4 +1,4 @@
-"""The admin's scheduling policy: the least-attained-service and short-jobs settings."""
+"""The admin's scheduling policy: the least-attained-service, short-jobs and preemption settings."""
 
 from __future__ import annotations
 
@@ -22,8 +22,14 @@ def _form(policy: SchedulingPolicy, **changes: Any) -> dict[str, Any]:
     fields = [f.name for f in SchedulingPolicy._meta.fields if f.name != "id"]
     data = {name: getattr(policy, name) for name in fields}
     # The admin writes lengths of time in human units (`30m`, `30s`).
-    data["hard_limit_grace_s"] = format_duration(data["hard_limit_grace_s"])
-    data["stop_grace_s"] = format_duration(data["stop_grace_s"])
+    for name in (
+        "hard_limit_grace_s",
+        "stop_grace_s",
+        "preempt_starving_after_s",
+        "preempt_share_after_s",
+        "preempt_min_run_s",
+    ):
+        data[name] = format_duration(data[name])
     return {**data, **changes}
 
 
@@ -82,3 +88,42 @@ def test_the_admin_form_shows_the_settings_and_refuses_bad_values_without_a_500(
     assert response.status_code == 302
     saved = SchedulingPolicy.current()
     assert saved.attained_thresholds_gpus() == (2.0, 4.0, 8.0) and saved.weight_short == 2500.0
+
+
+def test_the_pass_uses_the_admins_preemption_settings() -> None:
+    _state, policy, _gpus = build_engine_input(timezone.now())
+    assert policy.preempt_starving_after_s == 12 * 3600.0
+    assert policy.preempt_share_after_s == 600.0
+    assert policy.preempt_min_run_s == 900.0
+    SchedulingPolicy.objects.update(
+        preempt_starving_after_s=None, preempt_share_after_s=None, preempt_min_run_s=0
+    )
+    _state, policy, _gpus = build_engine_input(timezone.now())
+    assert (policy.preempt_starving_after_s, policy.preempt_share_after_s) == (None, None)
+    assert policy.preempt_min_run_s == 0.0
+
+
+def test_the_admin_writes_the_preemption_settings_as_durations_and_empty_turns_them_off(
+    admin_client: Any,
+) -> None:
+    policy = SchedulingPolicy.current()
+    url = URL.format(pk=policy.pk)
+    page = admin_client.get(url).content.decode()
+    assert "preempt for a job waiting longer than" in page
+    assert 'value="12h"' in page and 'value="10m"' in page and 'value="15m"' in page
+    response = admin_client.post(url, _form(policy, preempt_starving_after_s="12"))
+    assert response.status_code == 200 and "Write a duration such as" in response.content.decode()
+    response = admin_client.post(
+        url,
+        _form(
+            policy,
+            preempt_starving_after_s="1d 6h",
+            preempt_share_after_s="",
+            preempt_min_run_s="1h",
+        ),
+    )
+    assert response.status_code == 302
+    saved = SchedulingPolicy.current()
+    assert saved.preempt_starving_after_s == 30 * 3600
+    assert saved.preempt_share_after_s is None
+    assert saved.preempt_min_run_s == 3600

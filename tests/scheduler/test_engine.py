@@ -310,6 +310,90 @@ def test_it_preempts_preemptible_jobs_on_an_active_reservation_of_a_waiting_owne
     assert [p.job_id for p in result.preemptions] == [90]
 
 
+def test_a_starving_job_requeues_another_members_preemptible_job() -> None:
+    gpus = gpus_for(1, 2)
+    busy = (
+        running(90, ("n0-g0",), preemptible=True),
+        running(91, ("n0-g1",), preemptible=True),
+    )
+    starving = job(1, gpus=2, submit_time=NOW - 13 * HOUR)
+    rules = policy(preempt_starving_after_s=12 * HOUR)
+    result = plan(state(gpus, (starving,), busy), rules, NOW)
+    assert sorted((p.job_id, p.reason, p.for_job_id) for p in result.preemptions) == [
+        (90, "starving", 1),
+        (91, "starving", 1),
+    ]
+    assert result.pending[1].reason == Reason.PREEMPTING
+    # Not yet starving, or the setting off: it waits.
+    fresh = job(1, gpus=2, submit_time=NOW - 11 * HOUR)
+    assert plan(state(gpus, (fresh,), busy), rules, NOW).preemptions == []
+    assert plan(state(gpus, (starving,), busy), policy(), NOW).preemptions == []
+
+
+def test_a_starving_job_stops_no_job_of_its_owner_none_that_just_started_none_not_preemptible() -> (
+    None
+):
+    gpus = gpus_for(1, 3)
+    busy = (
+        running(90, ("n0-g0",), user="alice", preemptible=True),  # the starving job's owner's
+        running(91, ("n0-g1",), preemptible=True, start_time=NOW - 60),  # ran one minute
+        running(92, ("n0-g2",)),  # not marked preemptible
+    )
+    starving = job(1, submit_time=NOW - 13 * HOUR)
+    rules = policy(preempt_starving_after_s=12 * HOUR, preempt_min_run_s=900.0)
+    result = plan(state(gpus, (starving,), busy), rules, NOW)
+    assert result.preemptions == []
+    assert result.pending[1].reason == Reason.RESOURCES
+
+
+def test_a_job_marked_preemptible_never_preempts_for_itself() -> None:
+    gpus = gpus_for(1, 1)
+    busy = (running(90, ("n0-g0",), preemptible=True),)
+    starving = job(1, submit_time=NOW - 13 * HOUR, preemptible=True)
+    rules = policy(preempt_starving_after_s=12 * HOUR, preempt_share_after_s=0.0)
+    result = plan(state(gpus, (starving,), busy, share_tree=flat_tree("alice", "bob")), rules, NOW)
+    assert result.preemptions == []
+
+
+def test_a_member_under_their_share_requeues_a_preemptible_job_of_a_member_over_theirs() -> None:
+    gpus = gpus_for(1, 2)
+    busy = (
+        running(90, ("n0-g0",), user="bob", preemptible=True),
+        running(91, ("n0-g1",), user="carol", preemptible=True),
+    )
+    tree = flat_tree("alice", "bob", "carol")
+    # bob has used most of the lab; carol about her third; alice nothing.
+    usage = {"alice": 0.0, "bob": 80.0, "carol": 20.0}
+    pending = (job(1, user="alice", submit_time=NOW - 20 * 60),)
+    rules = policy(preempt_share_after_s=10 * 60)
+    result = plan(state(gpus, pending, busy, share_tree=tree, usage=usage), rules, NOW)
+    assert [(p.job_id, p.reason, p.for_job_id) for p in result.preemptions] == [(90, "share", 1)]
+    # A member over their share does not preempt for it, and nor does one who waited less.
+    over = (job(1, user="bob", submit_time=NOW - 20 * 60),)
+    busy_carol = (running(91, ("n0-g0",), user="carol", preemptible=True),)
+    assert (
+        plan(
+            state(gpus_for(1, 1), over, busy_carol, share_tree=tree, usage=usage), rules, NOW
+        ).preemptions
+        == []
+    )
+    early = (job(1, user="alice", submit_time=NOW - 5 * 60),)
+    assert (
+        plan(state(gpus, early, busy, share_tree=tree, usage=usage), rules, NOW).preemptions == []
+    )
+
+
+def test_the_share_reason_stops_only_members_over_their_share() -> None:
+    gpus = gpus_for(1, 1)
+    tree = flat_tree("alice", "bob", "carol")
+    usage = {"alice": 0.0, "bob": 10.0, "carol": 90.0}  # bob under his share
+    busy = (running(90, ("n0-g0",), user="bob", preemptible=True),)
+    pending = (job(1, user="alice", submit_time=NOW - HOUR),)
+    rules = policy(preempt_share_after_s=0.0)
+    result = plan(state(gpus, pending, busy, share_tree=tree, usage=usage), rules, NOW)
+    assert result.preemptions == []
+
+
 def test_it_does_not_preempt_when_no_victim_is_preemptible() -> None:
     gpus = gpus_for(1, 1)
     busy = (running(90, ("n0-g0",)),)

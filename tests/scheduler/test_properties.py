@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.engine import limit_keys, plan
+from scheduler.fairshare import fairshare_factors
 from scheduler.model import (
     CategoryPolicy,
     ClusterState,
@@ -94,6 +95,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
                 predicted_runtime_s=draw(st.one_of(st.none(), st.just(0.5 * HOUR))),
                 reservation_id=draw(st.sampled_from([None, None, *own])) if own else None,
                 emergency=draw(st.integers(0, 9)) == 0,
+                preemptible=draw(st.integers(0, 3)) == 0,
                 held=draw(st.integers(0, 9)) == 0,
                 category="master" if user == "carol" else "phd",
             )
@@ -118,6 +120,9 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
         # Short horizons so that the drain reserve applies to the drawn limits too.
         drain_horizon_s=draw(st.sampled_from([None, 3 * 86_400.0, 0.5 * HOUR, 2 * HOUR])),
         drain_reserve_nodes=draw(st.integers(1, 2)),
+        preempt_starving_after_s=draw(st.sampled_from([None, 0.0, 5 * 60.0])),
+        preempt_share_after_s=draw(st.sampled_from([None, 0.0, 5 * 60.0])),
+        preempt_min_run_s=draw(st.sampled_from([0.0, 2 * HOUR])),
     )
     state = ClusterState(
         nodes=tuple(nodes),
@@ -320,14 +325,36 @@ def test_plans_are_deterministic_whatever_the_input_order(
 
 @SETTINGS
 @given(scenarios())
-def test_it_preempts_only_preemptible_jobs_and_only_for_emergencies_or_reservations(
+def test_it_preempts_only_preemptible_jobs_and_only_for_the_reasons_the_policy_allows(
     scenario: tuple[ClusterState, Policy],
 ) -> None:
     state, policy = scenario
     result = plan(state, policy, NOW)
     running = {job.id: job for job in state.running}
     jobs = _by_id(state)
+    assert state.share_tree is not None
+    factors = fairshare_factors(state.share_tree, state.usage)
     for preemption in result.preemptions:
-        assert running[preemption.job_id].preemptible
+        victim = running[preemption.job_id]
+        assert victim.preemptible
         beneficiary = jobs[preemption.for_job_id]
-        assert beneficiary.emergency or beneficiary.reservation_id is not None
+        waited = NOW - beneficiary.submit_time
+        if preemption.reason == "emergency":
+            assert beneficiary.emergency
+            continue
+        if preemption.reason == "reservation":
+            assert beneficiary.reservation_id is not None
+            continue
+        # A starving job or a member's share: never for a job marked preemptible, never a
+        # job of the beneficiary's own owner, never one that has not run its minimum.
+        assert not beneficiary.preemptible
+        assert victim.user != beneficiary.user
+        assert NOW - victim.start_time >= policy.preempt_min_run_s
+        if preemption.reason == "starving":
+            assert policy.preempt_starving_after_s is not None
+            assert waited >= policy.preempt_starving_after_s
+        else:
+            assert preemption.reason == "share"
+            assert policy.preempt_share_after_s is not None
+            assert waited >= policy.preempt_share_after_s
+            assert factors[beneficiary.user] >= 0.5 > factors[victim.user]
