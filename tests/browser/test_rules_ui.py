@@ -7,6 +7,7 @@ Set LABPORTAL_SCREENSHOTS=/some/dir to keep a screenshot of every page visited."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -57,6 +58,15 @@ def test_a_member_is_led_from_the_high_queue_refusal_and_the_rules_to_the_grant_
     response = page.goto(f"{live_server.url}/rules/")
     assert response.status == 200
     screenshot(page, f"rules-{tag}")
+    preemption = page.locator("[data-testid=rules-preemption]")
+    preemption.scroll_into_view_if_needed()
+    assert preemption.is_visible()
+    assert ("12 小时" if language != "en" else "12 hours") in preemption.inner_text()
+    if os.environ.get("LABPORTAL_SCREENSHOTS"):
+        folder = os.environ["LABPORTAL_SCREENSHOTS"]
+        page.locator("[data-testid=rules-credits]").screenshot(
+            path=f"{folder}/rules-credits-{tag}.png"
+        )
     allowances = page.inner_text("[data-testid=rules-allowances-debug]")
     assert "4" in allowances and "20" in allowances
     for link, form in (("rules-grant-link", "grant-form"), ("rules-emergency-link", "")):

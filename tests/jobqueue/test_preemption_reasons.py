@@ -89,7 +89,7 @@ def test_a_starving_job_requeues_one_preemptible_job_charged_for_its_run(
 
 
 @pytest.mark.parametrize(
-    ("preemptible", "settings"),
+    ("preemptible", "changes"),
     [
         (False, {}),  # not marked preemptible: never stopped, whatever the settings
         (True, {"preempt_starving_after_s": None, "preempt_share_after_s": None}),  # both off
@@ -97,7 +97,7 @@ def test_a_starving_job_requeues_one_preemptible_job_charged_for_its_run(
 )
 def test_a_starving_job_waits_where_nothing_may_be_preempted(
     preemptible: bool,
-    settings: dict[str, Any],
+    changes: dict[str, Any],
     alice: Any,
     bob: Any,
     cluster: Any,
@@ -106,7 +106,7 @@ def test_a_starving_job_waits_where_nothing_may_be_preempted(
     sent_tasks: Any,
 ) -> None:
     SchedulingPolicy.current()
-    SchedulingPolicy.objects.update(**settings)
+    SchedulingPolicy.objects.update(**changes)
     _fill_the_cluster(bob, django_capture_on_commit_callbacks, preemptible=preemptible)
     waiting = _starving(alice)
     with django_capture_on_commit_callbacks(execute=True):
