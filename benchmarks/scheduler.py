@@ -434,6 +434,17 @@ def held_out_quality(*, as_json: bool) -> None:
             results = [
                 simulate(path, name, gpus=gpus, gpus_per_node=8) for name in HELD_OUT_POLICIES
             ]
+            # The portal's defaults also preempt for a starving job and a member's share
+            # (docs/scheduler.md, "Preemption for a starving job ..."): shown beside, not judged.
+            preempting = simulate(
+                path,
+                "labportal",
+                gpus=gpus,
+                gpus_per_node=8,
+                preempt_starving_after_s=12 * 3600.0,
+                preempt_share_after_s=600.0,
+            )
+            results.append({**preempting, "policy": "labportal-preempt"})
             if as_json:
                 for result in results:
                     print(json.dumps({"workload": f"{profile}-{seed}", **result}), flush=True)
@@ -458,7 +469,9 @@ def quality_checks(results: Sequence[dict[str, Any]]) -> list[tuple[str, bool]]:
     and the SJF oracle."""
     by_name = {r["policy"]: r for r in results}
     lab, fifo, sjf = by_name["labportal"], by_name["fifo"], by_name["sjf-oracle"]
-    others = [r for r in results if r["policy"] not in ("labportal", "sjf-oracle")]
+    others = [
+        r for r in results if r["policy"] not in ("labportal", "labportal-preempt", "sjf-oracle")
+    ]
 
     def best(key: str, *, high: bool = False) -> dict[str, Any]:
         rated = [r for r in others if r[key] is not None]

@@ -117,8 +117,14 @@ class _Backlog:
         else:
             bisect.insort(members, item)
         if self.by_group:
-            # Arrivals come in (submit, id) order, so appending keeps each group sorted.
-            self.groups.setdefault(self._group(job), []).append(job.id)
+            # Arrivals come in (submit, id) order, so appending keeps each group sorted; a
+            # preempted job comes back with its original submit time and is put in place.
+            group = self.groups.setdefault(self._group(job), [])
+            jobs = self.jobs
+            if group and (jobs[group[-1]].submit_time, group[-1]) > (job.submit_time, job.id):
+                bisect.insort(group, job.id, key=lambda i: (jobs[i].submit_time, i))
+            else:
+                group.append(job.id)
         elif self.static:
             order = Ranker.static_key(job, self.policy)
             self.keys[job.id] = order

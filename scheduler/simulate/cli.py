@@ -32,6 +32,10 @@ def format_table(results: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _seconds(value: float | None, unit: float) -> float | None:
+    return value * unit if value is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; prints a table, or one JSON object per policy."""
     parser = argparse.ArgumentParser(
@@ -61,6 +65,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--slots-per-gpu", type=int, default=4)
     parser.add_argument("--timeslot-hours", type=float, default=4.0)
+    parser.add_argument(
+        "--preempt-starving-hours",
+        type=float,
+        default=None,
+        help="LabPortal only: a job waiting this long may requeue others' preemptible jobs "
+        "(the portal's default is 12; off when not given)",
+    )
+    parser.add_argument(
+        "--preempt-share-minutes",
+        type=float,
+        default=None,
+        help="LabPortal only: a member at or under their share, waiting this long, may "
+        "requeue preemptible jobs of members over theirs (the portal's default is 10)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not Path(args.trace).is_file():
@@ -82,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 slot_gpus=args.slot_gpus,
                 slots_per_gpu=args.slots_per_gpu,
                 timeslot_s=args.timeslot_hours * 3600.0,
+                preempt_starving_after_s=_seconds(args.preempt_starving_hours, 3600.0),
+                preempt_share_after_s=_seconds(args.preempt_share_minutes, 60.0),
             )
         except EmptyWorkload as exc:
             print(f"simulate: {exc}", file=sys.stderr)

@@ -43,6 +43,10 @@ from scheduler.simulate.workload import SimJob, Workload, _unit_gpus, load_workl
 POLICIES = ("labportal", "fifo", "timeslots", "sjf-oracle", *PEERS)
 
 
+# A wake-up in the event heap: no job ends, a pass runs (after a preemption's grace).
+WAKE = -1
+
+
 def build_cluster(
     gpus: int, per_node: int, slot_gpus: int, slots_per_gpu: int
 ) -> tuple[tuple[Node, ...], tuple[Gpu, ...]]:
@@ -191,6 +195,11 @@ class Simulation:
             )
         if policy is not None:
             self.policy = policy
+        if not incremental and (
+            self.policy.preempt_starving_after_s is not None
+            or self.policy.preempt_share_after_s is not None
+        ):
+            raise ValueError("the full-pass replay applies no preemptions: use incremental=True")
         self.oracle = oracle
         self.predictor = RuntimePredictor()
         self.runtime_errors: list[float] = []
@@ -365,7 +374,14 @@ class Simulation:
         budget = _EtaBudget()
         owed: set[int] = set()  # sampled jobs still without an estimate
         running: dict[int, RunningJob] = {}
+        # (time, job index); index WAKE: the pass after a preemption's grace. A job's entry
+        # is current while ``ends`` holds its time (a preempted job's entry is stale).
         finishes: list[tuple[float, int]] = []
+        ends: dict[int, float] = {}
+        # Preempted jobs: the stretches they ran, and the work left (they resume where they
+        # stopped, as the checkpoint-on-SIGTERM example in docs/jobs.md does).
+        stretches: dict[int, list[tuple[float, float]]] = {}
+        left: dict[int, float] = {}
         next_arrival = 0
         busy = 0.0
         t_prev = jobs[0].submit if jobs else 0.0
@@ -378,12 +394,19 @@ class Simulation:
             self._account(t_prev, t, busy, len(backlog) > 0)
             t_prev = t
             while finishes and finishes[0][0] <= t:
-                _, idx = heapq.heappop(finishes)
+                end, idx = heapq.heappop(finishes)
+                if idx == WAKE or ends.get(idx) != end:
+                    continue  # a wake-up, or the end of a run that was preempted
+                del ends[idx]
                 job = jobs[idx]
-                free.release(running.pop(idx).gpu_ids)
+                ran = running.pop(idx)
+                free.release(ran.gpu_ids)
                 busy -= _unit_gpus(job, self.slots_per_gpu)
                 usage.advance(t)
-                usage.charge(job.user, job.duration * _unit_gpus(job, self.slots_per_gpu))
+                usage.charge(job.user, (t - ran.start_time) * _unit_gpus(job, self.slots_per_gpu))
+                if idx in stretches:
+                    job.runs = (*stretches.pop(idx), (ran.start_time, t))
+                    job.end = t
                 self._finish(job)
             arrivals: list[int] = []
             while next_arrival < len(jobs) and jobs[next_arrival].submit <= t:
@@ -421,15 +444,37 @@ class Simulation:
                 budget.spend(len(prefix))
             for start in result.starts:
                 job = jobs[start.job_id]
-                job.start = t
-                job.end = t + job.duration
+                end = t + left.pop(job.index, job.duration)
+                if job.start is None:
+                    job.start = t
+                    job.end = end
                 job.gpu_ids = start.gpu_ids
                 backlog.remove(job.index)
                 owed.discard(job.index)
                 free.take(start.gpu_ids)
                 running[job.index] = self._running_job(job, start.gpu_ids, t)
                 busy += _unit_gpus(job, self.slots_per_gpu)
-                heapq.heappush(finishes, (job.end, job.index))
+                ends[job.index] = end
+                heapq.heappush(finishes, (end, job.index))
+            for preemption in result.preemptions:
+                idx = preemption.job_id
+                stopped = running.pop(idx, None)
+                if stopped is None:
+                    continue
+                job = jobs[idx]
+                left[idx] = ends.pop(idx) - t
+                stretches.setdefault(idx, []).append((stopped.start_time, t))
+                free.release(stopped.gpu_ids)
+                busy -= _unit_gpus(job, self.slots_per_gpu)
+                usage.advance(t)
+                usage.charge(
+                    job.user, (t - stopped.start_time) * _unit_gpus(job, self.slots_per_gpu)
+                )
+                backlog.add(self._pending_job(job))
+                self.preemptions += 1
+            if result.preemptions:
+                # The job that preempted starts once the victims' grace has passed.
+                heapq.heappush(finishes, (t + self.policy.preemption_grace_s, WAKE))
             if want_eta:
                 # Only the head's estimates are exact: the jobs picked from behind it
                 # were played forward without the jobs skipped between them.
@@ -665,8 +710,13 @@ def simulate(
     slot_gpus: int | None = None,
     slots_per_gpu: int = 4,
     timeslot_s: float = 4 * 3600.0,
+    preempt_starving_after_s: float | None = None,
+    preempt_share_after_s: float | None = None,
 ) -> dict[str, Any]:
     """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object).
+
+    ``preempt_*``: LabPortal's preemption for a starving job and for a member's share
+    (``scheduler.model.Policy``; off unless given, the portal turns both on).
 
     ``slot_gpus`` None exposes one GPU as shared slots only when the workload has jobs
     that use slots: a slot GPU no job can use would count as idle capacity in the
@@ -682,6 +732,15 @@ def simulate(
     )
     if slot_gpus is None:
         slot_gpus = 1 if any(job.shared_slot for job in workload.jobs) else 0
+    engine_policy = None
+    if policy == "labportal" and (
+        preempt_starving_after_s is not None or preempt_share_after_s is not None
+    ):
+        engine_policy = replace(
+            labportal_policy(),
+            preempt_starving_after_s=preempt_starving_after_s,
+            preempt_share_after_s=preempt_share_after_s,
+        )
     return Simulation(
         workload,
         policy,
@@ -690,4 +749,5 @@ def simulate(
         slot_gpus=slot_gpus,
         slots_per_gpu=slots_per_gpu,
         timeslot_s=timeslot_s,
+        policy=engine_policy,
     ).run()

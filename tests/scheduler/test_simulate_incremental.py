@@ -356,3 +356,62 @@ def test_jobs_that_no_node_can_hold_prove_it_for_their_whole_shape() -> None:
     # One of them failing proves it for the others of its shape, whatever their limit.
     failed, _limited = _witnesses(jobs, whole)
     assert failed[(False, 2, "H100")] == -math.inf
+
+
+def test_the_replay_applies_the_engines_preemptions_and_every_job_does_its_work_once(
+    tmp_path: Path,
+) -> None:
+    path = _workload(tmp_path, "lab", 8, seed=5)
+    workload = load_workload(
+        str(path), users=20, seed=1, load=1.0, window="all", max_jobs=None, max_gpus_per_job=8
+    )
+    policy = replace(
+        labportal_policy(), preempt_starving_after_s=6 * 3600.0, preempt_share_after_s=600.0
+    )
+    sim = Simulation(
+        workload,
+        "labportal",
+        gpus=16,
+        per_node=8,
+        slot_gpus=1,
+        slots_per_gpu=4,
+        timeslot_s=4 * 3600.0,
+        policy=policy,
+    )
+    metrics = sim.run()
+    assert metrics["preemptions"] == sim.preemptions > 0
+    preempted = [j for j in sim.jobs if j.runs]
+    assert preempted and all(j.preemptible for j in preempted)
+    for job in sim.jobs:
+        assert job.start is not None and job.end is not None, job.index
+        runs = job.runs or ((job.start, job.end),)
+        # In order, apart, after the submit; together exactly the job's run time (it
+        # resumes from its checkpoint); the last one is its end.
+        assert runs[0][0] == job.start >= job.submit
+        assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:], strict=False))
+        assert math.isclose(sum(e - s for s, e in runs), job.duration, abs_tol=1e-6)
+        assert runs[-1][1] == job.end
+
+
+def test_the_full_pass_replay_refuses_preemption_it_would_not_apply(tmp_path: Path) -> None:
+    workload = load_workload(
+        str(_workload(tmp_path, "lab", 1)),
+        users=5,
+        seed=1,
+        load=1.0,
+        window="all",
+        max_jobs=None,
+        max_gpus_per_job=8,
+    )
+    with pytest.raises(ValueError, match="applies no preemptions"):
+        Simulation(
+            workload,
+            "labportal",
+            gpus=8,
+            per_node=8,
+            slot_gpus=0,
+            slots_per_gpu=4,
+            timeslot_s=4 * 3600.0,
+            policy=replace(labportal_policy(), preempt_share_after_s=0.0),
+            incremental=False,
+        )
