@@ -59,16 +59,18 @@ def job_rate(job: Job) -> Decimal:
     return rate
 
 
-def _job_cost(job: Job, until: datetime) -> Decimal:
-    """GPU-hours from the job's start to `until`, times its rate."""
-    assert job.started_at is not None
-    seconds = int((until - job.started_at).total_seconds())
+def _job_cost(job: Job, until: datetime, started: datetime | None = None) -> Decimal:
+    """GPU-hours from the run's start (the job's, unless given) to `until`, times its rate."""
+    started = started or job.started_at
+    assert started is not None
+    seconds = int((until - started).total_seconds())
     return gpu_cost(gpus=job.gpus, seconds=seconds, rate=job_rate(job))
 
 
-def _cost_note(job: Job, until: datetime) -> str:
-    assert job.started_at is not None
-    hours = max(0.0, (until - job.started_at).total_seconds() / 3600)
+def _cost_note(job: Job, until: datetime, started: datetime | None = None) -> str:
+    started = started or job.started_at
+    assert started is not None
+    hours = max(0.0, (until - started).total_seconds() / 3600)
     return f"{job.gpus} GPU × {hours:.3f} h × {job_rate(job)}/GPU-h"
 
 
@@ -226,19 +228,16 @@ def credits_settle_preempted_run(*, job_id: int, started_at: datetime, until: da
     key = f"{tag}:preempted"
     if LedgerEntry.objects.filter(idempotency_key=key).exists():
         return
-    seconds = int((until - started_at).total_seconds())
-    rate = job_rate(job)
-    owed = gpu_cost(gpus=job.gpus, seconds=seconds, rate=rate) - charged_for_run(tag)
+    owed = _job_cost(job, until, started_at) - charged_for_run(tag)
     if owed == 0:
         return
-    hours = max(0.0, seconds / 3600)
     ledger_entry_post(
         user=job.owner,
         amount=-owed,
         kind=LedgerEntry.Kind.CHARGE,
         idempotency_key=key,
         job=job,
-        note=f"{job.gpus} GPU × {hours:.3f} h × {rate}/GPU-h (preempted)",
+        note=f"{_cost_note(job, until, started_at)} (preempted)",
         watch_thresholds=True,
     )
 
