@@ -6,8 +6,10 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django import forms
+from django.db.models import QuerySet
+from django.utils.safestring import SafeString
+from django.utils.translation import get_language, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from cluster.models import Gpu, Node
 
@@ -78,6 +80,11 @@ class BookingForm(forms.Form):
         return data
 
 
+def _nodes_up() -> QuerySet[Node]:
+    """The nodes a suggestion may be limited to."""
+    return Node.objects.filter(state=Node.State.UP).order_by("name")
+
+
 class SuggestForm(forms.Form):
     gpu_count = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
     hours = forms.DecimalField(
@@ -95,7 +102,27 @@ class SuggestForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         node = cast(forms.ModelChoiceField, self.fields["node"])
-        node.queryset = Node.objects.filter(state=Node.State.UP).order_by("name")
+        node.queryset = _nodes_up()
+
+
+# The calendar's empty suggest form, by language and the nodes it offers.
+_EMPTY_SUGGEST_FORMS: dict[tuple[str, tuple[tuple[int, str], ...]], SafeString] = {}
+
+
+def empty_suggest_form_html() -> SafeString:
+    """The calendar's unbound suggest form as HTML (``as_p``). Rendering its four fields
+    through Django's form templates was a fifth of the calendar page's CPU, and an unbound
+    form differs only by the language and by the nodes it offers: one query asks for
+    those, and the HTML is rendered once per combination."""
+    form = SuggestForm()
+    nodes = tuple(_nodes_up().values_list("pk", "name"))
+    key = (get_language() or "", nodes)
+    html = _EMPTY_SUGGEST_FORMS.get(key)
+    if html is None:
+        if len(_EMPTY_SUGGEST_FORMS) >= 32:  # nodes come and go: keep only recent ones
+            _EMPTY_SUGGEST_FORMS.clear()
+        html = _EMPTY_SUGGEST_FORMS[key] = form.as_p()
+    return html
 
 
 class ExtendForm(forms.Form):

@@ -22,7 +22,7 @@ from core.errors import DomainError
 from core.form_pages import form_page_status
 from reservations import ical
 from reservations.errors import ReservationError
-from reservations.forms import BookingForm, ExtendForm, SuggestForm
+from reservations.forms import BookingForm, ExtendForm, SuggestForm, empty_suggest_form_html
 from reservations.models import BookingRule, CalendarFeed, Reservation
 from reservations.selectors import calendar_view, reservation_suggest, reservations_of_user
 from reservations.services import (
@@ -79,7 +79,7 @@ def reservation_calendar(request: HttpRequest) -> HttpResponse:
             "next": (day + timedelta(days=days)).isoformat(),
             "today": timezone.localdate().isoformat(),
             "step_minutes": int(step.total_seconds() // 60),
-            "suggest_form": SuggestForm(),
+            "suggest_form_html": empty_suggest_form_html(),
             "rules": rules,
             "now": now,
         }

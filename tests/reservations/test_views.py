@@ -298,3 +298,40 @@ def test_the_day_heading_and_the_booking_hint_read_natively(
     page = client.get("/reservations/", {"date": "2027-03-01"}).content.decode()
     assert f"<h2>{heading}</h2>" in page
     assert book in page
+
+
+def test_the_calendar_rows_name_each_node_and_gpu_and_escape_what_agents_report(
+    alice: Any, gpus: list[Any]
+) -> None:
+    from cluster.models import Gpu
+
+    gpus[1].model = 'A100 <b>"80GB"</b>'
+    gpus[1].save(update_fields=["model"])
+    Gpu.objects.filter(pk=gpus[2].pk).update(state=Gpu.State.DISABLED)
+    page = client_for(alice).get("/reservations/", {"date": "2027-03-01"}).content.decode()
+    assert page.count('<div class="cal-node">') == 2
+    assert '<div class="cal-node">gpu01 <span class="state state-up">' in page
+    for gpu in gpus:
+        assert f'data-gpu="{gpu.pk}" data-node="{gpu.node_id}"' in page
+    assert 'title="A100 &lt;b&gt;&quot;80GB&quot;&lt;/b&gt;"' in page and "<b>" not in page
+    # A GPU that cannot be booked says so and offers no link; the others offer one per cell.
+    drained = page.split(f'data-gpu="{gpus[2].pk}"')[1].split('<div class="cal-row"')[0]
+    assert "not bookable" in drained and "<a " not in drained
+    bookable = page.split(f'data-gpu="{gpus[3].pk}"')[1].split('<div class="cal-row"')[0]
+    assert f"?gpus={gpus[3].pk}&amp;start=2027-03-01T" in bookable
+    assert 'aria-label="Book gpu01/gpu3 at' in bookable
+
+
+def test_the_calendars_suggest_form_offers_the_nodes_up_now_in_the_members_language(
+    alice: Any, gpus: list[Any]
+) -> None:
+    from cluster.models import Node
+
+    client = client_for(alice)
+    page = client.get("/reservations/").content.decode()
+    assert ">gpu02</option>" in page
+    Node.objects.filter(name="gpu02").update(state=Node.State.DRAINING)
+    page = client.get("/reservations/").content.decode()
+    assert ">gpu02</option>" not in page and ">gpu01</option>" in page
+    page = client.get("/reservations/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "任意节点" in page and ">gpu01</option>" in page
