@@ -443,6 +443,7 @@ def held_out_quality(*, as_json: bool) -> None:
                 gpus_per_node=8,
                 preempt_starving_after_s=12 * 3600.0,
                 preempt_share_after_s=600.0,
+                preempt_max_times=2,
             )
             results.append({**preempting, "policy": "labportal-preempt"})
             if as_json:

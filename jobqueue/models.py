@@ -502,6 +502,9 @@ class Job(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Each dispatch is an attempt; a requeued job runs again under a higher number.
     dispatch_count = models.PositiveIntegerField(default=0)
+    # How many times it was preempted and requeued (any reason): after the policy's
+    # preempt_max_times, a waiting job or a member's share no longer stops it.
+    preemption_count = models.PositiveIntegerField(_("times preempted"), default=0)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     exit_code = models.IntegerField(_("exit code"), null=True, blank=True)
@@ -958,6 +961,17 @@ class SchedulingPolicy(models.Model):
         help_text=_(
             "Before a waiting job or a member's share may preempt it (emergencies and "
             "bookings do not wait)."
+        ),
+    )
+    preempt_max_times = models.PositiveIntegerField(
+        _("a job is preempted at most (times)"),
+        null=True,
+        blank=True,
+        default=2,
+        help_text=_(
+            "After this many preemptions a job is no longer stopped for a waiting job or a "
+            "member's share (emergencies and bookings still may): each stop costs it a "
+            "restart. Empty: no limit."
         ),
     )
     # Issue 15's terms; the defaults are the engine's (scheduler.model.Policy).

@@ -252,6 +252,8 @@ def requeue_locked(
             stop_requested_at=job.stop_requested_at,
             preempted=job.end_reason == "preempted",
         )
+    if job.end_reason == "preempted":
+        job.preemption_count += 1
     allocations_release(job, at)
     job.move_to(Job.State.PENDING)
     job.node = None

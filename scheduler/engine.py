@@ -13,7 +13,8 @@ A pass has two halves:
    ``preempt_starving_after_s``) and a job of a member at or under their fair share
    (waited past ``preempt_share_after_s``; only jobs of members over their share, and
    further over it, are stopped for it); those two stop only other members' preemptible
-   jobs that have run ``preempt_min_run_s``. Nothing else is ever preempted, and a job
+   jobs that have run ``preempt_min_run_s`` and been preempted fewer than
+   ``preempt_max_times`` times. Nothing else is ever preempted, and a job
    marked preemptible never preempts for a reason of its own.
 2. **Estimates**, judged by predicted run times. Every job that stays pending is
    played forward in order onto the earliest GPUs that free up (``scheduler.forecast``).
@@ -691,8 +692,9 @@ class _Pass:
 
         Emergencies and bookings take any preemptible job, as before. A starving job or a
         member's share takes only another member's job that has run its minimum, outside
-        any booking or emergency; for a share, only one of a member over their share and
-        further over it than ``job``'s owner."""
+        any booking or emergency, and preempted fewer than ``preempt_max_times`` times; for a
+        share, only one of a member over their share and further over it than ``job``'s
+        owner."""
         if cause in ("emergency", "reservation"):
             return True
         if (
@@ -700,12 +702,19 @@ class _Pass:
             or victim.emergency
             or victim.reservation_id is not None
             or self.now - victim.start_time < self.policy.preempt_min_run_s
+            or self.stopped_enough(victim)
         ):
             return False
         if cause == "share":
             theirs = self.share_factors.get(victim.user, 0.0)
             return theirs < AT_SHARE and theirs < self.share_factors.get(job.user, 0.0)
         return True
+
+    def stopped_enough(self, victim: RunningJob) -> bool:
+        """Whether ``victim`` has been preempted as often as the policy allows for a starving
+        job or a member's share (a cap on churn: each stop costs it a restart)."""
+        cap = self.policy.preempt_max_times
+        return cap is not None and victim.preemptions >= cap
 
     # ----------------------------------------------------------------- limits
     def per_job_limit(self, job: PendingJob, k: int) -> Reason | None:

@@ -109,6 +109,7 @@ class RunningJob:
     category: str = ""
     reservation_id: int | None = None
     emergency: bool = False
+    preemptions: int = 0  # how many times it has been preempted and requeued before
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +220,10 @@ class Policy:
     preempt_starving_after_s: float | None = None  # a job waiting this long may preempt
     preempt_share_after_s: float | None = None  # a member at or under share, waiting this long
     preempt_min_run_s: float = 900.0
+    # A job already preempted this many times (for any reason) is no longer stopped for a
+    # starving job or a member's share: it runs to its end unless an emergency or a booking
+    # needs its GPUs. None: no cap.
+    preempt_max_times: int | None = None
     unknown_queue_tier: int = 100
     # Least attained service (Tiresias-style, per user, discretised; see priority.py).
     weight_attained: float = 3000.0

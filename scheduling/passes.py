@@ -440,6 +440,7 @@ def engine_policy(
         preempt_starving_after_s=_seconds_or_none(settings_row.preempt_starving_after_s),
         preempt_share_after_s=_seconds_or_none(settings_row.preempt_share_after_s),
         preempt_min_run_s=float(settings_row.preempt_min_run_s),
+        preempt_max_times=settings_row.preempt_max_times,
         queues={
             q.name: sm.QueuePolicy(
                 name=q.name,
@@ -568,6 +569,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             category=_category(row.owner__category__name),
             reservation_id=row.reservation_id,
             emergency=row.is_emergency,
+            preemptions=row.preemption_count,
         )
         for row in running_rows.values_list(
             "pk",
@@ -582,6 +584,7 @@ def build_engine_input(now: datetime) -> tuple[sm.ClusterState, sm.Policy, dict[
             "reservation_id",
             "is_emergency",
             "gpu_uuids",
+            "preemption_count",
             named=True,
         )
     ]

@@ -79,8 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="LabPortal only: a member at or under their share, waiting this long, may "
         "requeue preemptible jobs of members over theirs (the portal's default is 10)",
     )
+    parser.add_argument(
+        "--preempt-max-times",
+        type=int,
+        default=None,
+        help="LabPortal only: a job preempted this many times is no longer stopped for a "
+        "starving job or a member's share (the portal's default is 2; no cap when not given)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.preempt_max_times is not None and args.preempt_max_times < 0:
+        parser.error("--preempt-max-times is a count: give 0 or more")
     if not Path(args.trace).is_file():
         parser.error(f"--trace {args.trace} is not a file; give the path of a trace CSV")
     policies = POLICIES if args.policy == "all" else (args.policy,)
@@ -102,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeslot_s=args.timeslot_hours * 3600.0,
                 preempt_starving_after_s=_seconds(args.preempt_starving_hours, 3600.0),
                 preempt_share_after_s=_seconds(args.preempt_share_minutes, 60.0),
+                preempt_max_times=args.preempt_max_times,
             )
         except EmptyWorkload as exc:
             print(f"simulate: {exc}", file=sys.stderr)

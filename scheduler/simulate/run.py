@@ -209,8 +209,10 @@ class Simulation:
         # Jobs whose start estimate the deep-backlog sampling skipped (see _EtaBudget).
         self.eta_skipped: set[int] = set()
         self.passes = 0
-        # Jobs stopped and requeued (peer policies that preempt).
+        # Jobs stopped and requeued (peer policies that preempt), and the most times one
+        # job was (the LabPortal replay's; the cost of churn falls on that job).
         self.preemptions = 0
+        self.most_preempted = 0
         # Jobs a pass picked from behind the head (classes that could still start).
         self.picked = 0
         # Called as (jobs arrived so far, pending now) after each arrival (the speed bench).
@@ -239,6 +241,7 @@ class Simulation:
             runtime_errors=self.runtime_errors,
         )
         metrics["preemptions"] = self.preemptions
+        metrics["most_preempted"] = self.most_preempted
         metrics["slot_gpus"] = sum(1 for unit in self.units if unit.kind is GpuKind.SLOT) // max(
             1, self.slots_per_gpu
         )
@@ -322,7 +325,9 @@ class Simulation:
                         job.eta = info.estimated_start
 
     @staticmethod
-    def _running_job(job: SimJob, gpu_ids: tuple[str, ...], t: float) -> RunningJob:
+    def _running_job(
+        job: SimJob, gpu_ids: tuple[str, ...], t: float, preemptions: int = 0
+    ) -> RunningJob:
         return RunningJob(
             id=job.index,
             user=job.user,
@@ -333,6 +338,7 @@ class Simulation:
             predicted_runtime_s=job.predicted,
             preemptible=job.preemptible,
             category=job.category,
+            preemptions=preemptions,
         )
 
     @staticmethod
@@ -382,6 +388,7 @@ class Simulation:
         # stopped, as the checkpoint-on-SIGTERM example in docs/jobs.md does).
         stretches: dict[int, list[tuple[float, float]]] = {}
         left: dict[int, float] = {}
+        times_preempted: Counter[int] = Counter()
         next_arrival = 0
         busy = 0.0
         t_prev = jobs[0].submit if jobs else 0.0
@@ -452,7 +459,9 @@ class Simulation:
                 backlog.remove(job.index)
                 owed.discard(job.index)
                 free.take(start.gpu_ids)
-                running[job.index] = self._running_job(job, start.gpu_ids, t)
+                running[job.index] = self._running_job(
+                    job, start.gpu_ids, t, times_preempted[job.index]
+                )
                 busy += _unit_gpus(job, self.slots_per_gpu)
                 ends[job.index] = end
                 heapq.heappush(finishes, (end, job.index))
@@ -472,6 +481,8 @@ class Simulation:
                 )
                 backlog.add(self._pending_job(job))
                 self.preemptions += 1
+                times_preempted[idx] += 1
+                self.most_preempted = max(self.most_preempted, times_preempted[idx])
             if result.preemptions:
                 # The job that preempted starts once the victims' grace has passed.
                 heapq.heappush(finishes, (t + self.policy.preemption_grace_s, WAKE))
@@ -712,11 +723,13 @@ def simulate(
     timeslot_s: float = 4 * 3600.0,
     preempt_starving_after_s: float | None = None,
     preempt_share_after_s: float | None = None,
+    preempt_max_times: int | None = None,
 ) -> dict[str, Any]:
     """Replay ``trace`` under ``policy`` and return the metrics (the ``--json`` object).
 
     ``preempt_*``: LabPortal's preemption for a starving job and for a member's share
-    (``scheduler.model.Policy``; off unless given, the portal turns both on).
+    (``scheduler.model.Policy``; off unless given, the portal turns both on), and the
+    cap on how often one job may be stopped for them (None: no cap).
 
     ``slot_gpus`` None exposes one GPU as shared slots only when the workload has jobs
     that use slots: a slot GPU no job can use would count as idle capacity in the
@@ -740,6 +753,7 @@ def simulate(
             labportal_policy(),
             preempt_starving_after_s=preempt_starving_after_s,
             preempt_share_after_s=preempt_share_after_s,
+            preempt_max_times=preempt_max_times,
         )
     return Simulation(
         workload,

@@ -70,6 +70,7 @@ def test_a_starving_job_requeues_one_preemptible_job_charged_for_its_run(
     victim.refresh_from_db()
     assert victim.state == Job.State.PENDING and victim.started_at is None
     assert victim.dispatch_count == 1  # the next dispatch is attempt 2
+    assert victim.preemption_count == 1
     # Charged from its start to the stop request, at the preemptible rate, once.
     charged = -sum(
         e.amount for e in LedgerEntry.objects.filter(job=victim, kind=LedgerEntry.Kind.CHARGE)
@@ -86,6 +87,38 @@ def test_a_starving_job_requeues_one_preemptible_job_charged_for_its_run(
     (other,) = [j for j in bobs if j.pk != victim.pk]
     other.refresh_from_db()
     assert other.state == Job.State.RUNNING and other.stop_requested_at is None
+    assert other.preemption_count == 0
+
+
+def test_jobs_preempted_as_often_as_the_lab_allows_are_not_stopped_again_for_a_waiting_job(
+    alice: Any,
+    bob: Any,
+    cluster: Any,
+    image: Any,
+    django_capture_on_commit_callbacks: Any,
+    sent_tasks: Any,
+) -> None:
+    assert SchedulingPolicy.current().preempt_max_times == 2  # the lab's default
+    bobs = _fill_the_cluster(bob, django_capture_on_commit_callbacks, preemptible=True)
+    Job.objects.filter(pk__in=[j.pk for j in bobs]).update(preemption_count=2)
+    waiting = _starving(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_pass()
+    assert not sent_tasks.named("agent.stop_job")
+    waiting.refresh_from_db()
+    assert waiting.pending_reason == "resources"
+    # bob's job page says how often it was stopped; the rules page says where the cap is.
+    client = Client()
+    client.force_login(bob)
+    page = client.get(f"/jobs/{bobs[0].pk}/").content.decode()
+    assert "yes: preempted and requeued 2 times so far" in page
+    rules = client.get("/rules/").content.decode()
+    assert "and no more once it has been preempted 2 times." in rules
+    # With no cap the starving job stops one of them.
+    SchedulingPolicy.objects.update(preempt_max_times=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        scheduling_pass()
+    assert [args[2] for _, args, _ in sent_tasks.named("agent.stop_job")] == ["preempted"]
 
 
 @pytest.mark.parametrize(

@@ -346,6 +346,32 @@ def test_a_starving_job_stops_no_job_of_its_owner_none_that_just_started_none_no
     assert result.pending[1].reason == Reason.RESOURCES
 
 
+def test_a_job_preempted_as_often_as_the_cap_allows_is_stopped_only_for_an_emergency() -> None:
+    gpus = gpus_for(1, 2)
+    busy = (
+        running(90, ("n0-g0",), preemptible=True, preemptions=2),  # at the cap
+        running(91, ("n0-g1",), preemptible=True, preemptions=1),
+    )
+    starving = job(1, submit_time=NOW - 13 * HOUR)
+    rules = policy(preempt_starving_after_s=12 * HOUR, preempt_max_times=2)
+    result = plan(state(gpus, (starving,), busy), rules, NOW)
+    assert [(p.job_id, p.reason) for p in result.preemptions] == [(91, "starving")]
+    # Both at the cap: the starving job waits; without a cap, either may be stopped.
+    capped = (running(90, ("n0-g0",), preemptible=True, preemptions=2),)
+    one = gpus_for(1, 1)
+    assert plan(state(one, (starving,), capped), rules, NOW).preemptions == []
+    assert plan(state(one, (starving,), capped), rules, NOW).pending[1].reason == Reason.RESOURCES
+    uncapped = policy(preempt_starving_after_s=12 * HOUR, preempt_max_times=None)
+    assert [p.job_id for p in plan(state(one, (starving,), capped), uncapped, NOW).preemptions] == [
+        90
+    ]
+    # An emergency is not held back by the cap.
+    emergency = job(2, emergency=True)
+    assert [p.reason for p in plan(state(one, (emergency,), capped), rules, NOW).preemptions] == [
+        "emergency"
+    ]
+
+
 def test_a_job_marked_preemptible_never_preempts_for_itself() -> None:
     gpus = gpus_for(1, 1)
     busy = (running(90, ("n0-g0",), preemptible=True),)

@@ -76,6 +76,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
                 time_limit_s=draw(st.integers(1, 6)) * HOUR,
                 predicted_runtime_s=draw(st.one_of(st.none(), st.just(HOUR))),
                 preemptible=draw(st.booleans()),
+                preemptions=draw(st.integers(0, 3)),
             )
         )
 
@@ -123,6 +124,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, Policy]:
         preempt_starving_after_s=draw(st.sampled_from([None, 0.0, 5 * 60.0])),
         preempt_share_after_s=draw(st.sampled_from([None, 0.0, 5 * 60.0])),
         preempt_min_run_s=draw(st.sampled_from([0.0, 2 * HOUR])),
+        preempt_max_times=draw(st.sampled_from([None, 0, 2])),
     )
     state = ClusterState(
         nodes=tuple(nodes),
@@ -346,10 +348,13 @@ def test_it_preempts_only_preemptible_jobs_and_only_for_the_reasons_the_policy_a
             assert beneficiary.reservation_id is not None
             continue
         # A starving job or a member's share: never for a job marked preemptible, never a
-        # job of the beneficiary's own owner, never one that has not run its minimum.
+        # job of the beneficiary's own owner, never one that has not run its minimum or
+        # has been preempted as often as the policy allows.
         assert not beneficiary.preemptible
         assert victim.user != beneficiary.user
         assert NOW - victim.start_time >= policy.preempt_min_run_s
+        cap = policy.preempt_max_times
+        assert cap is None or victim.preemptions < cap
         if preemption.reason == "starving":
             assert policy.preempt_starving_after_s is not None
             assert waited >= policy.preempt_starving_after_s
