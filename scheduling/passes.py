@@ -441,6 +441,9 @@ def engine_policy(
         preempt_share_after_s=_seconds_or_none(settings_row.preempt_share_after_s),
         preempt_min_run_s=float(settings_row.preempt_min_run_s),
         preempt_max_times=settings_row.preempt_max_times,
+        # A victim has the stop grace before SIGKILL: the job it makes room for starts
+        # no earlier than that, in its estimate and in the GPUs held for it.
+        preemption_grace_s=float(settings_row.stop_grace_s),
         queues={
             q.name: sm.QueuePolicy(
                 name=q.name,

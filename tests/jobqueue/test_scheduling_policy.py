@@ -96,16 +96,19 @@ def test_the_pass_uses_the_admins_preemption_settings() -> None:
     assert policy.preempt_share_after_s == 600.0
     assert policy.preempt_min_run_s == 900.0
     assert policy.preempt_max_times == 2
+    assert policy.preemption_grace_s == 30.0  # the stop grace a victim gets
     SchedulingPolicy.objects.update(
         preempt_starving_after_s=None,
         preempt_share_after_s=None,
         preempt_min_run_s=0,
         preempt_max_times=None,
+        stop_grace_s=300,
     )
     _state, policy, _gpus = build_engine_input(timezone.now())
     assert (policy.preempt_starving_after_s, policy.preempt_share_after_s) == (None, None)
     assert policy.preempt_min_run_s == 0.0
     assert policy.preempt_max_times is None
+    assert policy.preemption_grace_s == 300.0
 
 
 def test_the_admin_writes_the_preemption_settings_as_durations_and_empty_turns_them_off(
