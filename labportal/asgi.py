@@ -14,6 +14,9 @@ from typing import Any
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labportal.settings")
+# Before the settings load: under ASGI the database connections come from a pool
+# (labportal/settings.py, "Database").
+os.environ.setdefault("LABPORTAL_ASGI", "1")
 django_application = get_asgi_application()
 
 # After Django is set up: the proxy reads the settings and the models.

@@ -195,6 +195,20 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
 else:
     _db["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+    # The web tier runs Django under ASGI (labportal/asgi.py sets LABPORTAL_ASGI), where
+    # each request's sync code runs in a thread of its own: a connection kept past the
+    # request is never used again nor closed. 300 requests from 8 clients left 39 open on
+    # one worker, and under a lab's load they passed PostgreSQL's max_connections (503s).
+    # As Django advises for ASGI: no persistent connections, a pool per process instead.
+    if env_bool("LABPORTAL_ASGI", False) and env_str("DATABASE_POOL", "on") != "off":
+        _db["CONN_MAX_AGE"] = 0
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 2,
+            "max_size": env_int("DATABASE_POOL_MAX", 16, minimum=1),
+            # Waiting longer for a free connection than this is an outage: a 503 with
+            # Retry-After (labportal.error_pages), not a request hung for minutes.
+            "timeout": 10.0,
+        }
 _db["ATOMIC_REQUESTS"] = False
 _db.setdefault("TEST", {})
 DATABASES = {"default": _db}
