@@ -202,6 +202,9 @@ else:
     # As Django advises for ASGI: no persistent connections, a pool per process instead.
     if env_bool("LABPORTAL_ASGI", False) and env_str("DATABASE_POOL", "on") != "off":
         _db["CONN_MAX_AGE"] = 0
+        # The pool checks a connection before handing it out: after a database restart
+        # the idle ones are replaced, not each failing one request with a 503.
+        _db["CONN_HEALTH_CHECKS"] = True
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 2,
             "max_size": env_int("DATABASE_POOL_MAX", 16, minimum=1),

@@ -332,3 +332,34 @@ def test_a_captured_heartbeat_replayed_after_the_broker_is_wiped_is_refused(
     assert reporter.samples([{"gpu_uuid": gpu, "ts": 1.0, "util_pct": 99.0}])
     lab.wait(lambda: refused("samples_ingest", "%stale%"), timeout_s=60, what="a refusal")
     assert lab.sql("SELECT count(*) FROM telemetry_gpusample WHERE ts < '2000-01-01'") == [(0,)]
+
+
+def test_the_web_tier_answers_at_once_after_the_database_restarts(
+    start_lab: Callable[..., Lab],
+) -> None:
+    """The web tier's pool (labportal/settings.py, "Database") holds connections that a
+    restart breaks: each is checked before use and replaced, so no request after the
+    restart fails on one (without the check, each broken one cost a request its 503)."""
+    import concurrent.futures
+
+    import requests
+
+    from labportal.devstack import free_port, wait_for_port
+
+    lab = start_lab()
+    port = free_port()
+    lab.stack.web(port, workers=1)
+    wait_for_port(port, timeout_s=60)
+    url = f"http://127.0.0.1:{port}/healthz"
+
+    def hit(_: int) -> int:
+        return requests.get(url, timeout=30).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as clients:  # fill the pool
+        assert set(clients.map(hit, range(80))) == {200}
+    lab.pg.stop()
+    wait_port_closed(lab.pg.port)
+    assert hit(0) == 503  # down is down: a 503 with Retry-After
+    lab.pg.start()
+    wait_for_port(lab.pg.port, timeout_s=60)
+    assert [hit(i) for i in range(20)] == [200] * 20
