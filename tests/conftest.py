@@ -226,13 +226,10 @@ def sent_tasks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 @pytest.fixture
 def queues(db: Any) -> Any:
     """The default queues; a transactional test flushes what the data migration made."""
-    import importlib
-
     from jobqueue.models import Queue
+    from tests.factories import default_queues
 
-    defaults = importlib.import_module("jobqueue.migrations.0003_default_queues").DEFAULT_QUEUES
-    for spec in defaults:
-        Queue.objects.get_or_create(name=spec["name"], defaults=spec)
+    default_queues()
     return Queue.objects.all()
 
 

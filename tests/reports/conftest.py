@@ -20,11 +20,11 @@ import pytest
 
 from accounts.models import CreditAccount, LedgerEntry
 from cluster.models import Gpu
-from jobqueue.models import Allocation, Job, Queue
+from jobqueue.models import Allocation, Job
 from reports.periods import period_of
 from reservations.models import Reservation
 from telemetry.models import GpuSample
-from tests.factories import ContainerImageFactory, GpuFactory, NodeFactory
+from tests.factories import ContainerImageFactory, GpuFactory, NodeFactory, default_queue
 
 UTC = dt.UTC
 MONDAY = dt.datetime(2026, 3, 2, tzinfo=UTC)
@@ -47,7 +47,7 @@ def make_job(
 ) -> Job:
     job = Job.objects.create(
         owner=owner,
-        queue=Queue.objects.get(name=queue),
+        queue=default_queue(queue),
         image=ContainerImageFactory.create(),
         command=["python", "train.py"],
         gpus=len(gpus),

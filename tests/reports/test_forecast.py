@@ -68,6 +68,7 @@ def test_mape_ignores_weeks_without_demand() -> None:
 @pytest.mark.django_db
 def test_the_backtest_command_prints_the_error_of_the_lab_s_own_weekly_demand(
     alice: Any,
+    queues: Any,  # not only the data migration's: a transactional test may have flushed them
 ) -> None:
     # 16 weeks of one 1-GPU job each Monday whose length repeats 160, 120, 80, 40 hours.
     gpu = GpuFactory.create(model="A100")

@@ -14,12 +14,12 @@ from django.test import Client
 from django.utils import translation
 
 from cluster.models import Node
-from jobqueue.models import Job, Queue
+from jobqueue.models import Job
 from reports.models import LabProfile
 from reports.narrative import Headline, inventory, narrative
 from reports.selectors import usage_report
 from reports.tables import report_tables
-from tests.factories import ContainerImageFactory, GpuFactory, NodeFactory
+from tests.factories import ContainerImageFactory, GpuFactory, NodeFactory, default_queue
 from tests.labportal.test_zh_typography import typography_faults
 from tests.reports.conftest import MONDAY, NOW, at
 from tests.reports.test_pdf import make_pdf, pdf_text
@@ -126,7 +126,7 @@ def test_tables_whose_credits_miss_the_bookings_say_so_and_empty_dash_rows_are_l
     # A job cancelled before it ran: no node, no GPU model, no GPU-hours.
     Job.objects.create(
         owner=alice,
-        queue=Queue.objects.get(name="normal"),
+        queue=default_queue(),
         image=ContainerImageFactory.create(),
         command=["true"],
         gpus=1,

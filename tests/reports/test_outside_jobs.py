@@ -13,6 +13,7 @@ import pytest
 from reports.selectors import usage_report
 from slurm.models import SlurmJob
 from slurm.rules_models import SlurmCharge
+from tests.factories import default_queue
 from tests.reports.conftest import NOW, at
 
 pytestmark = pytest.mark.django_db
@@ -21,14 +22,13 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def plain_job(week: Any, bob: Any, queues: Any) -> SlurmCharge:
     """bob's sbatch job: 2 GPUs on gpu02 for 3 hours on Wednesday, in the normal QOS."""
-    from jobqueue.models import Queue
 
     SlurmJob.objects.create(slurm_job_id=99, nodes="gpu02", state="COMPLETED", gpus=2)
     return SlurmCharge.objects.create(
         slurm_job_id=99,
         submitted_at=at(2, 0) - dt.timedelta(minutes=30),
         user=bob,
-        queue=Queue.objects.get(name="normal"),
+        queue=default_queue(),
         gpus=2,
         started_at=at(2, 0),
         charged_seconds=3 * 3600,

@@ -149,7 +149,10 @@ def test_the_job_info_names_the_current_job_only_and_goes_when_it_ends(
 
 
 def test_the_series_do_not_grow_with_the_jobs_a_lab_has_run(
-    registered_node: Any, scrape_token: str, alice: Any
+    registered_node: Any,
+    scrape_token: str,
+    alice: Any,
+    queues: Any,  # the queues' series from the start, even after a transactional test
 ) -> None:
     node, secret = registered_node
     gpus = list(Gpu.objects.order_by("index"))
