@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jobqueue import submit_sql
 from jobqueue.models import Job
 from scheduler.predict import JobFeatures, RuntimePredictor, command_shape_key
 
@@ -24,21 +25,10 @@ def job_predict_runtime(job: Job) -> int:
     does not grow with the length of its command.
     """
     predictor = RuntimePredictor()
-    finished = Job.objects.filter(
-        owner_id=job.owner_id,
-        state=Job.State.COMPLETED,
-        started_at__isnull=False,
-        ended_at__isnull=False,
-    )
-    if job.pk is not None:
-        finished = finished.exclude(pk=job.pk)
-    history = finished.order_by("-ended_at").values_list(
-        "image__reference", "command_shape_key", "gpus", "started_at", "ended_at", "time_limit_s"
-    )[:HISTORY]
+    history = submit_sql.finished_runtimes(job.owner_id, excluding=job.pk, limit=HISTORY)
     username = job.owner.username
     # Oldest first, so the predictor's window keeps the most recent runs.
-    for image, shape, gpus, started, ended, limit in reversed(list(history)):
-        assert started is not None and ended is not None  # filtered above
+    for image, shape, gpus, ran_s, limit in reversed(history):
         features = JobFeatures(user=username, image=image, shape=shape, gpus=gpus)
-        predictor.observe(features, (ended - started).total_seconds(), limit)
+        predictor.observe(features, ran_s, limit)
     return max(1, round(predictor.predict(features_of(job), float(job.time_limit_s))))

@@ -13,17 +13,15 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
 
 from accounts.models import Category, Project, User
-from cluster.models import Gpu, Node
 from core.durations import hours_minutes
 from core.errors import DomainError
 from core.i18n import join_sentences
-from jobqueue import executor
+from jobqueue import executor, submit_sql
 from jobqueue.dependencies import AFTEROK, dependencies_for_submit
 from jobqueue.errors import (
     GrantRequired,
@@ -40,7 +38,6 @@ from jobqueue.events import event_for
 from jobqueue.models import (
     SHELL_PREFIX,
     Allocation,
-    CategoryQueueAllowance,
     ContainerImage,
     Job,
     JobEvent,
@@ -120,20 +117,12 @@ def largest_node_capacity(
     ``unknown_memory_fits``: a GPU whose memory is unknown (0, a Slurm GRES no agent or
     admin has described) counts as large enough.
     """
-    units = Gpu.objects.filter(node__state__in=[Node.State.UP, Node.State.DRAINING]).exclude(
-        state=Gpu.State.MISSING
+    return submit_sql.largest_node_capacity(
+        shared_slot=shared_slot,
+        min_memory_mb=min_memory_mb,
+        gpu_model=gpu_model,
+        unknown_memory_fits=unknown_memory_fits,
     )
-    if shared_slot:
-        units = units.filter(kind=Gpu.Kind.SLOT)
-    else:
-        units = units.exclude(kind=Gpu.Kind.SLOT).filter(children__isnull=True)
-    if min_memory_mb:
-        enough = Q(memory_mb__gte=min_memory_mb)
-        units = units.filter(enough | Q(memory_mb=0) if unknown_memory_fits else enough)
-    if gpu_model:
-        units = units.filter(model__icontains=gpu_model)
-    best = units.values("node").annotate(n=Count("id")).aggregate(m=Max("n"))["m"]
-    return int(best or 0)
 
 
 @dataclass
@@ -244,7 +233,7 @@ def job_checked(
         )
     owner.lock_for_limits()
     queue_obj = _queue_for_submit(queue)
-    image_obj = ContainerImage.objects.filter(reference=image, enabled=True).first()
+    image_obj = submit_sql.allowed_image(image)
     if image_obj is None:
         allowed = ", ".join(
             ContainerImage.objects.filter(enabled=True).values_list("reference", flat=True)[:10]
@@ -345,7 +334,7 @@ def job_checked(
             % {"queue": queue_obj.name, "max": hours_minutes(queue_obj.max_time_limit_s)}
         )
     if category is not None:
-        waiting = Job.objects.filter(owner=owner).pending().count()
+        waiting = submit_sql.waiting_jobs(owner)
         if count > 1 and waiting + count > category.max_queued_jobs:
             # count > 1: an array's refusal (always "jobs"), the waiting ones as a figure.
             raise QuotaExceeded(
@@ -469,7 +458,7 @@ def jobs_submit_batch(*, owner: User, specs: list[dict[str, Any]]) -> list[Job]:
 def _queue_for_submit(queue: str | Queue) -> Queue:
     if isinstance(queue, Queue):
         return queue
-    queue_obj = Queue.objects.filter(name=queue, is_active=True).first()
+    queue_obj = submit_sql.open_queue(queue)
     if queue_obj is None:
         names = ", ".join(Queue.objects.filter(is_active=True).values_list("name", flat=True))
         raise QueueNotFound(
@@ -487,9 +476,7 @@ def _check_weekly_allowance(
 ) -> None:
     """Refuse a job that would take the owner over their category's GPU-hours a week in
     the queue (``CategoryQueueAllowance``); no allowance, no weekly limit."""
-    allowance = CategoryQueueAllowance.objects.filter(
-        category=category, queue=queue_obj, max_gpu_hours_per_week__isnull=False
-    ).first()
+    allowance = submit_sql.weekly_allowance(category, queue_obj)
     if allowance is None or allowance.max_gpu_hours_per_week is None:
         return
     now = timezone.now()
