@@ -109,22 +109,6 @@ def _clean_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     return cleaned
 
 
-def largest_node_capacity(
-    *, shared_slot: bool, min_memory_mb: int, gpu_model: str, unknown_memory_fits: bool = False
-) -> int:
-    """The most matching GPU units any one node that takes work could ever give a job.
-
-    ``unknown_memory_fits``: a GPU whose memory is unknown (0, a Slurm GRES no agent or
-    admin has described) counts as large enough.
-    """
-    return submit_sql.largest_node_capacity(
-        shared_slot=shared_slot,
-        min_memory_mb=min_memory_mb,
-        gpu_model=gpu_model,
-        unknown_memory_fits=unknown_memory_fits,
-    )
-
-
 @dataclass
 class CheckedJob:
     """A job that passed the lab's rules, not saved yet, and what goes with it."""
@@ -293,14 +277,14 @@ def job_checked(
         )
     # In Slurm mode Slurm places the job: a GPU of unknown memory is not a reason to refuse.
     slurm_places = min_gpu_memory_mb > 0 and not executor.portal_schedules()
-    capacity = largest_node_capacity(
+    capacity = submit_sql.largest_node_capacity(
         shared_slot=shared_slot,
         min_memory_mb=min_gpu_memory_mb,
         gpu_model=gpu_model,
         unknown_memory_fits=slurm_places,
     )
     memory_unchecked = slurm_places and (
-        largest_node_capacity(
+        submit_sql.largest_node_capacity(
             shared_slot=shared_slot, min_memory_mb=min_gpu_memory_mb, gpu_model=gpu_model
         )
         < gpus

@@ -64,9 +64,13 @@ def weekly_allowance(category: Category, queue: Queue) -> CategoryQueueAllowance
 
 
 def largest_node_capacity(
-    *, shared_slot: bool, min_memory_mb: int, gpu_model: str, unknown_memory_fits: bool
+    *, shared_slot: bool, min_memory_mb: int, gpu_model: str, unknown_memory_fits: bool = False
 ) -> int:
-    """``jobqueue.submit.largest_node_capacity``'s answer (its docstring says what)."""
+    """The most matching GPU units any one node that takes work could ever give a job.
+
+    ``unknown_memory_fits``: a GPU whose memory is unknown (0, a Slurm GRES no agent or
+    admin has described) counts as large enough.
+    """
     where = [
         "n.state IN (%s, %s)",
         "g.state <> %s",
@@ -103,7 +107,8 @@ def finished_runtimes(
     """The owner's latest completed jobs, newest first: (image reference, command shape
     key, GPUs, seconds run, time limit in seconds)."""
     if connection.vendor == "postgresql":
-        ran = "EXTRACT(EPOCH FROM j.ended_at - j.started_at)"
+        # date_part gives float8; EXTRACT gives numeric since PostgreSQL 14.
+        ran = "date_part('epoch', j.ended_at - j.started_at)"
     else:  # SQLite keeps datetimes as text
         ran = "(julianday(j.ended_at) - julianday(j.started_at)) * 86400.0"
     where = (

@@ -12,7 +12,7 @@ from cluster.models import Gpu, Node
 from cluster.protocol import register_info_parse
 from cluster.services import node_register
 from jobqueue.errors import TooManyGpus
-from jobqueue.submit import largest_node_capacity
+from jobqueue.submit_sql import largest_node_capacity
 from slurm.cli import NodeInfo
 from slurm.services import slurm_inventory_sync
 from tests.jobqueue.test_submit import submit
