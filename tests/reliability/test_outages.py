@@ -299,7 +299,15 @@ def test_a_captured_heartbeat_replayed_after_the_broker_is_wiped_is_refused(
         argv = ["redis-cli", "-p", str(lab.redis.port), *command]
         return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30).stdout
 
+    def settled() -> bool:
+        """No heartbeat of the dead agent is still on its way: an empty queue is not enough, a
+        worker may have taken the last one and not yet written it."""
+        seen = last_heartbeat()
+        time.sleep(1.0)
+        return last_heartbeat() == seen
+
     lab.wait(lambda: redis("LLEN", "control").strip() == "0", timeout_s=30, what="a quiet queue")
+    lab.wait(settled, timeout_s=30, what="the dead agent's last heartbeat written")
     dead_since = last_heartbeat()
     # A heartbeat of the node, signed with its token, as anyone reading the broker sees one.
     assert reporter.heartbeat({"ts": time.time(), "running_job_ids": []})
